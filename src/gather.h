@@ -1,0 +1,50 @@
+/* gather.h: executing mapped runs against a source file.
+ *
+ * A gather backend turns the runs of tp_map into bytes. The CPU backend (gather_cpu.c) is the
+ * reference and is always present; the CUDA backend is an optional module loaded at run time
+ * (gather_cuda.c) and used only where measurements show it wins. Backends share this table of
+ * function pointers so callers never test which one they hold.
+ */
+#ifndef TP_GATHER_H
+#define TP_GATHER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layout.h"
+#include "tp_err.h"
+
+/* An open source file: a descriptor and, when mapped, a read-only mapping of `size` bytes. */
+typedef struct tp_src {
+	int fd;
+	const uint8_t *map; /* NULL when not mapped */
+	uint64_t size;      /* size the file had when planned */
+} tp_src;
+
+typedef struct tp_gather_ops {
+	const char *name;
+	/* Copies the bytes of runs[0..n) into dst (their total length), reading TP_RUN_SRC runs from
+	 * src and TP_RUN_HDR runs from hdr. Returns 0, or -1 with e set (TP_EIO, TP_ECHANGED when
+	 * the source is shorter than planned). */
+	int (*gather)(void *self, const tp_run *runs, size_t n, const tp_src *src,
+		      const uint8_t *hdr, uint8_t *dst, tp_err *e);
+	void (*destroy)(void *self);
+} tp_gather_ops;
+
+typedef struct tp_gather {
+	const tp_gather_ops *ops;
+	void *self;
+} tp_gather;
+
+/* The CPU backend. With src->map set it copies from the mapping (the caller must guard
+ * against SIGBUS if the file can shrink); without, it uses pread. */
+extern const tp_gather_ops tp_gather_cpu_ops;
+
+/* Convenience: the CPU backend's gather without a backend object. */
+int tp_gather_cpu(const tp_run *runs, size_t n, const tp_src *src, const uint8_t *hdr,
+		  uint8_t *dst, tp_err *e);
+
+/* Total bytes the runs produce. */
+uint64_t tp_runs_bytes(const tp_run *runs, size_t n);
+
+#endif

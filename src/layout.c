@@ -1,0 +1,237 @@
+/* layout.c: building rank layouts, writing local headers, and mapping byte ranges
+ * (see layout.h). */
+#include "layout.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_writer(const void *a, const void *b, void *ctx)
+{
+	const st_header *h = ctx;
+	const st_tensor *x = &h->t[((const tp_ltensor *)a)->src], *y = &h->t[((const tp_ltensor *)b)->src];
+	return st_writer_cmp(x->dtype, x->name, y->dtype, y->name);
+}
+
+void tp_layout_free(tp_layout *L)
+{
+	free(L->t);
+	free(L->pieces);
+	free(L->loc);
+	memset(L, 0, sizeof *L);
+}
+
+uint32_t tp_layout_shape(const tp_layout *L, const tp_ltensor *lt, uint64_t *shape)
+{
+	const st_tensor *t = &L->h->t[lt->src];
+	memcpy(shape, t->shape, sizeof t->shape);
+	if (lt->axis >= 0)
+		shape[lt->axis] = lt->axis_len;
+	return t->ndim;
+}
+
+/* Writes (or, with w->p == NULL, counts) the local header; returns its size. */
+static uint64_t write_header(const tp_layout *L, st_wbuf *w)
+{
+	st_w_begin(w, L->h->meta, L->h->nmeta);
+	for (size_t i = 0; i < L->n; i++) {
+		const tp_ltensor *lt = &L->t[i];
+		const st_tensor *t = &L->h->t[lt->src];
+		uint64_t shape[ST_MAX_DIMS];
+		uint32_t nd = tp_layout_shape(L, lt, shape);
+		st_w_tensor(w, t->name, t->dtype, nd, shape, lt->off, lt->off + lt->size);
+	}
+	return st_w_end(w);
+}
+
+void tp_layout_header(const tp_layout *L, char *buf)
+{
+	st_wbuf w = {.p = buf};
+	write_header(L, &w);
+}
+
+int tp_layout_build(const st_header *h, const tp_spec *specs, const char *const *why, uint32_t T,
+		    uint32_t r, const char *fname, tp_layout *L, tp_err *e)
+{
+	memset(L, 0, sizeof *L);
+	L->h = h;
+	L->rank = r;
+	L->T = T;
+	size_t cap = 16;
+	L->t = calloc(h->n ? h->n : 1, sizeof *L->t);
+	L->pieces = malloc(cap * sizeof *L->pieces);
+	L->loc = malloc((h->n ? h->n : 1) * sizeof *L->loc);
+	if (!L->t || !L->pieces || !L->loc) {
+		tp_layout_free(L);
+		return tp_fail(e, TP_ENOMEM, "%s: out of memory building rank %u", fname, r);
+	}
+	for (size_t i = 0; i < h->n; i++) {
+		if (specs[i].kind == TP_ABSENT)
+			continue;
+		char ctx[TP_ERR_MSG];
+		if (why && why[i])
+			tp_fmt(ctx, sizeof ctx, "%s: tensor '%s' (%s)", fname, h->t[i].name, why[i]);
+		else
+			tp_fmt(ctx, sizeof ctx, "%s: tensor '%s'", fname, h->t[i].name);
+		tp_cut c;
+		if (tp_cut_tensor(&h->t[i], &specs[i], T, r, &c, ctx, e) < 0) {
+			tp_layout_free(L);
+			return -1;
+		}
+		if (L->npieces + c.np > cap) {
+			while (L->npieces + c.np > cap)
+				cap *= 2;
+			tp_piece *np = realloc(L->pieces, cap * sizeof *np);
+			if (!np) {
+				tp_layout_free(L);
+				return tp_fail(e, TP_ENOMEM, "%s: out of memory building rank %u", fname, r);
+			}
+			L->pieces = np;
+		}
+		tp_ltensor *lt = &L->t[L->n++];
+		lt->src = (uint32_t)i;
+		lt->axis = specs[i].kind == TP_SPLIT ? (int32_t)specs[i].axis : -1;
+		lt->axis_len = lt->axis >= 0 ? c.shape[lt->axis] : 0;
+		lt->size = c.size;
+		lt->outer = c.outer;
+		lt->stride = c.stride;
+		lt->rep = c.rep;
+		lt->pi = (uint32_t)L->npieces;
+		lt->np = c.np;
+		memcpy(L->pieces + L->npieces, c.piece, c.np * sizeof *c.piece);
+		L->npieces += c.np;
+		if (specs[i].kind == TP_SPLIT)
+			L->split_bytes += c.size;
+		else
+			L->repl_bytes += c.size;
+	}
+	qsort_r(L->t, L->n, sizeof *L->t, cmp_writer, (void *)h);
+	uint64_t off = 0;
+	for (size_t i = 0; i < h->n; i++)
+		L->loc[i] = UINT32_MAX;
+	for (size_t i = 0; i < L->n; i++) {
+		L->t[i].off = off;
+		off += L->t[i].size;
+		L->loc[L->t[i].src] = (uint32_t)i;
+	}
+	L->data_size = off;
+	st_wbuf count = {.p = NULL};
+	L->hdr_size = write_header(L, &count);
+	if (L->hdr_size - ST_PREFIX > ST_HEADER_MAX) {
+		tp_layout_free(L);
+		return tp_fail(e, TP_ELIMIT, "%s: rank %u's header would exceed %llu bytes", fname, r,
+			       ST_HEADER_MAX);
+	}
+	L->size = L->hdr_size + L->data_size;
+	return 0;
+}
+
+const tp_ltensor *tp_layout_find(const tp_layout *L, const char *name)
+{
+	const st_tensor *t = st_find(L->h, name);
+	if (!t)
+		return NULL;
+	uint32_t i = L->loc[t - L->h->t];
+	return i == UINT32_MAX ? NULL : &L->t[i];
+}
+
+/* Appends a run, merging with the previous one when contiguous. Returns 0, or -1 when the
+ * output is full and the run could not be merged. */
+static int emit(tp_run *out, size_t cap, size_t *n, uint32_t kind, uint64_t off, uint64_t len)
+{
+	if (*n) {
+		tp_run *p = &out[*n - 1];
+		if (p->kind == kind && (kind == TP_RUN_ZERO || p->off + p->len == off)) {
+			p->len += len;
+			return 0;
+		}
+	}
+	if (*n == cap)
+		return -1;
+	out[*n].kind = kind;
+	out[*n].off = off;
+	out[*n].len = len;
+	(*n)++;
+	return 0;
+}
+
+/* Index of the local tensor holding data byte x: the last tensor with off <= x and size > 0. */
+static size_t find_tensor(const tp_layout *L, uint64_t x)
+{
+	size_t lo = 0, hi = L->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (L->t[mid].off <= x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	size_t i = lo ? lo - 1 : 0;
+	while (i < L->n && L->t[i].off + L->t[i].size <= x)
+		i++; /* skip empty tensors sharing the offset */
+	return i;
+}
+
+size_t tp_map(const tp_layout *L, uint64_t off, uint64_t len, tp_run *out, size_t cap,
+	      uint64_t *covered)
+{
+	size_t n = 0;
+	*covered = 0;
+	if (off >= L->size || !len || !cap)
+		return 0;
+	if (len > L->size - off)
+		len = L->size - off;
+	uint64_t done = 0;
+	if (off < L->hdr_size) {
+		uint64_t l = L->hdr_size - off < len ? L->hdr_size - off : len;
+		emit(out, cap, &n, TP_RUN_HDR, off, l);
+		done = l;
+	}
+	if (done == len) {
+		*covered = done;
+		return n;
+	}
+	uint64_t x = off + done - L->hdr_size; /* data offset */
+	uint64_t src_data = L->h->data_start;
+	for (size_t i = find_tensor(L, x); i < L->n && done < len; i++) {
+		const tp_ltensor *lt = &L->t[i];
+		if (!lt->size)
+			continue;
+		const st_tensor *t = &L->h->t[lt->src];
+		const tp_piece *pc = L->pieces + lt->pi;
+		uint64_t rel = x - lt->off;
+		uint64_t o = rel / lt->rep, w = rel % lt->rep;
+		uint32_t j = 0;
+		while (w >= pc[j].len) {
+			w -= pc[j].len;
+			j++;
+		}
+		while (done < len && o < lt->outer) {
+			uint64_t l = pc[j].len - w;
+			if (l > len - done)
+				l = len - done;
+			int full;
+			if (pc[j].off == TP_ZERO)
+				full = emit(out, cap, &n, TP_RUN_ZERO, 0, l);
+			else
+				full = emit(out, cap, &n, TP_RUN_SRC,
+					    src_data + t->begin + o * lt->stride + pc[j].off + w, l);
+			if (full < 0) {
+				*covered = done;
+				return n;
+			}
+			done += l;
+			x += l;
+			w += l;
+			if (w == pc[j].len) {
+				w = 0;
+				if (++j == lt->np) {
+					j = 0;
+					o++;
+				}
+			}
+		}
+	}
+	*covered = done;
+	return n;
+}

@@ -1,0 +1,82 @@
+/* layout.h: the bytes of one rank's view of one source file, and the range mapper.
+ *
+ * A layout is built once per (source file, rank) at mount time from the parsed source header
+ * and one spec per tensor. It holds each local tensor's place in the rank file and its gather
+ * program, and the size of the local header. tp_map turns any (offset, length) of the rank
+ * file into the exact ordered runs that produce those bytes: header bytes, source byte runs,
+ * zero fill. Its cost is O(log n + runs emitted), independent of the file's size.
+ */
+#ifndef TP_LAYOUT_H
+#define TP_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spec.h"
+#include "st_format.h"
+#include "tp_err.h"
+
+typedef struct tp_ltensor {
+	uint32_t src;       /* index into the source header's t[] */
+	int32_t axis;       /* split axis, or -1 when the local shape is the source shape */
+	uint64_t axis_len;  /* local length of that axis */
+	uint64_t off;       /* offset in the local data buffer */
+	uint64_t size;      /* local bytes */
+	uint64_t outer;     /* gather program, see tp_cut */
+	uint64_t stride;
+	uint64_t rep;
+	uint32_t pi, np;    /* pieces[pi .. pi + np) of the layout */
+} tp_ltensor;
+
+typedef struct tp_layout {
+	const st_header *h;  /* the source header (borrowed, must outlive the layout) */
+	uint32_t rank, T;
+	tp_ltensor *t;       /* local tensors in local data order (writer's order) */
+	size_t n;
+	tp_piece *pieces;
+	size_t npieces;
+	uint64_t hdr_size;   /* 8-byte prefix + JSON + padding, a multiple of 8 */
+	uint64_t data_size;
+	uint64_t size;       /* hdr_size + data_size: the rank file's size */
+	uint64_t split_bytes;/* local bytes of tensors whose spec splits them */
+	uint64_t repl_bytes; /* local bytes of replicated tensors */
+	uint32_t *loc;       /* for each source tensor, its index in t[], or UINT32_MAX if absent */
+} tp_layout;
+
+/* Builds rank r's layout of the file whose header is h, with specs[i] the spec of h->t[i]
+ * (TP_ABSENT tensors are left out). fname prefixes error messages; why (NULL, or one string
+ * per tensor) says which rule gave each spec, for messages. */
+int tp_layout_build(const st_header *h, const tp_spec *specs, const char *const *why, uint32_t T,
+		    uint32_t r, const char *fname, tp_layout *L, tp_err *e);
+void tp_layout_free(tp_layout *L);
+
+/* Writes the local header (L->hdr_size bytes) into buf. Deterministic: the same layout always
+ * gives the same bytes. */
+void tp_layout_header(const tp_layout *L, char *buf);
+
+/* Local shape of local tensor lt into shape[] (ST_MAX_DIMS); returns ndim. */
+uint32_t tp_layout_shape(const tp_layout *L, const tp_ltensor *lt, uint64_t *shape);
+
+/* The local tensor called name, or NULL. O(log n). */
+const tp_ltensor *tp_layout_find(const tp_layout *L, const char *name);
+
+enum tp_run_kind {
+	TP_RUN_SRC = 0, /* bytes [off, off + len) of the source file */
+	TP_RUN_ZERO,    /* len zero bytes */
+	TP_RUN_HDR,     /* bytes [off, off + len) of the local header */
+};
+
+typedef struct tp_run {
+	uint64_t off;
+	uint64_t len;
+	uint32_t kind;
+} tp_run;
+
+/* Maps bytes [off, off + len) of the rank file (clamped to its size) to at most cap runs, in
+ * order, merging runs that are adjacent in the source. *covered receives the number of bytes
+ * the runs produce (less than requested when cap was reached or the file ended: call again
+ * from off + *covered). Returns the number of runs written. */
+size_t tp_map(const tp_layout *L, uint64_t off, uint64_t len, tp_run *out, size_t cap,
+	      uint64_t *covered);
+
+#endif

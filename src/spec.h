@@ -1,0 +1,92 @@
+/* spec.h: shard specs, the unit of meaning between plans and layouts.
+ *
+ * A spec says how one tensor is divided over T ranks: replicated whole, absent (expert
+ * parallelism), or split along one axis. A split axis is made of segments (fused blocks such as
+ * [Q|K|V]), each made of units of equal width (a head, or one element; segments may have
+ * different widths, as key heads and value heads do). Each segment's units are
+ * distributed over the ranks on their own, and a rank's pieces of every segment are packed back
+ * to back in segment order. Quantized companions are described in LOGICAL features with a
+ * divisor: `div` logical elements per stored element along the axis (128 for an FP8 block
+ * scale, 2 for packed FP4), so a cut that falls inside a stored element is refused.
+ *
+ * This module turns (tensor, spec, T, r) into the local shape and a gather program: `outer`
+ * repetitions, `stride` source bytes apart, each copying the same list of pieces (source byte
+ * runs relative to the tensor's start, or zero fill). It knows nothing of files or FUSE.
+ */
+#ifndef TP_SPEC_H
+#define TP_SPEC_H
+
+#include <stdint.h>
+
+#include "st_format.h"
+#include "tp_err.h"
+
+#define TP_MAX_SEG 16    /* segments in one split axis */
+#define TP_MAX_T 1024    /* ranks */
+#define TP_MAX_PIECES (2 * TP_MAX_SEG)
+#define TP_ZERO UINT64_MAX /* tp_piece.off of a zero-fill piece */
+
+typedef enum tp_kind {
+	TP_REPLICATE = 0, /* the whole tensor on every rank */
+	TP_SPLIT,         /* a share of one axis on every rank */
+	TP_ABSENT,        /* not on this rank (expert parallelism); tp_share is not used */
+} tp_kind;
+
+/* Distributions a split allows besides the even one (units % T == 0). */
+enum {
+	TP_UNEVEN = 1u << 0, /* units >= T: the first units % T ranks get one more */
+	TP_GROUPS = 1u << 1, /* units < T, T % units == 0: rank r keeps unit floor(r / (T / units)) */
+};
+
+typedef struct tp_spec {
+	tp_kind kind;
+	uint32_t axis;             /* split axis, 0 <= axis < ndim */
+	uint32_t nseg;             /* 1..TP_MAX_SEG */
+	uint64_t seg[TP_MAX_SEG];  /* units in each segment */
+	uint64_t unit;             /* logical elements per unit (>= 1) */
+	uint64_t segu[TP_MAX_SEG]; /* per-segment unit width; 0 means `unit` */
+	uint64_t div;              /* logical elements per stored element on the axis (>= 1) */
+	uint32_t flags;            /* TP_UNEVEN | TP_GROUPS */
+	uint64_t pad_to;           /* > 1: pad each segment's units up to a multiple, zero-filled */
+} tp_spec;
+
+/* One rank's share of one segment, in units: real units [first, first + count), then `zeros`
+ * units of zero padding. */
+typedef struct tp_share {
+	uint64_t first, count, zeros;
+} tp_share;
+
+/* A source byte run relative to the tensor's first byte (or TP_ZERO for zero fill). */
+typedef struct tp_piece {
+	uint64_t off;
+	uint64_t len;
+} tp_piece;
+
+/* One tensor cut for one rank. Local bytes = for o in [0, outer): the pieces, in order, read
+ * at source offset begin + o * stride + piece.off. */
+typedef struct tp_cut {
+	uint32_t ndim;
+	uint64_t shape[ST_MAX_DIMS]; /* local shape */
+	uint64_t size;               /* local bytes = outer * rep */
+	uint64_t outer, stride, rep; /* rep = sum of piece lengths */
+	uint32_t np;
+	tp_piece piece[TP_MAX_PIECES];
+} tp_cut;
+
+/* A spec that keeps the whole tensor. */
+tp_spec tp_spec_replicate(void);
+/* A split of `axis` into `units` units of width `unit` (one segment, even only). */
+tp_spec tp_spec_split(uint32_t axis, uint64_t units, uint64_t unit);
+
+/* Distributes `units` over T ranks per the spec's flags and padding; fills rank r's share.
+ * On failure returns -1 with a message that starts with ctx and says why. */
+int tp_share_of(uint64_t units, const tp_spec *s, uint32_t T, uint32_t r, tp_share *out,
+		const char *ctx, tp_err *e);
+
+/* Cuts tensor t for rank r of T. ctx prefixes messages (e.g. "file: tensor 'x'"). Checks that
+ * the spec matches the shape (axis in range, segments x unit = the axis, divisor), that every
+ * cut lands on a stored element and a byte boundary. Returns 0 or -1 with a message. */
+int tp_cut_tensor(const st_tensor *t, const tp_spec *s, uint32_t T, uint32_t r, tp_cut *c,
+		  const char *ctx, tp_err *e);
+
+#endif
