@@ -1,0 +1,492 @@
+/* expr.c: a recursive-descent evaluator for plan expressions (see expr.h). Expressions are
+ * short and evaluated at mount time only, so they are parsed and evaluated in one pass. */
+#include "expr.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { V_INT, V_STR, V_LIST, V_MISSING } vkind;
+
+typedef struct val {
+	vkind k;
+	int64_t i;
+	const char *s;          /* V_STR: points into the source or the config (not owned) */
+	size_t slen;
+	const cJSON *list;      /* V_LIST */
+	char name[96];          /* the key a missing value came from, for messages */
+} val;
+
+typedef struct P {
+	tp_expr_ctx *c;
+	const char *src, *p;
+	tp_err *e;
+	int err;
+	int depth;
+} P;
+
+static int perr(P *p, const char *fmt, const char *arg)
+{
+	if (!p->err) {
+		char m[512];
+		tp_fmt(m, sizeof m, fmt, arg);
+		tp_fail(p->e, TP_EPLAN, "expression '%s': %s", p->src, m);
+	}
+	p->err = 1;
+	return -1;
+}
+
+static void skip(P *p)
+{
+	while (isspace((unsigned char)*p->p))
+		p->p++;
+}
+
+static int accept(P *p, const char *tok)
+{
+	skip(p);
+	size_t n = strlen(tok);
+	if (strncmp(p->p, tok, n) == 0) {
+		/* do not take '=' of '==' as '=', nor '<' of '<=' */
+		if ((n == 1 && (tok[0] == '<' || tok[0] == '>' || tok[0] == '!') && p->p[1] == '=') ||
+		    (n == 1 && (tok[0] == '&' || tok[0] == '|') && p->p[1] == tok[0]))
+			return 0;
+		p->p += n;
+		return 1;
+	}
+	return 0;
+}
+
+static int need_int(P *p, const val *v, const char *what)
+{
+	if (v->k == V_INT)
+		return 0;
+	if (v->k == V_MISSING)
+		return perr(p, "key '%s' is missing from config.json", v->name);
+	return perr(p, "%s is not an integer", what);
+}
+
+static void note_used(tp_expr_ctx *c, const char *key, const cJSON *n)
+{
+	size_t l = strlen(c->used);
+	if (l > sizeof c->used - 40 || strstr(c->used, key))
+		return;
+	char v[64];
+	if (cJSON_IsNumber(n))
+		tp_fmt(v, sizeof v, "%.17g", n->valuedouble);
+	else if (cJSON_IsString(n))
+		tp_fmt(v, sizeof v, "'%.40s'", n->valuestring);
+	else
+		tp_fmt(v, sizeof v, "%s", cJSON_IsArray(n) ? "[...]" : "?");
+	tp_fmt(c->used + l, sizeof c->used - l, "%s%s=%s", l ? ", " : "", key, v);
+}
+
+const cJSON *tp_config_get(const tp_expr_ctx *c, const char *key)
+{
+	if (!c->config)
+		return NULL;
+	for (int pi = 0; pi <= c->nprefix; pi++) {
+		const cJSON *n = c->config;
+		if (pi < c->nprefix) {
+			n = cJSON_GetObjectItemCaseSensitive(n, c->prefix[pi]);
+			if (!cJSON_IsObject(n))
+				continue;
+		}
+		const char *k = key;
+		while (n && *k) {
+			const char *dot = strchr(k, '.');
+			size_t l = dot ? (size_t)(dot - k) : strlen(k);
+			char part[96];
+			if (l >= sizeof part)
+				return NULL;
+			memcpy(part, k, l);
+			part[l] = 0;
+			n = cJSON_IsObject(n) ? cJSON_GetObjectItemCaseSensitive(n, part) : NULL;
+			k += l + (dot ? 1 : 0);
+		}
+		if (n && !cJSON_IsNull(n))
+			return n;
+	}
+	return NULL;
+}
+
+static int from_json(P *p, const cJSON *n, const char *name, val *out)
+{
+	memset(out, 0, sizeof *out);
+	tp_fmt(out->name, sizeof out->name, "%s", name);
+	if (!n || cJSON_IsNull(n)) {
+		out->k = V_MISSING;
+	} else if (cJSON_IsBool(n)) {
+		out->k = V_INT;
+		out->i = cJSON_IsTrue(n);
+	} else if (cJSON_IsNumber(n)) {
+		double d = n->valuedouble;
+		if (d != (double)(int64_t)d || d > 9007199254740992.0 || d < -9007199254740992.0)
+			return perr(p, "config value '%s' is not an integer", name);
+		out->k = V_INT;
+		out->i = (int64_t)d;
+	} else if (cJSON_IsString(n)) {
+		out->k = V_STR;
+		out->s = n->valuestring;
+		out->slen = strlen(n->valuestring);
+	} else if (cJSON_IsArray(n)) {
+		out->k = V_LIST;
+		out->list = n;
+	} else {
+		return perr(p, "config value '%s' is an object, not a value", name);
+	}
+	return 0;
+}
+
+static int expr(P *p, val *out);
+
+static int call(P *p, const char *fn, val *out)
+{
+	val a[8];
+	int n = 0;
+	skip(p);
+	if (!accept(p, ")")) {
+		do {
+			if (n == 8)
+				return perr(p, "too many arguments to %s()", fn);
+			if (expr(p, &a[n++]) < 0)
+				return -1;
+		} while (accept(p, ","));
+		if (!accept(p, ")"))
+			return perr(p, "expected ')' after the arguments of %s()", fn);
+	}
+	memset(out, 0, sizeof *out);
+	out->k = V_INT;
+	if (strcmp(fn, "has") == 0 && n == 1) {
+		out->i = a[0].k != V_MISSING;
+	} else if (strcmp(fn, "first") == 0 && n >= 1) {
+		*out = a[n - 1];
+		for (int i = 0; i < n; i++)
+			if (a[i].k != V_MISSING) {
+				*out = a[i];
+				break;
+			}
+	} else if ((strcmp(fn, "cdiv") == 0 || strcmp(fn, "min") == 0 || strcmp(fn, "max") == 0) && n == 2) {
+		if (need_int(p, &a[0], "an argument") < 0 || need_int(p, &a[1], "an argument") < 0)
+			return -1;
+		if (fn[0] == 'c') {
+			if (a[1].i <= 0)
+				return perr(p, "%s: division by a non-positive number", fn);
+			out->i = (a[0].i + a[1].i - 1) / a[1].i;
+		} else if (fn[1] == 'i') {
+			out->i = a[0].i < a[1].i ? a[0].i : a[1].i;
+		} else {
+			out->i = a[0].i > a[1].i ? a[0].i : a[1].i;
+		}
+	} else if (strcmp(fn, "len") == 0 && n == 1) {
+		if (a[0].k == V_MISSING)
+			return perr(p, "key '%s' is missing from config.json", a[0].name);
+		if (a[0].k != V_LIST)
+			return perr(p, "%s: argument is not a list", fn);
+		out->i = cJSON_GetArraySize(a[0].list);
+	} else if (strcmp(fn, "in") == 0 && n == 2) {
+		if (a[1].k == V_MISSING) {
+			out->i = 0;
+			return 0;
+		}
+		if (a[1].k != V_LIST || need_int(p, &a[0], "the first argument of in()") < 0)
+			return perr(p, "%s: expects (integer, list)", fn);
+		const cJSON *it;
+		out->i = 0;
+		cJSON_ArrayForEach(it, a[1].list) if (cJSON_IsNumber(it) && it->valuedouble == (double)a[0].i) out->i = 1;
+	} else {
+		return perr(p, "unknown function or wrong number of arguments: %s()", fn);
+	}
+	return 0;
+}
+
+static int primary(P *p, val *out)
+{
+	skip(p);
+	memset(out, 0, sizeof *out);
+	const char *s = p->p;
+	if (isdigit((unsigned char)*s)) {
+		char *end;
+		long long v = strtoll(s, &end, 10);
+		p->p = end;
+		out->k = V_INT;
+		out->i = v;
+		return 0;
+	}
+	if (*s == '\'' || *s == '"') {
+		const char *q = strchr(s + 1, *s);
+		if (!q)
+			return perr(p, "%s", "unterminated string");
+		out->k = V_STR;
+		out->s = s + 1;
+		out->slen = (size_t)(q - s - 1);
+		p->p = q + 1;
+		return 0;
+	}
+	if (accept(p, "(")) {
+		if (expr(p, out) < 0)
+			return -1;
+		if (!accept(p, ")"))
+			return perr(p, "%s", "expected ')'");
+		return 0;
+	}
+	if (isalpha((unsigned char)*s) || *s == '_') {
+		const char *q = s;
+		while (isalnum((unsigned char)*q) || *q == '_' || (*q == '.' && (isalpha((unsigned char)q[1]) || q[1] == '_')))
+			q++;
+		char name[96];
+		size_t l = (size_t)(q - s);
+		if (l >= sizeof name)
+			return perr(p, "%s", "identifier too long");
+		memcpy(name, s, l);
+		name[l] = 0;
+		p->p = q;
+		if (accept(p, "("))
+			return call(p, name, out);
+		if (strcmp(name, "true") == 0 || strcmp(name, "false") == 0) {
+			out->k = V_INT;
+			out->i = name[0] == 't';
+			return 0;
+		}
+		for (int i = 0; i < p->c->nvar; i++) {
+			if (strcmp(p->c->var[i], name) == 0) {
+				out->k = V_INT;
+				out->i = p->c->val[i];
+				return 0;
+			}
+		}
+		const cJSON *n = tp_config_get(p->c, name);
+		if (n)
+			note_used(p->c, name, n);
+		return from_json(p, n, name, out);
+	}
+	return perr(p, "unexpected text at '%s'", *s ? s : "(end)");
+}
+
+static int postfix(P *p, val *out)
+{
+	if (primary(p, out) < 0)
+		return -1;
+	while (accept(p, "[")) {
+		val idx;
+		if (expr(p, &idx) < 0 || need_int(p, &idx, "an index") < 0)
+			return -1;
+		if (!accept(p, "]"))
+			return perr(p, "%s", "expected ']'");
+		if (out->k == V_MISSING)
+			continue; /* missing[i] stays missing */
+		if (out->k != V_LIST)
+			return perr(p, "%s", "indexing something that is not a list");
+		char nm[96];
+		tp_fmt(nm, sizeof nm, "%s[%lld]", out->name, (long long)idx.i);
+		if (idx.i < 0 || idx.i >= cJSON_GetArraySize(out->list)) {
+			/* past the end is missing, like an absent key (layer_types has no MTP entry) */
+			memset(out, 0, sizeof *out);
+			out->k = V_MISSING;
+			tp_fmt(out->name, sizeof out->name, "%s", nm);
+			continue;
+		}
+		if (from_json(p, cJSON_GetArrayItem(out->list, (int)idx.i), nm, out) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int unary(P *p, val *out)
+{
+	if (++p->depth > 64)
+		return perr(p, "%s", "nested too deeply");
+	int rc;
+	if (accept(p, "!")) {
+		rc = unary(p, out);
+		if (rc == 0) {
+			int truth = out->k == V_INT ? out->i != 0 : out->k == V_MISSING ? 0 : 1;
+			out->k = V_INT;
+			out->i = !truth;
+		}
+	} else if (accept(p, "-")) {
+		rc = unary(p, out);
+		if (rc == 0 && need_int(p, out, "the operand of '-'") < 0)
+			rc = -1;
+		if (rc == 0)
+			out->i = -out->i;
+	} else {
+		rc = postfix(p, out);
+	}
+	p->depth--;
+	return rc;
+}
+
+static int mul(P *p, val *out)
+{
+	if (unary(p, out) < 0)
+		return -1;
+	for (;;) {
+		char op = accept(p, "*") ? '*' : accept(p, "/") ? '/' : accept(p, "%") ? '%' : 0;
+		if (!op)
+			return 0;
+		val b;
+		if (unary(p, &b) < 0 || need_int(p, out, "the left operand") < 0 || need_int(p, &b, "the right operand") < 0)
+			return -1;
+		if (op == '*') {
+			if (__builtin_mul_overflow(out->i, b.i, &out->i))
+				return perr(p, "%s", "multiplication overflows");
+		} else {
+			if (b.i == 0)
+				return perr(p, "%s", "division by zero");
+			if (op == '/' && out->i % b.i) {
+				char m[96];
+				tp_fmt(m, sizeof m, "%lld / %lld is not exact", (long long)out->i, (long long)b.i);
+				return perr(p, "%s", m);
+			}
+			out->i = op == '/' ? out->i / b.i : out->i % b.i;
+		}
+	}
+}
+
+static int add(P *p, val *out)
+{
+	if (mul(p, out) < 0)
+		return -1;
+	for (;;) {
+		char op = accept(p, "+") ? '+' : accept(p, "-") ? '-' : 0;
+		if (!op)
+			return 0;
+		val b;
+		if (mul(p, &b) < 0 || need_int(p, out, "the left operand") < 0 || need_int(p, &b, "the right operand") < 0)
+			return -1;
+		if (op == '+' ? __builtin_add_overflow(out->i, b.i, &out->i) : __builtin_sub_overflow(out->i, b.i, &out->i))
+			return perr(p, "%s", "addition overflows");
+	}
+}
+
+static int cmp(P *p, val *out)
+{
+	if (add(p, out) < 0)
+		return -1;
+	static const char *ops[] = {"==", "!=", "<=", ">=", "<", ">"};
+	for (int k = 0; k < 6; k++) {
+		if (!accept(p, ops[k]))
+			continue;
+		val b;
+		if (add(p, &b) < 0)
+			return -1;
+		int r;
+		if (out->k == V_STR && b.k == V_STR && k < 2) {
+			r = out->slen == b.slen && memcmp(out->s, b.s, b.slen) == 0;
+			r = k == 0 ? r : !r;
+		} else if ((out->k == V_MISSING || b.k == V_MISSING) && k < 2) {
+			r = (out->k == b.k) == (k == 0); /* missing equals only missing */
+		} else {
+			if (need_int(p, out, "the left operand") < 0 || need_int(p, &b, "the right operand") < 0)
+				return -1;
+			int64_t x = out->i, y = b.i;
+			r = k == 0 ? x == y : k == 1 ? x != y : k == 2 ? x <= y : k == 3 ? x >= y : k == 4 ? x < y : x > y;
+		}
+		memset(out, 0, sizeof *out);
+		out->k = V_INT;
+		out->i = r;
+		return 0;
+	}
+	return 0;
+}
+
+static int truth(const val *v)
+{
+	return v->k == V_INT ? v->i != 0 : v->k == V_MISSING ? 0 : 1;
+}
+
+static int logic_and(P *p, val *out)
+{
+	if (cmp(p, out) < 0)
+		return -1;
+	while (accept(p, "&&")) {
+		val b;
+		if (cmp(p, &b) < 0)
+			return -1;
+		int r = truth(out) && truth(&b);
+		memset(out, 0, sizeof *out);
+		out->i = r;
+	}
+	return 0;
+}
+
+static int logic_or(P *p, val *out)
+{
+	if (logic_and(p, out) < 0)
+		return -1;
+	while (accept(p, "||")) {
+		val b;
+		if (logic_and(p, &b) < 0)
+			return -1;
+		int r = truth(out) || truth(&b);
+		memset(out, 0, sizeof *out);
+		out->i = r;
+	}
+	return 0;
+}
+
+static int expr(P *p, val *out)
+{
+	if (logic_or(p, out) < 0)
+		return -1;
+	if (accept(p, "?")) {
+		val a, b;
+		int t = truth(out);
+		if (expr(p, &a) < 0 || !accept(p, ":") || expr(p, &b) < 0)
+			return p->err ? -1 : perr(p, "%s", "expected ':' in a ?: expression");
+		*out = t ? a : b;
+	}
+	return 0;
+}
+
+static int eval(tp_expr_ctx *c, const char *src, val *out, tp_err *e)
+{
+	P p = {.c = c, .src = src, .p = src, .e = e};
+	c->used[0] = 0;
+	if (expr(&p, out) < 0)
+		return -1;
+	skip(&p);
+	if (*p.p)
+		return perr(&p, "unexpected text at '%s'", p.p);
+	return 0;
+}
+
+int tp_expr_int(tp_expr_ctx *c, const char *src, int64_t *out, tp_err *e)
+{
+	val v;
+	if (eval(c, src, &v, e) < 0)
+		return -1;
+	if (v.k == V_MISSING) {
+		tp_fail(e, TP_EPLAN, "expression '%s': key '%s' is missing from config.json", src, v.name);
+		return 1;
+	}
+	if (v.k != V_INT)
+		return tp_fail(e, TP_EPLAN, "expression '%s' is not an integer", src);
+	*out = v.i;
+	return 0;
+}
+
+int tp_expr_cond(tp_expr_ctx *c, const char *src, tp_err *e)
+{
+	val v;
+	if (eval(c, src, &v, e) < 0)
+		return -1;
+	return truth(&v);
+}
+
+void tp_expr_bind(tp_expr_ctx *c, const char *name, int64_t v)
+{
+	for (int i = 0; i < c->nvar; i++) {
+		if (strcmp(c->var[i], name) == 0) {
+			c->val[i] = v;
+			return;
+		}
+	}
+	if (c->nvar < TP_EXPR_MAX_VARS) {
+		tp_fmt(c->var[c->nvar], sizeof c->var[0], "%s", name);
+		c->val[c->nvar++] = v;
+	}
+}

@@ -1,0 +1,50 @@
+/* expr.h: small integer expressions over config.json, used by plan files.
+ *
+ * Grammar (C-like precedence): literals (integers, 'strings' or "strings"), identifiers that
+ * name config keys (dotted for nested keys: linear_attn_config.num_heads) or bound variables
+ * (the layer index i of a matched name, T, r), indexing (layer_types[i]), + - * / %, comparisons,
+ * && || !, the ternary ?:, and the functions has(x), first(a, b, ...), cdiv(a, b), min, max,
+ * len(list), in(x, list). Division must be exact (a plan that divides 4096 by 3 is a bug).
+ * A key missing from the config (or null), or a list index past the end, is a "missing" value: has() and first() test it;
+ * any other use is an error that names the key.
+ *
+ * Config keys are looked up first under each of the context's prefixes (e.g. "text_config" for
+ * vision-language wrappers), then at the top level.
+ */
+#ifndef TP_EXPR_H
+#define TP_EXPR_H
+
+#include <stdint.h>
+
+#include "tp_err.h"
+
+struct cJSON;
+
+#define TP_EXPR_MAX_VARS 8
+#define TP_EXPR_MAX_PREFIX 4
+
+typedef struct tp_expr_ctx {
+	const struct cJSON *config;          /* config.json (may be NULL: every key is missing) */
+	const char *prefix[TP_EXPR_MAX_PREFIX]; /* sub-objects to try first */
+	int nprefix;
+	char var[TP_EXPR_MAX_VARS][16];      /* bound variable names (truncated to 15) and values */
+	int64_t val[TP_EXPR_MAX_VARS];
+	int nvar;
+	char used[256];                      /* "key=value, ..." of the keys the last evaluation read */
+} tp_expr_ctx;
+
+/* Binds (or rebinds) a variable. */
+void tp_expr_bind(tp_expr_ctx *c, const char *name, int64_t v);
+
+/* Evaluates src to an integer (booleans are 0/1). Returns 0, 1 when the result is missing
+ * (a missing key reached the top level: the caller decides whether that is an error), or -1 on
+ * error with a message naming the expression. */
+int tp_expr_int(tp_expr_ctx *c, const char *src, int64_t *out, tp_err *e);
+
+/* Evaluates src as a condition: missing counts as false. Returns 0/1, or -1 on error. */
+int tp_expr_cond(tp_expr_ctx *c, const char *src, tp_err *e);
+
+/* Looks up a config key (dotted path, prefixes first). Returns the cJSON node or NULL. */
+const struct cJSON *tp_config_get(const tp_expr_ctx *c, const char *key);
+
+#endif

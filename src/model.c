@@ -1,0 +1,765 @@
+/* model.c: walking, validating and planning a source checkpoint (see model.h). */
+#include "model.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void logf_(tp_model *m, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void logf_(tp_model *m, int level, const char *fmt, ...)
+{
+	if (!m->o->log)
+		return;
+	char msg[TP_ERR_MSG];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	m->o->log(m->o->ctx, level, msg);
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+	return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static char *join(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	char *s = malloc(la + lb + 2);
+	if (!s)
+		return NULL;
+	memcpy(s, a, la);
+	size_t k = la;
+	if (la && lb)
+		s[k++] = '/';
+	memcpy(s + k, b, lb + 1);
+	return s;
+}
+
+static int add_node(tp_model *m, uint32_t parent, const char *rel, const char *abs,
+		    tp_node_kind kind, const struct stat *st, uint32_t *out, tp_err *e)
+{
+	if (m->nn >= TP_MAX_NODES)
+		return tp_fail(e, TP_ELIMIT, "%s: more than %d files and folders, the tpfs limit", m->src, TP_MAX_NODES);
+	if (m->nn == m->cap) {
+		uint32_t cap = m->cap ? m->cap * 2 : 64;
+		tp_node *n = realloc(m->n, cap * sizeof *n);
+		if (!n)
+			return tp_fail(e, TP_ENOMEM, "out of memory");
+		m->n = n;
+		m->cap = cap;
+	}
+	tp_node *n = &m->n[m->nn];
+	memset(n, 0, sizeof *n);
+	n->path = strdup(rel);
+	n->abspath = strdup(abs);
+	if (!n->path || !n->abspath) {
+		free(n->path);
+		free(n->abspath);
+		return tp_fail(e, TP_ENOMEM, "out of memory");
+	}
+	const char *slash = strrchr(n->path, '/');
+	n->name = slash ? slash + 1 : n->path;
+	n->parent = parent;
+	n->kind = kind;
+	n->fd = -1;
+	n->mtime = st->st_mtim;
+	n->src_size = (uint64_t)st->st_size;
+	n->dev = st->st_dev;
+	n->ino = st->st_ino;
+	*out = m->nn++;
+	return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Adds the entries of folder node dir (whose source is abs) and recurses. */
+static int walk(tp_model *m, uint32_t dir, int depth, tp_err *e)
+{
+	if (depth > TP_MAX_DEPTH)
+		return tp_fail(e, TP_ELIMIT, "%s: folders nested deeper than %d, the tpfs limit", m->n[dir].path,
+			       TP_MAX_DEPTH);
+	char *abs = strdup(m->n[dir].abspath), *rel = strdup(m->n[dir].path);
+	DIR *d = abs ? opendir(abs) : NULL;
+	if (!d) {
+		int err = errno;
+		free(abs);
+		free(rel);
+		return tp_fail(e, TP_EIO, "%s: cannot read folder: %s", m->n[dir].path[0] ? m->n[dir].path : m->src,
+			       strerror(err));
+	}
+	char **names = NULL;
+	size_t nnames = 0, cap = 0;
+	struct dirent *de;
+	int rc = 0;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (nnames == TP_MAX_DIR_ENTRIES) {
+			rc = tp_fail(e, TP_ELIMIT, "%s: more than %d entries in one folder, the tpfs limit",
+				     rel[0] ? rel : m->src, TP_MAX_DIR_ENTRIES);
+			break;
+		}
+		if (nnames == cap) {
+			cap = cap ? cap * 2 : 32;
+			char **nn = realloc(names, cap * sizeof *nn);
+			if (!nn) {
+				rc = tp_fail(e, TP_ENOMEM, "out of memory");
+				break;
+			}
+			names = nn;
+		}
+		names[nnames] = strdup(de->d_name);
+		if (!names[nnames]) {
+			rc = tp_fail(e, TP_ENOMEM, "out of memory");
+			break;
+		}
+		nnames++;
+	}
+	closedir(d);
+	if (rc == 0)
+		qsort(names, nnames, sizeof *names, cmp_str);
+	uint32_t *kids = calloc(nnames ? nnames : 1, sizeof *kids);
+	uint32_t nk = 0;
+	if (!kids && rc == 0)
+		rc = tp_fail(e, TP_ENOMEM, "out of memory");
+	for (size_t i = 0; i < nnames && rc == 0; i++) {
+		char *cabs = join(abs, names[i]), *crel = join(rel, names[i]);
+		struct stat st;
+		if (!cabs || !crel) {
+			rc = tp_fail(e, TP_ENOMEM, "out of memory");
+		} else if (stat(cabs, &st) < 0) {
+			logf_(m, 0, "%s: skipped: %s", crel,
+			      errno == ELOOP ? "symbolic link loop" : errno == ENOENT ? "dangling symbolic link" : strerror(errno));
+		} else if (S_ISDIR(st.st_mode)) {
+			int loop = 0;
+			for (uint32_t a = dir;; a = m->n[a].parent) {
+				if (m->n[a].dev == st.st_dev && m->n[a].ino == st.st_ino)
+					loop = 1;
+				if (a == 0)
+					break;
+			}
+			uint32_t id;
+			if (loop)
+				logf_(m, 0, "%s: skipped: symbolic link loop (it leads back to a folder above it)", crel);
+			else if ((rc = add_node(m, dir, crel, cabs, TN_DIR, &st, &id, e)) == 0)
+				kids[nk++] = id;
+		} else if (S_ISREG(st.st_mode)) {
+			tp_node_kind k = ends_with(names[i], ".safetensors") ? TN_TENSORS
+					 : ends_with(names[i], ".safetensors.index.json") ? TN_INDEX : TN_PLAIN;
+			uint32_t id;
+			if ((rc = add_node(m, dir, crel, cabs, k, &st, &id, e)) == 0)
+				kids[nk++] = id;
+		} else {
+			logf_(m, 0, "%s: skipped: not a regular file or folder", crel);
+		}
+		free(cabs);
+		free(crel);
+	}
+	for (size_t i = 0; i < nnames; i++)
+		free(names[i]);
+	free(names);
+	free(abs);
+	free(rel);
+	if (rc < 0) {
+		free(kids);
+		return rc;
+	}
+	m->n[dir].child = kids;
+	m->n[dir].nchild = nk;
+	for (uint32_t i = 0; i < nk && rc == 0; i++)
+		if (m->n[kids[i]].kind == TN_DIR)
+			rc = walk(m, kids[i], depth + 1, e);
+	return rc;
+}
+
+uint32_t tp_node_child(const tp_model *m, uint32_t dir, const char *name)
+{
+	const tp_node *d = &m->n[dir];
+	size_t lo = 0, hi = d->nchild;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(name, m->n[d->child[mid]].name);
+		if (c == 0)
+			return d->child[mid];
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return UINT32_MAX;
+}
+
+/* Resolves a relative file path (as an index's weight_map gives it) from folder dir. */
+static uint32_t resolve_rel(const tp_model *m, uint32_t dir, const char *rel)
+{
+	char part[4096];
+	uint32_t cur = dir;
+	while (*rel) {
+		const char *slash = strchr(rel, '/');
+		size_t l = slash ? (size_t)(slash - rel) : strlen(rel);
+		if (l >= sizeof part)
+			return UINT32_MAX;
+		memcpy(part, rel, l);
+		part[l] = 0;
+		if (strcmp(part, ".") != 0 && l) {
+			if (m->n[cur].kind != TN_DIR)
+				return UINT32_MAX;
+			cur = strcmp(part, "..") == 0 ? m->n[cur].parent : tp_node_child(m, cur, part);
+			if (cur == UINT32_MAX)
+				return UINT32_MAX;
+		}
+		rel += l + (slash ? 1 : 0);
+	}
+	return cur;
+}
+
+/* Reads a whole small file (config.json, an index) into a NUL-terminated buffer. */
+static char *slurp(const char *path, size_t *len, tp_err *e, const char *rel)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		tp_fail(e, TP_EIO, "%s: cannot open: %s", rel, strerror(errno));
+		return NULL;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0 || st.st_size > (1 << 30)) {
+		close(fd);
+		tp_fail(e, TP_ELIMIT, "%s: larger than 1 GiB, the tpfs limit for JSON files", rel);
+		return NULL;
+	}
+	char *buf = malloc((size_t)st.st_size + 1);
+	size_t got = 0;
+	while (buf && got < (size_t)st.st_size) {
+		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	close(fd);
+	if (!buf) {
+		tp_fail(e, TP_ENOMEM, "out of memory");
+		return NULL;
+	}
+	buf[got] = 0;
+	*len = got;
+	return buf;
+}
+
+static cJSON *parse_json_file(const tp_node *n, tp_err *e)
+{
+	size_t len;
+	char *text = slurp(n->abspath, &len, e, n->path);
+	if (!text)
+		return NULL;
+	cJSON *j = cJSON_ParseWithLength(text, len);
+	if (!j) {
+		const char *at = cJSON_GetErrorPtr();
+		long pos = at && at >= text && at <= text + len ? (long)(at - text) : 0;
+		tp_fail(e, TP_EINVAL, "%s: not valid JSON (near byte %ld)", n->path, pos);
+	}
+	free(text);
+	return j;
+}
+
+/* Marks the tensor files an index lists as needed. */
+static void mark_needed(tp_model *m, uint32_t idx, const cJSON *j)
+{
+	const cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map"), *it;
+	cJSON_ArrayForEach(it, wm)
+	{
+		if (!cJSON_IsString(it))
+			continue;
+		uint32_t f = resolve_rel(m, m->n[idx].parent, it->valuestring);
+		if (f != UINT32_MAX)
+			m->n[f].needed = 1;
+	}
+}
+
+/* Opens, maps and validates one safetensors file. Returns 0, or -1 with e set. */
+static int load_tensors(tp_model *m, tp_node *n, tp_err *e)
+{
+	n->fd = open(n->abspath, O_RDONLY | O_CLOEXEC);
+	if (n->fd < 0)
+		return tp_fail(e, TP_EIO, "%s: cannot open: %s", n->path, strerror(errno));
+	struct stat st;
+	if (fstat(n->fd, &st) < 0)
+		return tp_fail(e, TP_EIO, "%s: cannot stat: %s", n->path, strerror(errno));
+	n->src_size = (uint64_t)st.st_size;
+	n->mtime = st.st_mtim;
+	n->dev = st.st_dev;
+	n->ino = st.st_ino;
+	if (st_read_fd(n->fd, n->src_size, n->path, &n->h, e) < 0)
+		return -1;
+	if (n->src_size) {
+		void *p = mmap(NULL, n->src_size, PROT_READ, MAP_SHARED, n->fd, 0);
+		if (p == MAP_FAILED)
+			return tp_fail(e, TP_EIO, "%s: cannot map: %s", n->path, strerror(errno));
+		n->map = p;
+	}
+	m->ntensors += n->h.n;
+	m->ntensor_files++;
+	m->src_bytes += n->h.data_len;
+	return 0;
+}
+
+static void unload_tensors(tp_node *n)
+{
+	if (n->map)
+		munmap((void *)n->map, n->src_size);
+	n->map = NULL;
+	if (n->fd >= 0)
+		close(n->fd);
+	n->fd = -1;
+	st_header_free(&n->h);
+}
+
+/* ---- the checkpoint-wide tensor index (for companions) ---- */
+
+typedef struct tix {
+	uint32_t dir;
+	const st_tensor *t;
+} tix;
+
+typedef struct lookup_ctx {
+	tix *ix;
+	size_t n;
+	uint32_t dir;
+} lookup_ctx;
+
+static int cmp_tix(const void *a, const void *b)
+{
+	const tix *x = a, *y = b;
+	if (x->dir != y->dir)
+		return x->dir < y->dir ? -1 : 1;
+	return strcmp(x->t->name, y->t->name);
+}
+
+static const st_tensor *lookup(void *vctx, const char *name)
+{
+	lookup_ctx *c = vctx;
+	size_t lo = 0, hi = c->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const tix *x = &c->ix[mid];
+		int k = c->dir != x->dir ? (c->dir < x->dir ? -1 : 1) : strcmp(name, x->t->name);
+		if (k == 0)
+			return x->t;
+		if (k < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}
+
+/* ---- plans ---- */
+
+static int load_plan(tp_model *m, tp_err *e)
+{
+	const tp_model_opts *o = m->o;
+	const char *want = o->plan;
+	int bi = -1;
+	if (!want) {
+		bi = tp_builtin_detect(m->config);
+		if (bi < 0) {
+			bi = tp_builtin_find("generic");
+			const cJSON *mt = m->config ? cJSON_GetObjectItemCaseSensitive(m->config, "model_type") : NULL;
+			logf_(m, 0, "no built-in plan knows %s%s%s; using the generic plan (Megatron by module name): "
+			      "check it with 'tpfs plan' or give one with --plan",
+			      m->config ? "model_type '" : "a checkpoint without config.json",
+			      cJSON_IsString(mt) ? mt->valuestring : m->config ? "(none)" : "",
+			      m->config ? "'" : "");
+			tp_fmt(m->plan_origin, sizeof m->plan_origin, "built-in generic (fallback)");
+		} else {
+			tp_fmt(m->plan_origin, sizeof m->plan_origin, "built-in %s (detected from config.json)",
+			       tp_builtin_name(bi));
+		}
+	} else if (!strchr(want, '/') && !ends_with(want, ".json")) {
+		bi = tp_builtin_find(want);
+		if (bi < 0) {
+			char list[512] = "";
+			for (int i = 0; i < tp_builtin_count(); i++) {
+				size_t l = strlen(list);
+				tp_fmt(list + l, sizeof list - l, "%s%s", i ? ", " : "", tp_builtin_name(i));
+			}
+			return tp_fail(e, TP_EINVAL, "--plan %s: no such built-in plan (built-in: %s; or give a plan file path)",
+				       want, list);
+		}
+		tp_fmt(m->plan_origin, sizeof m->plan_origin, "built-in %s (--plan)", want);
+	}
+	if (bi >= 0)
+		return tp_plan_builtin(tp_builtin_name(bi), &m->plan, e);
+	/* a user plan file */
+	size_t len;
+	char *text = slurp(want, &len, e, want);
+	if (!text)
+		return -1;
+	int rc = tp_plan_parse(text, len, want, &m->plan, e);
+	free(text);
+	if (rc < 0)
+		return -1;
+	tp_fmt(m->plan_origin, sizeof m->plan_origin, "%s", want);
+	if (m->plan.extends) {
+		tp_plan base;
+		if (tp_plan_builtin(m->plan.extends, &base, e) < 0) {
+			tp_err_prefix(e, "%s", want);
+			return -1;
+		}
+		if (tp_plan_extend(&m->plan, &base, e) < 0)
+			return -1;
+		tp_fmt(m->plan_origin, sizeof m->plan_origin, "%s (extends built-in %s)", want, m->plan.extends);
+	}
+	return 0;
+}
+
+/* ---- index rewriting ---- */
+
+static void w_str(st_wbuf *w, const char *s)
+{
+	st_w_raw(w, s, strlen(s));
+}
+
+/* Writes (or counts) rank r's rewrite of index j: metadata keys kept, total_size replaced by
+ * the local tensor bytes, weight_map restricted to the tensors the rank has. */
+static uint64_t write_index(tp_model *m, uint32_t idx, const cJSON *j, uint32_t r, st_wbuf *w)
+{
+	uint64_t total = 0;
+	const cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map"), *it;
+	cJSON_ArrayForEach(it, wm)
+	{
+		uint32_t f = cJSON_IsString(it) ? resolve_rel(m, m->n[idx].parent, it->valuestring) : UINT32_MAX;
+		if (f == UINT32_MAX || m->n[f].kind != TN_TENSORS)
+			continue;
+		const st_tensor *t = st_find(&m->n[f].h, it->string);
+		if (!t)
+			continue;
+		uint32_t li = m->n[f].lay[r].loc[t - m->n[f].h.t];
+		if (li != UINT32_MAX)
+			total += m->n[f].lay[r].t[li].size;
+	}
+	w->len = 0;
+	w_str(w, "{\n  \"metadata\": {\n    \"total_size\": ");
+	st_w_u64(w, total);
+	const cJSON *md = cJSON_GetObjectItemCaseSensitive(j, "metadata");
+	cJSON_ArrayForEach(it, md)
+	{
+		if (!strcmp(it->string, "total_size"))
+			continue;
+		char *v = cJSON_PrintUnformatted(it);
+		w_str(w, ",\n    ");
+		st_w_json_string(w, it->string);
+		w_str(w, ": ");
+		w_str(w, v ? v : "null");
+		free(v);
+	}
+	w_str(w, "\n  },\n  \"weight_map\": {");
+	int first = 1;
+	cJSON_ArrayForEach(it, wm)
+	{
+		uint32_t f = cJSON_IsString(it) ? resolve_rel(m, m->n[idx].parent, it->valuestring) : UINT32_MAX;
+		if (f != UINT32_MAX && m->n[f].kind == TN_TENSORS) {
+			const st_tensor *t = st_find(&m->n[f].h, it->string);
+			if (t && m->n[f].lay[r].loc[t - m->n[f].h.t] == UINT32_MAX)
+				continue; /* not on this rank */
+		}
+		w_str(w, first ? "\n    " : ",\n    ");
+		first = 0;
+		st_w_json_string(w, it->string);
+		w_str(w, ": ");
+		char *v = cJSON_PrintUnformatted(it);
+		w_str(w, v ? v : "null");
+		free(v);
+	}
+	w_str(w, first ? "}" : "\n  }");
+	cJSON_ArrayForEach(it, j)
+	{
+		if (!strcmp(it->string, "metadata") || !strcmp(it->string, "weight_map"))
+			continue;
+		char *v = cJSON_PrintUnformatted(it);
+		w_str(w, ",\n  ");
+		st_w_json_string(w, it->string);
+		w_str(w, ": ");
+		w_str(w, v ? v : "null");
+		free(v);
+	}
+	w_str(w, "\n}\n");
+	return w->len;
+}
+
+static int build_index(tp_model *m, uint32_t idx, const cJSON *j, tp_err *e)
+{
+	tp_node *n = &m->n[idx];
+	const cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map"), *it;
+	cJSON_ArrayForEach(it, wm)
+	{
+		uint32_t f = cJSON_IsString(it) ? resolve_rel(m, n->parent, it->valuestring) : UINT32_MAX;
+		if (f == UINT32_MAX || m->n[f].kind == TN_DIR)
+			logf_(m, 0, "%s: weight_map lists '%s' in '%s', which is not in the checkpoint", n->path,
+			      it->string, cJSON_IsString(it) ? it->valuestring : "(not a string)");
+		else if (m->n[f].kind == TN_TENSORS && !st_find(&m->n[f].h, it->string))
+			logf_(m, 0, "%s: weight_map lists '%s' in '%s', whose header has no such tensor", n->path,
+			      it->string, it->valuestring);
+	}
+	n->gen = calloc(m->T, sizeof *n->gen);
+	n->gen_len = calloc(m->T, sizeof *n->gen_len);
+	if (!n->gen || !n->gen_len)
+		return tp_fail(e, TP_ENOMEM, "out of memory");
+	for (uint32_t r = 0; r < m->T; r++) {
+		st_wbuf w = {.p = NULL};
+		uint64_t len = write_index(m, idx, j, r, &w);
+		n->gen[r] = malloc(len + 1);
+		if (!n->gen[r])
+			return tp_fail(e, TP_ENOMEM, "out of memory");
+		w.p = n->gen[r];
+		write_index(m, idx, j, r, &w);
+		n->gen_len[r] = len;
+	}
+	return 0;
+}
+
+/* ---- resolving and laying out one file ---- */
+
+static int plan_file(tp_model *m, uint32_t idx, lookup_ctx *lc, tp_err *e)
+{
+	tp_node *n = &m->n[idx];
+	tp_resolve_opts ro = {.T = m->T, .pad_vocab = m->o->pad_vocab};
+	tp_spec *specs = calloc(n->h.n ? n->h.n : 1, sizeof *specs);
+	char (*why)[200] = calloc(n->h.n ? n->h.n : 1, sizeof *why);
+	const char **whyp = calloc(n->h.n ? n->h.n : 1, sizeof *whyp);
+	int rc = 0;
+	if (!specs || !why || !whyp)
+		rc = tp_fail(e, TP_ENOMEM, "out of memory");
+	lc->dir = n->parent;
+	for (size_t i = 0; i < n->h.n && rc == 0; i++) {
+		tp_resolved res;
+		if (tp_plan_resolve(&m->plan, &m->cfg, &n->h.t[i], lookup, lc, &ro, n->path, &res, e) < 0) {
+			rc = -1;
+			break;
+		}
+		specs[i] = res.spec;
+		if (res.rule >= 0)
+			tp_fmt(why[i], sizeof why[i], "rule '%s': %s", m->plan.rules[res.rule].name, res.why);
+		else
+			tp_fmt(why[i], sizeof why[i], "%s", res.why);
+		whyp[i] = why[i];
+		if (res.rule < 0) {
+			m->nunmatched++;
+			if (m->o->strict)
+				rc = tp_fail(e, TP_EPLAN, "%s: tensor '%s': no rule of plan '%s' matches it (--strict)",
+					     n->path, n->h.t[i].name, m->plan.name);
+		}
+		if (m->o->on_tensor)
+			m->o->on_tensor(m->o->ctx, m, idx, (uint32_t)i, &res);
+	}
+	if (rc == 0) {
+		n->lay = calloc(m->T, sizeof *n->lay);
+		if (!n->lay)
+			rc = tp_fail(e, TP_ENOMEM, "out of memory");
+	}
+	for (uint32_t r = 0; r < m->T && rc == 0; r++)
+		rc = tp_layout_build(&n->h, specs, whyp, m->T, r, n->path, &n->lay[r], e);
+	free(specs);
+	free(why);
+	free(whyp);
+	return rc;
+}
+
+int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
+{
+	memset(m, 0, sizeof *m);
+	m->o = o;
+	m->T = o->T;
+	if (o->T < 1 || o->T > TP_MAX_T)
+		return tp_fail(e, TP_ELIMIT, "--tp %u: T must be between 1 and %d", o->T, TP_MAX_T);
+	m->src = strdup(o->src);
+	struct stat st;
+	if (stat(o->src, &st) < 0)
+		return tp_fail(e, TP_EINVAL, "%s: %s", o->src, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return tp_fail(e, TP_EINVAL, "%s: not a folder (give the folder that holds config.json and the .safetensors files)",
+			       o->src);
+	uint32_t root;
+	if (add_node(m, 0, "", o->src, TN_DIR, &st, &root, e) < 0)
+		goto fail;
+	if (walk(m, 0, 0, e) < 0)
+		goto fail;
+
+	/* indexes first: they say which tensor files are needed */
+	cJSON **idx_json = calloc(m->nn, sizeof *idx_json);
+	if (!idx_json) {
+		tp_fail(e, TP_ENOMEM, "out of memory");
+		goto fail;
+	}
+	int rc = 0;
+	for (uint32_t i = 0; i < m->nn && rc == 0; i++) {
+		tp_node *n = &m->n[i];
+		if (n->kind == TN_TENSORS && n->parent == 0)
+			n->needed = 1;
+		if (n->kind != TN_INDEX)
+			continue;
+		tp_err ie;
+		idx_json[i] = parse_json_file(n, &ie);
+		if (!idx_json[i] || !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(idx_json[i], "weight_map"))) {
+			if (idx_json[i])
+				tp_fmt(ie.msg, sizeof ie.msg, "%s: has no \"weight_map\" object", n->path);
+			if (o->strict || n->parent == 0) {
+				*e = ie;
+				rc = -1;
+			} else {
+				logf_(m, 0, "%s (served unchanged)", ie.msg);
+				n->kind = TN_PLAIN;
+			}
+			cJSON_Delete(idx_json[i]);
+			idx_json[i] = NULL;
+			continue;
+		}
+		mark_needed(m, i, idx_json[i]);
+	}
+	for (uint32_t i = 0; i < m->nn && rc == 0; i++) {
+		tp_node *n = &m->n[i];
+		if (n->kind != TN_TENSORS)
+			continue;
+		tp_err le;
+		if (load_tensors(m, n, &le) == 0)
+			continue;
+		unload_tensors(n);
+		n->error = strdup(le.msg);
+		if (o->check_only) {
+			n->kind = TN_PLAIN;
+		} else if (o->strict || n->needed) {
+			*e = le;
+			rc = -1;
+		} else {
+			logf_(m, 0, "%s (not listed by an index and not at the top level: served unchanged)", le.msg);
+			n->kind = TN_PLAIN;
+		}
+	}
+	if (rc == 0 && !o->check_only) {
+		uint32_t cfg = tp_node_child(m, 0, "config.json");
+		if (cfg != UINT32_MAX && m->n[cfg].kind == TN_PLAIN) {
+			m->config = parse_json_file(&m->n[cfg], e);
+			if (!m->config || !cJSON_IsObject(m->config)) {
+				if (m->config)
+					tp_fail(e, TP_EINVAL, "config.json: not a JSON object");
+				rc = -1;
+			}
+		}
+		if (rc == 0)
+			rc = load_plan(m, e);
+		if (rc == 0) {
+			m->cfg.config = m->config;
+			m->cfg.nprefix = m->plan.nprefix;
+			for (int i = 0; i < m->plan.nprefix; i++)
+				m->cfg.prefix[i] = m->plan.prefix[i];
+		}
+		/* the tensor index for companions */
+		lookup_ctx lc = {0};
+		if (rc == 0) {
+			lc.ix = malloc((m->ntensors ? m->ntensors : 1) * sizeof *lc.ix);
+			if (!lc.ix)
+				rc = tp_fail(e, TP_ENOMEM, "out of memory");
+			for (uint32_t i = 0; i < m->nn && rc == 0; i++)
+				if (m->n[i].kind == TN_TENSORS)
+					for (size_t k = 0; k < m->n[i].h.n; k++)
+						lc.ix[lc.n++] = (tix){m->n[i].parent, &m->n[i].h.t[k]};
+			if (rc == 0) {
+				qsort(lc.ix, lc.n, sizeof *lc.ix, cmp_tix);
+				for (size_t k = 1; k < lc.n; k++) {
+					if (lc.ix[k].dir == lc.ix[k - 1].dir && !strcmp(lc.ix[k].t->name, lc.ix[k - 1].t->name)) {
+						if (o->strict) {
+							rc = tp_fail(e, TP_EINVAL, "tensor '%s' appears in two files of one folder (--strict)",
+								     lc.ix[k].t->name);
+							break;
+						}
+						logf_(m, 0, "tensor '%s' appears in two files of one folder", lc.ix[k].t->name);
+					}
+				}
+			}
+		}
+		for (uint32_t i = 0; i < m->nn && rc == 0; i++)
+			if (m->n[i].kind == TN_TENSORS)
+				rc = plan_file(m, i, &lc, e);
+		free(lc.ix);
+		for (uint32_t i = 0; i < m->nn && rc == 0; i++)
+			if (m->n[i].kind == TN_INDEX && idx_json[i])
+				rc = build_index(m, i, idx_json[i], e);
+	}
+	for (uint32_t i = 0; i < m->nn; i++)
+		cJSON_Delete(idx_json[i]);
+	free(idx_json);
+	if (rc == 0)
+		return 0;
+fail:
+	tp_model_close(m);
+	return -1;
+}
+
+void tp_model_close(tp_model *m)
+{
+	for (uint32_t i = 0; i < m->nn; i++) {
+		tp_node *n = &m->n[i];
+		if (n->lay)
+			for (uint32_t r = 0; r < m->T; r++)
+				tp_layout_free(&n->lay[r]);
+		free(n->lay);
+		if (n->gen)
+			for (uint32_t r = 0; r < m->T; r++)
+				free(n->gen[r]);
+		free(n->gen);
+		free(n->gen_len);
+		unload_tensors(n);
+		free(n->child);
+		free(n->path);
+		free(n->abspath);
+		free(n->error);
+	}
+	free(m->n);
+	cJSON_Delete(m->config);
+	tp_plan_free(&m->plan);
+	free(m->src);
+	memset(m, 0, sizeof *m);
+}
+
+uint64_t tp_node_size(const tp_model *m, uint32_t i, uint32_t r)
+{
+	const tp_node *n = &m->n[i];
+	switch (n->kind) {
+	case TN_TENSORS:
+		return n->lay ? n->lay[r].size : n->src_size;
+	case TN_INDEX:
+		return n->gen ? n->gen_len[r] : n->src_size;
+	case TN_PLAIN:
+		return n->src_size;
+	default:
+		return 4096;
+	}
+}
+
+int64_t tp_model_rank_count(const tp_model *m, const tp_per_rank *pr, uint32_t r)
+{
+	tp_expr_ctx c = m->cfg;
+	int64_t v;
+	tp_err e;
+	if (tp_expr_int(&c, pr->key, &v, &e) != 0 || v < 0)
+		return -1;
+	tp_spec s = tp_spec_split(0, (uint64_t)v, 1);
+	s.flags = (pr->uneven ? TP_UNEVEN : 0) | (pr->groups ? TP_GROUPS : 0);
+	tp_share sh;
+	if (tp_share_of((uint64_t)v, &s, m->T, r, &sh, pr->key, &e) < 0)
+		return -1;
+	return (int64_t)sh.count;
+}

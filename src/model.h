@@ -1,0 +1,107 @@
+/* model.h: one source checkpoint folder, planned for T ranks.
+ *
+ * tp_model_open walks SRC (following symbolic links, so a Hugging Face snapshot folder works),
+ * validates every safetensors header, reads config.json, picks and resolves the plan, builds the
+ * layout of every safetensors file for every rank, and rewrites every *.safetensors.index.json
+ * per rank. Everything a mount serves is decided here, before anything is mounted, and any
+ * failure names the file, the tensor and the rule. The filesystem layer only reads the result.
+ *
+ * Policy for bad files: a safetensors file that is invalid (or unreadable) refuses the model
+ * when it is needed (at the top level or listed by an index) or under --strict; otherwise it is
+ * served unchanged with a warning. Unreadable or special non-tensor files, dangling links and
+ * link loops are skipped with a warning.
+ */
+#ifndef TP_MODEL_H
+#define TP_MODEL_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "layout.h"
+#include "plan.h"
+#include "st_format.h"
+#include "tp_err.h"
+
+struct cJSON;
+struct tp_model;
+
+#define TP_MAX_NODES 1000000       /* files and folders in SRC */
+#define TP_MAX_DIR_ENTRIES 100000  /* entries of one folder */
+#define TP_MAX_DEPTH 64            /* folder nesting */
+
+typedef enum tp_node_kind {
+	TN_DIR,     /* a folder */
+	TN_TENSORS, /* a valid safetensors file, served per rank from its layouts */
+	TN_INDEX,   /* a *.safetensors.index.json, rewritten per rank */
+	TN_PLAIN,   /* any other file (or an unneeded invalid one), served unchanged */
+} tp_node_kind;
+
+typedef struct tp_node {
+	const char *name;          /* last path component; "" for the root */
+	char *path;                /* path relative to SRC (for messages); "" for the root */
+	char *abspath;             /* path under SRC as given, for opening */
+	uint32_t parent;           /* the root is its own parent */
+	tp_node_kind kind;
+	uint32_t *child;           /* children sorted by name (bytewise) */
+	uint32_t nchild;
+	struct timespec mtime;     /* of the source (folders and files) */
+	uint64_t src_size;         /* files: bytes of the source */
+	dev_t dev;
+	ino_t ino;
+	int needed;                /* tensors: at the top level or listed by an index */
+	char *error;               /* why a safetensors file was not planned (check), or NULL */
+	/* TN_TENSORS */
+	int fd;                    /* open read-only, or -1 */
+	const uint8_t *map;        /* read-only shared mapping of src_size bytes, or NULL */
+	st_header h;
+	tp_layout *lay;            /* T layouts */
+	/* TN_INDEX */
+	char **gen;                /* T rewritten indexes */
+	uint64_t *gen_len;
+} tp_node;
+
+typedef void (*tp_log_fn)(void *ctx, int level, const char *msg); /* level: 0 warn, 1 info */
+typedef void (*tp_tensor_fn)(void *ctx, const struct tp_model *m, uint32_t node, uint32_t tensor,
+			     const tp_resolved *res);
+
+typedef struct tp_model_opts {
+	const char *src;
+	uint32_t T;
+	const char *plan;      /* NULL: detect from config.json; a built-in name; or a file path */
+	int strict;            /* unmatched tensors and any invalid file refuse the model */
+	uint64_t pad_vocab;    /* 0 or a multiple (64 follows vLLM) */
+	int check_only;        /* walk and validate headers only (tpfs check): never fails on a file */
+	tp_log_fn log;
+	tp_tensor_fn on_tensor;/* called for every resolved tensor (tpfs plan) */
+	void *ctx;
+} tp_model_opts;
+
+typedef struct tp_model {
+	char *src;             /* SRC as given */
+	uint32_t T;
+	tp_node *n;            /* n[0] is the root */
+	uint32_t nn, cap;
+	struct cJSON *config;  /* config.json of the root, or NULL */
+	tp_plan plan;
+	char plan_origin[256]; /* "built-in llama (detected from model_type 'llama')", a path, ... */
+	tp_expr_ctx cfg;
+	uint64_t ntensors, nunmatched, ntensor_files;
+	uint64_t src_bytes;    /* data bytes of the planned safetensors files */
+	const tp_model_opts *o;
+} tp_model;
+
+/* Opens and plans SRC for o->T ranks. On failure returns -1 with a message; *m is then empty. */
+int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e);
+void tp_model_close(tp_model *m);
+
+/* Size of node i as rank r sees it. */
+uint64_t tp_node_size(const tp_model *m, uint32_t i, uint32_t r);
+
+/* The child of folder node dir called name, or UINT32_MAX. O(log n). */
+uint32_t tp_node_child(const tp_model *m, uint32_t dir, const char *name);
+
+/* Per-rank value of a config count the plan lists under per_rank; -1 if missing. */
+int64_t tp_model_rank_count(const tp_model *m, const tp_per_rank *pr, uint32_t r);
+
+#endif
