@@ -1,0 +1,36 @@
+/* fs.h: the FUSE filesystem over a planned model (the thin shell's lower half).
+ *
+ * Layout of a mount: MNT/rank{r}/<every path of SRC> for r < T, and MNT/.tpfs-stats (counters).
+ * This is the only layer that speaks errno and libfuse; it reads the model and never changes
+ * the plan. See fs.c for the read path and the caching policy.
+ */
+#ifndef TP_FS_H
+#define TP_FS_H
+
+#include "model.h"
+#include "tp_err.h"
+
+typedef struct tp_fs_opts {
+	const char *mnt;         /* mountpoint, absolute */
+	int foreground;          /* stay attached (else fork; return once the mount answers) */
+	int debug;               /* libfuse debug output and counters at unmount */
+	const char *fuse_opts;   /* extra -o options, or NULL */
+	unsigned readahead_kb;   /* bdi read_ahead_kb to set after mounting; 0 leaves it */
+	unsigned threads;        /* max worker threads */
+	const char *log_path;    /* background mode: log file (default: syslog) */
+	const char *gather;      /* "auto", "cpu" or "cuda" */
+} tp_fs_opts;
+
+/* Mounts m at o->mnt and serves it until unmounted (fusermount3 -u, tpfs umount, SIGTERM,
+ * SIGINT). In background mode the calling process returns as soon as the mount answers
+ * (*parent = 1), or with an error when it cannot; the forked child serves and returns when
+ * unmounted (*parent = 0). Returns 0 or -1 with e set. */
+int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e);
+
+/* Log sink of the filesystem and the CLI: "tpfs: LEVEL: message" on stderr, or in the log file
+ * or syslog once daemonized. level: 0 warn, 1 info, 2 error, 3 debug. */
+void tp_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tp_log_model(void *ctx, int level, const char *msg);
+extern int tp_log_debug;
+
+#endif
