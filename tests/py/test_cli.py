@@ -1,0 +1,142 @@
+"""The command line and the mount's life cycle (issue 3):
+
+- --help for every command, --version; usage errors exit 2;
+- refusals before anything is mounted, each with a clear message and no leftover mount: SRC
+  missing or not a folder, MNT missing / not a folder / already a mount / inside SRC, SRC inside
+  MNT, bad --tp, a corrupt header, a truncated file, a tensor that cannot be split N ways;
+- background mode returns only once the mount answers, and fails with the reason when it cannot;
+- `tpfs umount`, `fusermount3 -u`, SIGTERM and SIGINT all unmount cleanly;
+- `tpfs check` passes a good checkpoint and names the file and the rule of a bad one.
+"""
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import time
+
+import fixtures
+import tpfs_test as tt
+
+tt.require_fuse()
+F = tt.Failures()
+work = tempfile.mkdtemp(prefix="tpfs-cli-")
+src = os.path.join(work, "model")
+fixtures.make("llama", src)
+mnt = os.path.join(work, "mnt")
+os.mkdir(mnt)
+
+# help and version
+p = tt.tpfs("--version")
+F.check(p.returncode == 0 and p.stdout.startswith("tpfs "), "--version")
+for cmd in ("mount", "umount", "plan", "check", "stats"):
+    p = tt.tpfs(cmd, "--help")
+    F.check(p.returncode == 0 and ("usage: tpfs " + cmd) in p.stdout, "%s --help" % cmd)
+p = tt.tpfs("mount", "--help")
+for word in ("--tp", "--plan", "--strict", "--pad-vocab", "--readahead", "-o", "umount"):
+    F.check(word in p.stdout, "mount --help mentions %s" % word)
+F.check(tt.tpfs().returncode == 2, "no command: usage, exit 2")
+F.check(tt.tpfs("frobnicate").returncode == 2, "unknown command: exit 2")
+
+
+def refused(args, want, code=1):
+    p = tt.tpfs(*args)
+    F.check(p.returncode == code and want in p.stderr, "%s: exit %d (want %d), stderr %r (want %r)"
+            % (" ".join(map(str, args)), p.returncode, code, p.stderr.strip(), want))
+    F.check(not tt.is_mounted(mnt), "%s: nothing left mounted" % " ".join(map(str, args)))
+
+
+refused(["mount", os.path.join(work, "nope"), mnt, "--tp", 2], "No such file or directory")
+refused(["mount", os.path.join(src, "config.json"), mnt, "--tp", 2], "not a folder")
+refused(["mount", src, os.path.join(work, "nomnt"), "--tp", 2], "create the mount point first")
+refused(["mount", src, os.path.join(src, "config.json"), "--tp", 2], "not a folder")
+os.mkdir(os.path.join(src, "inner"))
+refused(["mount", src, os.path.join(src, "inner"), "--tp", 2], "would contain itself")
+os.rmdir(os.path.join(src, "inner"))
+refused(["mount", src, work, "--tp", 2], "would hide its own source")
+refused(["mount", src, mnt, "--tp", 0], "--tp", code=2)
+refused(["mount", src, mnt, "--tp", 1025], "--tp", code=2)
+refused(["mount", src, mnt, "--tp", "two"], "--tp", code=2)
+refused(["mount", src, mnt], "--tp N is required", code=2)
+refused(["mount", src, mnt, "--tp", 3], "tensor 'lm_head.weight'")
+refused(["mount", src, mnt, "--tp", 2, "--gather", "cuda"], "--gather cuda")
+
+# bad input at mount time: corrupt header, truncated file, unsplittable tensor
+bad = os.path.join(work, "bad")
+shutil.copytree(src, bad)
+f1 = os.path.join(bad, "model-00001-of-00002.safetensors")
+data = open(f1, "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+with open(f1, "wb") as f:
+    f.write(data[:8] + b"[" + data[9:])
+refused(["mount", bad, mnt, "--tp", 2], "model-00001-of-00002.safetensors: header does not start with '{'")
+with open(f1, "wb") as f:
+    f.write(data[:len(data) - 100])
+refused(["mount", bad, mnt, "--tp", 2], "model-00001-of-00002.safetensors: file is %d bytes but the header describes %d" % (len(data) - 100, len(data)))
+with open(f1, "wb") as f:
+    f.write(data)
+h = json.loads(data[8:8 + n])
+first = sorted(k for k in h if k != "__metadata__")[0]
+h[first]["shape"][0] += 1  # the byte count no longer matches the shape
+hb = json.dumps(h, separators=(",", ":")).encode()
+hb += b" " * ((8 - len(hb) % 8) % 8)
+with open(f1, "wb") as f:
+    f.write(struct.pack("<Q", len(hb)) + hb + data[8 + n:])
+p = tt.tpfs("check", bad)
+F.check(p.returncode == 1 and ("BAD  model-00001-of-00002.safetensors: tensor '%s'" % first) in p.stdout
+        and "but shape and dtype F32 need" in p.stdout and "ok   model-00002" in p.stdout,
+        "check names the bad file and passes the good one: %s" % p.stdout)
+with open(f1, "wb") as f:
+    f.write(data)
+p = tt.tpfs("check", src)
+F.check(p.returncode == 0 and "2 safetensors files, 0 invalid" in p.stdout, "check passes a good checkpoint: %s" % p.stdout)
+
+# already a mount
+with tt.Mount(src, 2, mnt=mnt):
+    p = tt.tpfs("mount", src, mnt, "--tp", 2)
+    F.check(p.returncode == 1 and "already a mount point" in p.stderr, "MNT already a mount: %s" % p.stderr)
+F.check(not tt.is_mounted(mnt), "the mount is gone after the test mount")
+
+# background mode: returns once the mount answers; umount
+t0 = time.time()
+p = tt.tpfs("mount", src, mnt, "--tp", 2)
+F.check(p.returncode == 0, "background mount: %s" % p.stderr)
+F.check(tt.is_mounted(mnt) and sorted(os.listdir(mnt)) == [".tpfs-stats", "rank0", "rank1"],
+        "the mount answers as soon as tpfs returns")
+F.check(os.path.getsize(os.path.join(mnt, "rank1", "model-00001-of-00002.safetensors")) > 0, "files readable at once")
+p = tt.tpfs("umount", mnt)
+F.check(p.returncode == 0 and not tt.is_mounted(mnt), "tpfs umount: %s" % p.stderr)
+p = tt.tpfs("umount", mnt)
+F.check(p.returncode == 1 and "not a mount point" in p.stderr, "umount of a non-mount refuses")
+p = tt.tpfs("mount", src, mnt, "--tp", 2, "-o", "no_such_option_xyz")
+F.check(p.returncode == 1 and not tt.is_mounted(mnt), "background mount with a bad -o fails: %s" % p.stderr)
+
+# foreground daemon: fusermount3 -u, SIGTERM, SIGINT
+for how in ("fusermount3", "SIGTERM", "SIGINT", "umount"):
+    err = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen([tt.TPFS, "mount", src, mnt, "--tp", "2", "-f"], stderr=err)
+    tt.wait_for(lambda: tt.is_mounted(mnt) or proc.poll() is not None, what="mount")
+    os.listdir(os.path.join(mnt, "rank0"))
+    if how == "fusermount3":
+        subprocess.run(["fusermount3", "-u", mnt], check=True)
+    elif how == "umount":
+        tt.tpfs("umount", mnt, check=True)
+    else:
+        proc.send_signal(getattr(signal, how))
+    try:
+        rc = proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = "hung"
+    err.seek(0)
+    e = err.read()
+    F.check(rc == 0, "%s: daemon exits 0 (got %s): %s" % (how, rc, e))
+    F.check(not tt.is_mounted(mnt), "%s: nothing left mounted" % how)
+    F.check(all(l.startswith("tpfs: info: ") for l in e.splitlines() if l), "%s: clean stderr: %s" % (how, e))
+    if tt.is_mounted(mnt):
+        subprocess.run(["fusermount3", "-u", "-z", mnt])
+
+shutil.rmtree(work)
+F.done("test_cli")

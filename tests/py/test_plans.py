@@ -1,0 +1,251 @@
+"""Issue 4 beyond the families: plans as data.
+
+- a deliberately wrong plan (KDA o_proj split on rows instead of columns) mounts with plausible
+  shapes and is caught by the TP-equivalence check; the dt_bias trap (offset counted in heads
+  instead of channels) is caught numerically too, and a dt_bias rule sized per head is refused;
+- `tpfs plan --json` emits a plan file that `--plan` accepts back and that serves identical bytes;
+- user plans extend built-ins; `--plan NAME` forces a built-in; `--strict` refuses unmatched tensors;
+- vocab padding (vLLM): refused without --pad-vocab when V does not divide, zero rows past V with it;
+- config/shape disagreements name the tensor, the key and both numbers;
+- the seeds' GLM-5.3 KDA geometry: one layer is 275,481,088 bytes; at T = 2 each rank keeps
+  138,789,248 bytes, 2,097,408 of them replicated; 64 MLA heads over T = 3 are 22/21/21.
+"""
+import hashlib
+import json
+import os
+import re
+import struct
+import tempfile
+
+import numpy as np
+from safetensors import safe_open
+
+import fixtures
+import reference as R
+import tpfs_test as tt
+from test_families import load_dir, tp_checks
+
+tt.require_fuse()
+F = tt.Failures()
+rng = np.random.default_rng(1)
+work = tempfile.mkdtemp(prefix="tpfs-plans-")
+
+
+def write_plan(name, obj):
+    p = os.path.join(work, name)
+    with open(p, "w") as f:
+        json.dump(obj, f)
+    return p
+
+
+def tree_hash(path):
+    h = {}
+    for fn in sorted(os.listdir(path)):
+        with open(os.path.join(path, fn), "rb") as f:
+            h[fn] = hashlib.sha256(f.read()).hexdigest()
+    return h
+
+
+# 1. a wrong plan is caught by TP equivalence
+src = os.path.join(work, "kimi")
+cfg, full = fixtures.make("kimi_linear", src)
+wrong = write_plan("wrong.json", {
+    "tpfs_plan": 1, "name": "wrong-o-proj", "extends": "kda",
+    "rules": [{"name": "o_proj_on_rows", "match": "**.layers.{i}.self_attn.o_proj",
+               "when": "in(i + 1, linear_attn_config.kda_layers)", "split": "column",
+               "heads": "linear_attn_config.num_heads"}]})
+with tt.Mount(src, 2, "--plan", wrong) as m:
+    local = [load_dir(m.rank(r)) for r in range(2)]
+o = "model.layers.1.self_attn.o_proj.weight"
+right = R.expected("kimi_linear", cfg, o, full[o], 2, 0).shape
+F.check(local[0][o].size == int(np.prod(right)) and local[0][o].shape != right,
+        "the row-split o_proj %s has the byte count of the right one %s" % (local[0][o].shape, right))
+# a loader that trusts byte counts takes those bytes at the shape it expects (seed 003's trap)
+for r in range(2):
+    for i in (0, 1, 2):
+        k = "model.layers.%d.self_attn.o_proj.weight" % i
+        local[r][k] = local[r][k].reshape(right)
+caught = tt.Failures(quiet=True)
+tp_checks("kimi_linear", cfg, full, local, 2, caught, rng)
+kda_fail = [f for f in caught.items if ": KDA" in f]
+F.check(len(kda_fail) == 3, "TP equivalence catches the row-split o_proj in all 3 KDA layers: %s" % kda_fail)
+F.check(not [f for f in caught.items if ": KDA" not in f], "only the KDA blocks fail: %s" % caught.items)
+
+# the dt_bias trap: rank 1's slice offset counted in heads instead of channels
+with tt.Mount(src, 2) as m:
+    good = [load_dir(m.rank(r)) for r in range(2)]
+ok = tt.Failures()
+tp_checks("kimi_linear", cfg, full, good, 2, ok, rng)
+F.check(not ok.items, "the built-in plan passes the same check: %s" % ok.items)
+la = cfg["linear_attn_config"]
+P, H = la["num_heads"] * la["head_dim"], la["num_heads"]
+for i in (0, 1, 2):
+    k = "model.layers.%d.self_attn.dt_bias" % i
+    good[1][k] = full[k][1 * (H // 2):1 * (H // 2) + P // 2]
+trap = tt.Failures(quiet=True)
+tp_checks("kimi_linear", cfg, full, good, 2, trap, rng)
+F.check(len([f for f in trap.items if ": KDA" in f]) == 3, "TP equivalence catches dt_bias offset in heads: %s" % trap.items)
+
+per_head = write_plan("dt_per_head.json", {
+    "tpfs_plan": 1, "name": "dt-per-head", "extends": "kda",
+    "rules": [{"name": "dt_bias_per_head", "match": "**.layers.{i}.self_attn.dt_bias", "split": "column",
+               "size": "linear_attn_config.num_heads"}]})
+p = tt.tpfs("plan", src, "--tp", 2, "--plan", per_head)
+F.check(p.returncode == 1 and "dt_bias" in p.stderr and "linear_attn_config.num_heads" in p.stderr
+        and "32" in p.stderr and "= 4" in p.stderr, "a dt_bias rule sized per head is refused: %s" % p.stderr)
+
+# 2. plan --json round trip
+src5 = os.path.join(work, "glm5")
+fixtures.make("glm5_next", src5)
+pj = tt.tpfs("plan", src5, "--tp", 2, "--json")
+F.check(pj.returncode == 0, "plan --json runs: %s" % pj.stderr)
+resolved = write_plan("resolved.json", json.loads(pj.stdout))
+with tt.Mount(src5, 2) as a, tt.Mount(src5, 2, "--plan", resolved) as b:
+    for r in range(2):
+        F.check(tree_hash(a.rank(r)) == tree_hash(b.rank(r)), "rank %d: --plan from --json serves identical bytes" % r)
+ps = tt.tpfs("plan", src5, "--tp", 2)
+F.check(ps.returncode == 0 and "kda_o_proj" in ps.stdout and "dsa_indexer" in ps.stdout and "unmatched tensors (replicated): 0" in ps.stdout,
+        "tpfs plan shows the rules of a GLM-5.3-like checkpoint")
+
+# 3. user plan extending a built-in; --plan NAME; --strict
+srcl = os.path.join(work, "llama")
+cfgl, fulll = fixtures.make("llama", srcl)
+keep = write_plan("keep_embed.json", {"tpfs_plan": 1, "name": "keep-embed", "extends": "llama",
+                                      "rules": [{"name": "keep", "match": "model.embed_tokens", "split": "replicate"}]})
+with tt.Mount(srcl, 2, "--plan", keep) as m:
+    with safe_open(os.path.join(m.rank(1), "model-00001-of-00002.safetensors"), "np") as f1, \
+            safe_open(os.path.join(m.rank(1), "model-00002-of-00002.safetensors"), "np") as f2:
+        got = {k: (f1 if k in f1.keys() else f2).get_tensor(k) for k in list(f1.keys()) + list(f2.keys())}
+F.check(np.array_equal(got["model.embed_tokens.weight"], fulll["model.embed_tokens.weight"]), "user rule replicates embed_tokens")
+F.check(np.array_equal(got["lm_head.weight"], R.expected("llama", cfgl, "lm_head.weight", fulll["lm_head.weight"], 2, 1)),
+        "the extended built-in still splits lm_head")
+
+cfg_unknown = dict(cfgl, model_type="mystery", architectures=["MysteryForCausalLM"])
+srcu = os.path.join(work, "mystery")
+fixtures.save(srcu, cfg_unknown, dict(fulll, **{"model.extra.weight": np.ones((4, 4), np.float32)}))
+p = tt.tpfs("plan", srcu, "--tp", 2)
+F.check(p.returncode == 0 and "generic" in p.stdout and "no built-in plan knows model_type 'mystery'" in p.stderr,
+        "unknown model_type falls back to the generic plan with a warning")
+F.check("model.extra.weight" in p.stdout.split("unmatched tensors")[1], "unmatched tensors are listed")
+p = tt.tpfs("plan", srcu, "--tp", 2, "--plan", "llama")
+F.check(p.returncode == 0 and "built-in llama (--plan)" in p.stdout, "--plan NAME forces a built-in plan")
+p = tt.tpfs("plan", srcu, "--tp", 2, "--plan", "llama", "--strict")
+F.check(p.returncode == 1 and "model.extra.weight" in p.stderr and "--strict" in p.stderr, "--strict refuses an unmatched tensor")
+p = tt.tpfs("plan", srcu, "--tp", 2, "--plan", "nosuch")
+F.check(p.returncode == 1 and "no such built-in plan" in p.stderr and "llama" in p.stderr, "unknown --plan NAME lists the built-ins")
+bad = write_plan("bad.json", {"tpfs_plan": 1, "name": "bad", "rules": [{"match": "x", "split": "sideways"}]})
+p = tt.tpfs("plan", srcl, "--tp", 2, "--plan", bad)
+F.check(p.returncode == 1 and "bad.json" in p.stderr and "split" in p.stderr, "a malformed plan rule is refused: %s" % p.stderr)
+typo = write_plan("typo.json", {"tpfs_plan": 1, "name": "t", "rules": [{"match": "x", "split": "row", "head": "4"}]})
+p = tt.tpfs("plan", srcl, "--tp", 2, "--plan", typo)
+F.check(p.returncode == 1 and "unknown field 'head'" in p.stderr, "a misspelt field is refused: %s" % p.stderr)
+with open(os.path.join(work, "notjson.json"), "w") as f:
+    f.write("{rules: ")
+p = tt.tpfs("plan", srcl, "--tp", 2, "--plan", os.path.join(work, "notjson.json"))
+F.check(p.returncode == 1 and "not valid JSON" in p.stderr, "a plan that is not JSON is refused")
+
+# config disagreeing with shapes
+srcb = os.path.join(work, "badcfg")
+fixtures.save(srcb, dict(cfgl, intermediate_size=100), fulll)
+p = tt.tpfs("plan", srcb, "--tp", 2)
+F.check(p.returncode == 1 and re.search(r"tensor 'model.layers.0.mlp.(gate|up|down)_proj.weight'", p.stderr)
+        and "intermediate_size" in p.stderr and "96" in p.stderr
+        and "100" in p.stderr, "config/shape mismatch names tensor, key and both numbers: %s" % p.stderr)
+with open(os.path.join(srcb, "config.json"), "w") as f:
+    f.write('{"model_type": "llama",')
+p = tt.tpfs("plan", srcb, "--tp", 2)
+F.check(p.returncode == 1 and "config.json: not valid JSON" in p.stderr, "malformed config.json is refused: %s" % p.stderr)
+
+# 4. vocab padding
+srcv = os.path.join(work, "vocab100")
+cfgv = dict(cfgl, vocab_size=100)
+fullv = dict(fulll)
+for k in ("model.embed_tokens.weight", "lm_head.weight"):
+    fullv[k] = fulll[k][:100]
+fixtures.save(srcv, cfgv, fullv)
+p = tt.tpfs("plan", srcv, "--tp", 8)
+F.check(p.returncode == 1 and "does not divide over 8 ranks" in p.stderr and "--pad-vocab" in p.stderr,
+        "V = 100 over 8 ranks is refused with the way out: %s" % p.stderr)
+p = tt.tpfs("plan", srcv, "--tp", 3, "--pad-vocab")
+F.check(p.returncode == 1 and "padded to 128" in p.stderr, "padded vocab that does not divide is refused: %s" % p.stderr)
+with tt.Mount(srcv, 8, "--pad-vocab") as m:
+    local = [load_dir(m.rank(r)) for r in range(8)]
+for k in ("model.embed_tokens.weight", "lm_head.weight"):
+    for r in range(8):
+        F.check(np.array_equal(local[r][k], R.vocab(fullv[k], 8, r, pad=64)), "padded %s rank %d" % (k, r))
+F.check(not local[7]["lm_head.weight"].any() and local[7]["lm_head.weight"].shape == (16, 48), "rank 7 holds 16 zero rows")
+vc = tt.Failures()
+tp_checks("llama", cfgv, fullv, local, 8, vc, rng)
+F.check(not vc.items, "TP equivalence with padded vocab at T=8: %s" % vc.items)
+
+# 5. the seeds' GLM-5.3 KDA geometry, header-only (sparse) file
+geo = os.path.join(work, "glm53")
+os.makedirs(geo)
+D, Hh, hd, Kc, rank = 4096, 64, 128, 4, 128
+Pp = Hh * hd
+layer = "model.language_model.layers.0.self_attn."
+shapes = {"q_proj.weight": ("BF16", [Pp, D]), "k_proj.weight": ("BF16", [Pp, D]), "v_proj.weight": ("BF16", [Pp, D]),
+          "q_conv1d.weight": ("BF16", [Pp, 1, Kc]), "k_conv1d.weight": ("BF16", [Pp, 1, Kc]),
+          "v_conv1d.weight": ("BF16", [Pp, 1, Kc]), "f_a_proj.weight": ("BF16", [rank, D]),
+          "f_b_proj.weight": ("BF16", [Pp, rank]), "g_a_proj.weight": ("BF16", [rank, D]),
+          "g_b_proj.weight": ("BF16", [Pp, rank]), "b_proj.weight": ("BF16", [Hh, D]), "A_log": ("F32", [Hh]),
+          "dt_bias": ("F32", [Pp]), "o_norm.weight": ("BF16", [hd]), "o_proj.weight": ("BF16", [D, Pp])}
+hdr, off = {}, 0
+for k in sorted(shapes, key=lambda k: (-tt.DTYPE_BITS[shapes[k][0]], k)):
+    dt, sh = shapes[k]
+    n = int(np.prod(sh)) * tt.DTYPE_BITS[dt] // 8
+    hdr[layer + k] = {"dtype": dt, "shape": sh, "data_offsets": [off, off + n]}
+    off += n
+F.check(off == 275481088, "one GLM-5.3-Flash KDA layer is 275,481,088 bytes in BF16 (got %d)" % off)
+hb = json.dumps(hdr).encode()
+hb += b" " * ((8 - len(hb) % 8) % 8)
+with open(os.path.join(geo, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(hb)) + hb)
+    f.truncate(8 + len(hb) + off)
+json.dump({"model_type": "glm5_next", "text_config": {"hidden_size": D, "layer_types": ["linear_attention"],
+           "linear_attn_config": {"num_heads": Hh, "head_dim": hd, "short_conv_kernel_size": Kc},
+           "num_attention_heads": 64, "vocab_size": 64}}, open(os.path.join(geo, "config.json"), "w"))
+with tt.Mount(geo, 2) as m:
+    for r in range(2):
+        with open(os.path.join(m.rank(r), "model.safetensors"), "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            lh = json.loads(f.read(n))
+        lh.pop("__metadata__", None)
+        local_b = sum(v["data_offsets"][1] - v["data_offsets"][0] for v in lh.values())
+        repl = sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in lh.items() if v["shape"] == hdr[k]["shape"])
+        F.check(local_b == 138789248, "GLM-5.3 KDA at T=2, rank %d keeps 138,789,248 bytes (got %d)" % (r, local_b))
+        F.check(repl == 2097408, "of which 2,097,408 replicated (got %d)" % repl)
+        F.check(lh[layer + "A_log"]["shape"] == [32] and lh[layer + "dt_bias"]["shape"] == [4096],
+                "A_log per head [32], dt_bias per channel [4096]")
+
+# 6. 64 MLA heads over T = 3: 22/21/21
+mla = os.path.join(work, "mla64")
+os.makedirs(mla)
+dn, dr, dv, Rq, Rkv = 128, 64, 128, 1536, 512
+sh = {"model.layers.0.self_attn.q_b_proj.weight": [64 * (dn + dr), Rq],
+      "model.layers.0.self_attn.kv_b_proj.weight": [64 * (dn + dv), Rkv],
+      "model.layers.0.self_attn.o_proj.weight": [7168, 64 * dv]}
+hdr, off = {}, 0
+for k in sorted(sh):
+    n = int(np.prod(sh[k])) * 2
+    hdr[k] = {"dtype": "BF16", "shape": sh[k], "data_offsets": [off, off + n]}
+    off += n
+hb = json.dumps(hdr).encode()
+hb += b" " * ((8 - len(hb) % 8) % 8)
+with open(os.path.join(mla, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(hb)) + hb)
+    f.truncate(8 + len(hb) + off)
+json.dump({"model_type": "deepseek_v32", "hidden_size": 7168, "num_attention_heads": 64, "q_lora_rank": Rq,
+           "kv_lora_rank": Rkv, "qk_nope_head_dim": dn, "qk_rope_head_dim": dr, "v_head_dim": dv, "vocab_size": 64},
+          open(os.path.join(mla, "config.json"), "w"))
+with tt.Mount(mla, 3) as m:
+    for r, heads in enumerate((22, 21, 21)):
+        with open(os.path.join(m.rank(r), "model.safetensors"), "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            lh = json.loads(f.read(n))
+        F.check(lh["model.layers.0.self_attn.q_b_proj.weight"]["shape"][0] == heads * (dn + dr)
+                and lh["model.layers.0.self_attn.kv_b_proj.weight"]["shape"][0] == heads * (dn + dv)
+                and lh["model.layers.0.self_attn.o_proj.weight"]["shape"][1] == heads * dv,
+                "64 heads over 3 ranks: rank %d keeps %d heads at both strides" % (r, heads))
+
+F.done("test_plans")

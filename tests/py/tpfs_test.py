@@ -1,0 +1,197 @@
+"""Helpers shared by the Python tests of tpfs: the binary, mounts, skips, raw safetensors I/O.
+
+Mount tests follow libfuse's test/util.py: the daemon runs in the foreground, the test waits for
+the mount to appear, always unmounts (fusermount3 -u -z) and reaps the daemon, and fails when the
+daemon wrote anything unexpected on stderr or exited non-zero.
+"""
+import contextlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+TPFS = os.environ.get("TPFS_BIN") or os.path.join(os.path.dirname(__file__), "../../build/src/tpfs")
+SKIP = 77
+
+# Lines the daemon may print on stderr in a successful run.
+ALLOWED_STDERR = [re.compile(r"^tpfs: info: "), re.compile(r"^tpfs: debug: ")]
+
+
+def fuse_missing():
+    """The reason FUSE cannot be used here, or None."""
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing"
+    try:
+        fd = os.open("/dev/fuse", os.O_RDWR)
+        os.close(fd)
+    except OSError as e:
+        return "/dev/fuse cannot be opened: %s" % e
+    if os.geteuid() != 0 and not shutil.which("fusermount3"):
+        return "not root and fusermount3 is missing"
+    return None
+
+
+def require_fuse():
+    why = fuse_missing()
+    if why:
+        print("SKIP: " + why)
+        sys.exit(SKIP)
+
+
+def tpfs(*args, check=False, **kw):
+    """Runs the tpfs CLI; returns the CompletedProcess (text mode)."""
+    p = subprocess.run([TPFS] + [str(a) for a in args], capture_output=True, text=True, timeout=300, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError("tpfs %s failed (%d): %s" % (" ".join(map(str, args)), p.returncode, p.stderr))
+    return p
+
+
+def mountpoints():
+    out = set()
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mp = line.split()[4]
+            out.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), mp))
+    return out
+
+
+def is_mounted(path):
+    return os.path.realpath(path) in mountpoints()
+
+
+def wait_for(pred, timeout=30.0, what="condition"):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting for " + what)
+
+
+class Mount:
+    """A foreground tpfs daemon serving src at a fresh mount point.
+
+    with Mount(src, tp=2) as m: m.path is the mount point. On exit the mount is removed and the
+    daemon reaped; unexpected stderr lines or a non-zero exit fail the test, unless allowed by
+    allow_stderr (regexes)."""
+
+    def __init__(self, src, tp, *extra, allow_stderr=(), mnt=None):
+        self.src, self.tp, self.extra = src, tp, [str(x) for x in extra]
+        self.allow = [re.compile(a) for a in allow_stderr]
+        self.own_dir = mnt is None
+        self.path = mnt or tempfile.mkdtemp(prefix="tpfs-mnt-")
+        self.proc = None
+        self.errfile = None
+
+    def __enter__(self):
+        self.errfile = tempfile.TemporaryFile(mode="w+")
+        cmd = [TPFS, "mount", self.src, self.path, "--tp", str(self.tp), "-f"] + self.extra
+        self.proc = subprocess.Popen(cmd, stderr=self.errfile, stdout=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: is_mounted(self.path) or self.proc.poll() is not None, what="the mount")
+            if self.proc.poll() is not None:
+                raise AssertionError("tpfs exited (%d) before mounting: %s" % (self.proc.returncode, self.stderr()))
+            os.stat(os.path.join(self.path, "rank0"))
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def stderr(self):
+        self.errfile.seek(0)
+        return self.errfile.read()
+
+    def rank(self, r):
+        return os.path.join(self.path, "rank%d" % r)
+
+    def cleanup(self):
+        if is_mounted(self.path):
+            subprocess.run(["fusermount3", "-u", "-z", self.path], capture_output=True)
+        if self.proc and self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.own_dir:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.path)
+
+    def __exit__(self, et, ev, tb):
+        self.cleanup()
+        if et is not None:
+            return False
+        bad = [l for l in self.stderr().splitlines()
+               if l and not any(a.search(l) for a in ALLOWED_STDERR + self.allow)]
+        if bad:
+            raise AssertionError("unexpected daemon stderr:\n" + "\n".join(bad))
+        if self.proc.returncode != 0:
+            raise AssertionError("daemon exited %d: %s" % (self.proc.returncode, self.stderr()))
+        return False
+
+
+# ---- raw safetensors (for dtypes numpy lacks: BF16, F8, F4) ----
+
+DTYPE_BITS = {"BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8,
+              "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32,
+              "C64": 64, "F64": 64, "I64": 64, "U64": 64}
+
+
+def read_raw(path):
+    """{name: (dtype, shape, bytes)} and the metadata of a safetensors file, by plain reads."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    hdr = json.loads(data[8:8 + n])
+    meta = hdr.pop("__metadata__", None)
+    base = 8 + n
+    out = {}
+    for k, v in hdr.items():
+        b, e = v["data_offsets"]
+        out[k] = (v["dtype"], tuple(v["shape"]), data[base + b:base + e])
+    return out, meta
+
+
+def write_raw(path, tensors, metadata=None):
+    """Writes {name: (dtype, shape, bytes)} in the official writer's order (dtype size
+    descending, then name), header padded to a multiple of 8."""
+    names = sorted(tensors, key=lambda k: (-DTYPE_BITS[tensors[k][0]], k))
+    hdr, off = {}, 0
+    if metadata:
+        hdr["__metadata__"] = metadata
+    for k in names:
+        dt, shape, b = tensors[k]
+        hdr[k] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * ((8 - (8 + len(h)) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for k in names:
+            f.write(tensors[k][2])
+
+
+class Failures:
+    """Collects check failures so that one run reports all of them."""
+
+    def __init__(self, quiet=False):
+        self.items = []
+        self.checks = 0
+        self.quiet = quiet  # for failures a test expects
+
+    def check(self, ok, what):
+        self.checks += 1
+        if not ok:
+            self.items.append(what)
+            if len(self.items) <= 30 and not self.quiet:
+                print("FAIL:", what, flush=True)
+
+    def done(self, name):
+        print("%s: %d checks, %d failed" % (name, self.checks, len(self.items)))
+        if self.items:
+            sys.exit(1)
