@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# scripts/build.sh [BUILD_DIR] [MESON_OPTIONS...]: configures (once) and builds tpfs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+shift || true
+if [ ! -f "$build/build.ninja" ]; then
+  meson setup "$build" "$@" >/dev/null
+else
+  meson configure "$build" "$@" >/dev/null 2>&1 || true
+fi
+ninja -C "$build" >/dev/null
+echo "built $build/src/tpfs" >&2

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# scripts/test.sh: installs what is needed, builds, and runs every test.
+#
+#   1. build/      the normal build (-Wall -Wextra -Werror), all tests: unit (cmocka), mount and
+#                  loader tests (FUSE + the safetensors package), CLI tests.
+#   2. build/asan  the same tests with AddressSanitizer + UndefinedBehaviorSanitizer, mount tests
+#                  included (the daemon runs sanitized).
+#   3. fuzzing of the header parser and plan resolution for FUZZ_SECONDS (default 60) when the
+#      fuzz targets are built.
+# Exits non-zero on the first failure. Mount tests skip (exit 77, with the reason) only where
+# /dev/fuse is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh build
+venv="$PWD/build/venv"
+
+echo "== normal build" >&2
+bash scripts/build.sh build -Dvenv="$venv"
+meson test -C build --print-errorlogs --num-processes 2
+
+echo "== sanitized build (ASan + UBSan)" >&2
+bash scripts/build.sh build/asan -Dvenv="$venv" -Db_sanitize=address,undefined -Db_lundef=false \
+  -Dc_args=-fno-sanitize-recover=all
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  meson test -C build/asan --print-errorlogs --num-processes 2 --timeout-multiplier 3
+
+if [ -x scripts/fuzz.sh ] && [ "${FUZZ_SECONDS:-60}" != 0 ]; then
+  echo "== fuzzing" >&2
+  bash scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
+fi
+echo "all tests passed" >&2
