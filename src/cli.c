@@ -423,7 +423,7 @@ static void on_tensor(void *vctx, const struct tp_model *m, uint32_t node, uint3
 static void plan_log(void *ctx, int level, const char *msg)
 {
 	(void)ctx;
-	fprintf(stderr, "tpfs: %s: %s\n", level == 0 ? "warning" : "info", msg);
+	fprintf(stderr, "tpfs: %s: %s\n", level == 0 ? "warning" : level == 2 ? "error" : "info", msg);
 }
 
 static void shape_str(char *b, size_t n, uint32_t nd, const uint64_t *s)
@@ -525,7 +525,7 @@ static int cmd_plan(int argc, char **argv)
 		{"pad-vocab", optional_argument, 0, 'V'}, {"list", no_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0}};
 	plan_ctx pc = {0};
-	tp_model_opts mo = {.log = plan_log, .on_tensor = on_tensor, .ctx = &pc};
+	tp_model_opts mo = {.log = plan_log, .on_tensor = on_tensor, .ctx = &pc, .keep_going = 1};
 	uint32_t rank = 0, v;
 	int json = 0, have_t = 0, c;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -640,12 +640,18 @@ static int cmd_plan(int argc, char **argv)
 		int shown = 0;
 		for (uint32_t i = 0; i < m.nn && shown < 50; i++)
 			for (size_t k = 0; pc.rows && pc.rows[i] && k < m.n[i].h.n && shown < 50; k++)
-				if (pc.rows[i][k].rule < 0) {
+				if (pc.rows[i][k].rule == -1) {
 					printf("  %s (%s)\n", m.n[i].h.t[k].name, m.n[i].path);
 					shown++;
 				}
 		if (m.nunmatched > 50)
 			printf("  ... and %llu more\n", (unsigned long long)(m.nunmatched - 50));
+	}
+	if (m.nrefused) {
+		fprintf(stderr, "tpfs: %llu tensor%s cannot be split %u ways (the errors above name each one); "
+				"a mount at this T would be refused\n",
+			(unsigned long long)m.nrefused, m.nrefused == 1 ? "" : "s", m.T);
+		rc = -1;
 	}
 	tp_model_close(&m);
 out:

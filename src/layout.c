@@ -75,6 +75,13 @@ int tp_layout_build(const st_header *h, const tp_spec *specs, const char *const 
 			tp_fmt(ctx, sizeof ctx, "%s: tensor '%s'", fname, h->t[i].name);
 		tp_cut c;
 		if (tp_cut_tensor(&h->t[i], &specs[i], T, r, &c, ctx, e) < 0) {
+			if (e && e->code == TP_EPLAN) {
+				char ts[96];
+				tp_spec_working_ts(&h->t[i], &specs[i], 64, ts, sizeof ts);
+				size_t l = strlen(e->msg);
+				tp_fmt(e->msg + l, sizeof e->msg - l, "; this tensor can be split for T = %s%s", ts,
+				       strstr(h->t[i].name, "experts.") ? "; or serve the experts with expert parallelism" : "");
+			}
 			tp_layout_free(L);
 			return -1;
 		}

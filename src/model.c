@@ -547,8 +547,16 @@ static int plan_file(tp_model *m, uint32_t idx, lookup_ctx *lc, tp_err *e)
 	for (size_t i = 0; i < n->h.n && rc == 0; i++) {
 		tp_resolved res;
 		if (tp_plan_resolve(&m->plan, &m->cfg, &n->h.t[i], lookup, lc, &ro, n->path, &res, e) < 0) {
-			rc = -1;
-			break;
+			if (!m->o->keep_going || e->code != TP_EPLAN) {
+				rc = -1;
+				break;
+			}
+			logf_(m, 2, "%s", e->msg);
+			m->nrefused++;
+			memset(&res, 0, sizeof res);
+			res.spec = tp_spec_replicate();
+			res.rule = -2;
+			tp_fmt(res.why, sizeof res.why, "REFUSED (see the errors)");
 		}
 		specs[i] = res.spec;
 		if (res.rule >= 0)
@@ -556,7 +564,26 @@ static int plan_file(tp_model *m, uint32_t idx, lookup_ctx *lc, tp_err *e)
 		else
 			tp_fmt(why[i], sizeof why[i], "%s", res.why);
 		whyp[i] = why[i];
-		if (res.rule < 0) {
+		if (m->o->keep_going && res.spec.kind == TP_SPLIT) {
+			/* try every rank now, so that every unservable tensor is reported */
+			for (uint32_t r = 0; r < m->T; r++) {
+				tp_cut c;
+				tp_err ce;
+				char ctx[TP_ERR_MSG];
+				tp_fmt(ctx, sizeof ctx, "%s: tensor '%s' (%s)", n->path, n->h.t[i].name, why[i]);
+				if (tp_cut_tensor(&n->h.t[i], &res.spec, m->T, r, &c, ctx, &ce) == 0)
+					continue;
+				char ts[96];
+				tp_spec_working_ts(&n->h.t[i], &res.spec, 64, ts, sizeof ts);
+				logf_(m, 2, "%s; this tensor can be split for T = %s%s", ce.msg, ts,
+				      strstr(n->h.t[i].name, "experts.") ? "; or serve the experts with expert parallelism" : "");
+				m->nrefused++;
+				specs[i] = res.spec = tp_spec_replicate();
+				tp_fmt(res.why, sizeof res.why, "REFUSED at T=%u (see the errors)", m->T);
+				break;
+			}
+		}
+		if (res.rule == -1) {
 			m->nunmatched++;
 			if (m->o->strict)
 				rc = tp_fail(e, TP_EPLAN, "%s: tensor '%s': no rule of plan '%s' matches it (--strict)",

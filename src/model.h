@@ -61,7 +61,7 @@ typedef struct tp_node {
 	uint64_t *gen_len;
 } tp_node;
 
-typedef void (*tp_log_fn)(void *ctx, int level, const char *msg); /* level: 0 warn, 1 info */
+typedef void (*tp_log_fn)(void *ctx, int level, const char *msg); /* 0 warn, 1 info, 2 error */
 typedef void (*tp_tensor_fn)(void *ctx, const struct tp_model *m, uint32_t node, uint32_t tensor,
 			     const tp_resolved *res);
 
@@ -72,6 +72,8 @@ typedef struct tp_model_opts {
 	int strict;            /* unmatched tensors and any invalid file refuse the model */
 	uint64_t pad_vocab;    /* 0 or a multiple (64 follows vLLM) */
 	int check_only;        /* walk and validate headers only (tpfs check): never fails on a file */
+	int keep_going;        /* tpfs plan: report every tensor that cannot be cut (log level 2),
+	                        * replicate it in the layouts, count it in nrefused, and go on */
 	tp_log_fn log;
 	tp_tensor_fn on_tensor;/* called for every resolved tensor (tpfs plan) */
 	void *ctx;
@@ -87,6 +89,7 @@ typedef struct tp_model {
 	char plan_origin[256]; /* "built-in llama (detected from model_type 'llama')", a path, ... */
 	tp_expr_ctx cfg;
 	uint64_t ntensors, nunmatched, ntensor_files;
+	uint64_t nrefused;     /* keep_going: tensors that cannot be served at this T */
 	uint64_t src_bytes;    /* data bytes of the planned safetensors files */
 	const tp_model_opts *o;
 } tp_model;

@@ -483,6 +483,23 @@ static int64_t config_block(tp_expr_ctx *cfg, int last_axis)
 	return cJSON_IsNumber(v) && v->valuedouble >= 1 ? (int64_t)v->valuedouble : 0;
 }
 
+/* The NVFP4 group size the config gives (quantization_config.group_size, or the weights of the
+ * first compressed-tensors config group); 16, NVFP4's, when it gives none. */
+static int64_t config_group(tp_expr_ctx *cfg)
+{
+	const cJSON *q = tp_config_get(cfg, "quantization_config.group_size");
+	if (cJSON_IsNumber(q) && q->valuedouble >= 1)
+		return (int64_t)q->valuedouble;
+	const cJSON *groups = tp_config_get(cfg, "quantization_config.config_groups"), *g;
+	cJSON_ArrayForEach(g, groups)
+	{
+		const cJSON *w = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(g, "weights"), "group_size");
+		if (cJSON_IsNumber(w) && w->valuedouble >= 1)
+			return (int64_t)w->valuedouble;
+	}
+	return 16;
+}
+
 /* Is the module's reference weight packed FP4 (two values per U8 along the last axis)? NVFP4
  * (ModelOpt and compressed-tensors) stores it as U8 next to an F8_E4M3 weight_scale. */
 static int packed_fp4(const st_tensor *ref, const char *module, tp_lookup_fn lookup, void *lctx)
@@ -673,10 +690,11 @@ int tp_plan_resolve(const tp_plan *pl, tp_expr_ctx *cfg, const st_tensor *t, tp_
 		if (o->pad_vocab > 1) {
 			s.pad_to = o->pad_vocab;
 		} else if (L / (uint64_t)unit % o->T) {
-			return tp_fail(e, TP_EPLAN,
-				       "%s (rule '%s'): the vocabulary of %llu rows does not divide over %u ranks; "
-				       "pass --pad-vocab to pad it to a multiple of 64 as vLLM does",
-				       tctx, r->name, (unsigned long long)L, o->T);
+			uint64_t rows = L / (uint64_t)unit, padded = (rows + 63) / 64 * 64;
+			return tp_fail(e, TP_EPLAN, "%s (rule '%s'): the vocabulary of %llu rows does not divide over %u ranks%s",
+				       tctx, r->name, (unsigned long long)rows, o->T,
+				       padded % o->T ? " (nor does it padded to a multiple of 64: choose another T)"
+						     : "; pass --pad-vocab to pad it to a multiple of 64 as vLLM does");
 		}
 	}
 	out->logical = L;
@@ -704,19 +722,48 @@ int tp_plan_resolve(const tp_plan *pl, tp_expr_ctx *cfg, const st_tensor *t, tp_
 	}
 	uint64_t S = t->shape[axis];
 	uint64_t div = 1;
-	if (r->div)
+	int last = axis == (int)t->ndim - 1 && t->ndim > 1;
+	if (r->div) {
 		div = (uint64_t)r->div;
-	else if (t == ref)
+	} else if (t == ref) {
 		div = packed ? 2 : 1;
-	else if (S == L)
+	} else if (!strcmp(role, "weight_scale_inv")) {
+		/* FP8 block scales: one element per block of the config's block size (ceil for a
+		 * partial last block); never a broadcast, even when one block covers the axis */
+		int64_t b = config_block(cfg, last);
+		if (b > 0 && S != (L + (uint64_t)b - 1) / (uint64_t)b)
+			return tp_fail(e, TP_EPLAN,
+				       "%s (rule '%s'): axis %d has %llu blocks but ceil(%llu / %lld) = %llu "
+				       "(quantization_config.weight_block_size)",
+				       tctx, r->name, axis, (unsigned long long)S, (unsigned long long)L, (long long)b,
+				       (unsigned long long)((L + (uint64_t)b - 1) / (uint64_t)b));
+		if (b > 0)
+			div = (uint64_t)b;
+		else if (S && L % S == 0)
+			div = L / S;
+		else
+			return tp_fail(e, TP_EPLAN,
+				       "%s (rule '%s'): axis %d has %llu blocks for %llu features and config.json gives no "
+				       "quantization_config.weight_block_size",
+				       tctx, r->name, axis, (unsigned long long)S, (unsigned long long)L);
+	} else if (packed && last && !strcmp(role, "weight_scale") && t->dtype == ST_F8_E4M3) {
+		/* NVFP4 group scales: one FP8 scale per group of the config's group size along K */
+		int64_t g = config_group(cfg);
+		if (S * (uint64_t)g != L)
+			return tp_fail(e, TP_EPLAN,
+				       "%s (rule '%s'): axis %d has %llu group scales but %llu features in groups of %lld need %llu",
+				       tctx, r->name, axis, (unsigned long long)S, (unsigned long long)L, (long long)g,
+				       (unsigned long long)(L / (uint64_t)g));
+		div = (uint64_t)g;
+	} else if (S == L) {
 		div = 1;
-	else if (S == 1) {
+	} else if (S == 1) {
 		tp_fmt(out->why, sizeof out->why, "replicate (broadcast along the split axis)");
 		return 0;
-	} else if (S && L % S == 0)
+	} else if (S && L % S == 0) {
 		div = L / S;
-	else {
-		int64_t b = config_block(cfg, axis == (int)t->ndim - 1 && t->ndim > 1);
+	} else {
+		int64_t b = config_block(cfg, last);
 		if (b > 0 && (L + (uint64_t)b - 1) / (uint64_t)b == S)
 			div = (uint64_t)b;
 		else

@@ -170,9 +170,10 @@ int tp_cut_tensor(const st_tensor *t, const tp_spec *s, uint32_t T, uint32_t r, 
 		if (sh.count) {
 			if (lo % s->div || (hi % s->div && hi != L))
 				return tp_fail(e, TP_EPLAN,
-					       "%s: the cut at logical index %llu of axis %u falls inside a stored element covering %llu (rank %u keeps [%llu, %llu))",
+					       "%s: the cut at feature %llu of axis %u falls inside a block of %llu features "
+					       "(one stored element covers %llu; rank %u would keep features [%llu, %llu))",
 					       sctx, (unsigned long long)(lo % s->div ? lo : hi), s->axis,
-					       (unsigned long long)s->div, r, (unsigned long long)lo,
+					       (unsigned long long)s->div, (unsigned long long)s->div, r, (unsigned long long)lo,
 					       (unsigned long long)hi);
 			uint64_t slo = lo / s->div, shi = hi / s->div + (hi % s->div != 0);
 			unsigned long long ob, lb;
@@ -221,4 +222,25 @@ int tp_cut_tensor(const st_tensor *t, const tp_spec *s, uint32_t T, uint32_t r, 
 		return tp_fail(e, TP_EINVAL, "%s: local size overflows", ctx);
 	c->size = size;
 	return 0;
+}
+
+void tp_spec_working_ts(const st_tensor *t, const tp_spec *s, uint32_t maxT, char *buf, size_t n)
+{
+	size_t w = 0;
+	int found = 0;
+	buf[0] = 0;
+	for (uint32_t T = 1; T <= maxT && found < 12; T++) {
+		int ok = 1;
+		for (uint32_t r = 0; r < T && ok; r++) {
+			tp_cut c;
+			ok = tp_cut_tensor(t, s, T, r, &c, "", NULL) == 0;
+		}
+		if (ok && w < n) {
+			tp_fmt(buf + w, n - w, "%s%u", found ? ", " : "", T);
+			w += strlen(buf + w);
+			found++;
+		}
+	}
+	if (!found)
+		tp_fmt(buf, n, "none");
 }

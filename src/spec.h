@@ -89,4 +89,8 @@ int tp_share_of(uint64_t units, const tp_spec *s, uint32_t T, uint32_t r, tp_sha
 int tp_cut_tensor(const st_tensor *t, const tp_spec *s, uint32_t T, uint32_t r, tp_cut *c,
 		  const char *ctx, tp_err *e);
 
+/* Writes into buf the T in [1, maxT] for which every rank can cut t under s, as "1, 2, 4" (at most
+ * 12 values), or "none". For messages that say what would work. */
+void tp_spec_working_ts(const st_tensor *t, const tp_spec *s, uint32_t maxT, char *buf, size_t n);
+
 #endif

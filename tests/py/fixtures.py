@@ -438,3 +438,186 @@ if __name__ == "__main__":
         sys.exit("usage: fixtures.py {%s} OUT_DIR" % ",".join(FAMILIES))
     make(sys.argv[1], sys.argv[2])
     print("wrote %s checkpoint to %s" % (sys.argv[1], sys.argv[2]))
+
+
+# ---- quantized checkpoints (written raw: numpy has no FP8 or FP4) ----
+
+class RawBuilder:
+    """{name: (dtype, shape, bytes)} for tpfs_test.write_raw; values are random bytes, so that a
+    dequantization test can treat an FP8 byte or an FP4 nibble as its value."""
+
+    def __init__(self, seed):
+        self.rng = _rng(seed)
+        self.t = {}
+
+    def f32(self, name, *shape):
+        self.t[name] = ("F32", shape, self.rng.standard_normal(shape).astype(np.float32).tobytes())
+
+    def bytes_(self, name, dtype, *shape, nbytes=None):
+        n = nbytes if nbytes is not None else int(np.prod(shape, dtype=np.int64)) * {"U8": 1, "F8_E4M3": 1, "BF16": 2}[dtype]
+        self.t[name] = (dtype, shape, self.rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+
+    def fp8_block(self, name, n, k, block=128):
+        """FP8 block-scaled linear: weight F8_E4M3 [n, k], weight_scale_inv F32 [ceil(n/b), ceil(k/b)]."""
+        self.bytes_(name + ".weight", "F8_E4M3", n, k)
+        self.f32(name + ".weight_scale_inv", -(-n // block), -(-k // block))
+
+    def nvfp4(self, name, n, k, compressed=False, group=16):
+        """NVFP4 linear: packed U8 [n, k/2], F8_E4M3 group scales [n, k/16], per-tensor scalars."""
+        self.bytes_(name + (".weight_packed" if compressed else ".weight"), "U8", n, k // 2)
+        self.bytes_(name + ".weight_scale", "F8_E4M3", n, k // group)
+        if compressed:
+            self.f32(name + ".weight_global_scale", 1)
+            self.f32(name + ".input_global_scale", 1)
+        else:
+            self.f32(name + ".weight_scale_2")
+            self.f32(name + ".input_scale")
+
+
+def deepseek_fp8(seed=20):
+    """DeepSeek-V3-style FP8 with 128x128 block scales: MLA + MoE + a dense layer. T = 2 cuts on block
+    boundaries; T = 4 cuts kv_b_proj (192 rows) and the experts (64 rows) inside a block."""
+    c = _ds_config("deepseek_v3", "DeepseekV3ForCausalLM", hidden_size=256, q_lora_rank=256, kv_lora_rank=128,
+                   qk_nope_head_dim=64, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=2,
+                   moe_intermediate_size=256, intermediate_size=512, vocab_size=128, num_nextn_predict_layers=0)
+    c["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                "weight_block_size": [128, 128]}
+    b = RawBuilder(seed)
+    D, H = c["hidden_size"], c["num_attention_heads"]
+    dn, dr, dv = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+    b.bytes_("model.embed_tokens.weight", "BF16", c["vocab_size"], D)
+    for i in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        b.fp8_block(p + "self_attn.q_a_proj", c["q_lora_rank"], D)
+        b.f32(p + "self_attn.q_a_layernorm.weight", c["q_lora_rank"])
+        b.fp8_block(p + "self_attn.q_b_proj", H * (dn + dr), c["q_lora_rank"])
+        b.fp8_block(p + "self_attn.kv_a_proj_with_mqa", c["kv_lora_rank"] + dr, D)
+        b.f32(p + "self_attn.kv_a_layernorm.weight", c["kv_lora_rank"])
+        b.fp8_block(p + "self_attn.kv_b_proj", H * (dn + dv), c["kv_lora_rank"])
+        b.fp8_block(p + "self_attn.o_proj", D, H * dv)
+        if i < c["first_k_dense_replace"]:
+            for nm, n, k in (("gate_proj", c["intermediate_size"], D), ("up_proj", c["intermediate_size"], D),
+                             ("down_proj", D, c["intermediate_size"])):
+                b.fp8_block(p + "mlp." + nm, n, k)
+        else:
+            b.f32(p + "mlp.gate.weight", c["n_routed_experts"], D)
+            b.f32(p + "mlp.gate.e_score_correction_bias", c["n_routed_experts"])
+            Im = c["moe_intermediate_size"]
+            for e in ["experts.%d." % e for e in range(c["n_routed_experts"])] + ["shared_experts."]:
+                b.fp8_block(p + "mlp." + e + "gate_proj", Im, D)
+                b.fp8_block(p + "mlp." + e + "up_proj", Im, D)
+                b.fp8_block(p + "mlp." + e + "down_proj", D, Im)
+        b.f32(p + "input_layernorm.weight", D)
+        b.f32(p + "post_attention_layernorm.weight", D)
+    b.f32("model.norm.weight", D)
+    b.bytes_("lm_head.weight", "BF16", c["vocab_size"], D)
+    return c, b.t
+
+
+def llama_nvfp4(seed=21):
+    """ModelOpt NVFP4 dense Llama: U8 weights packing two FP4 values along K, F8_E4M3 scales per group
+    of 16, weight_scale_2 and input_scale scalars. intermediate 96: T = 2 cuts down_proj's K at 48
+    (3 groups), T = 4 at 24, inside a group."""
+    c = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=128, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=32, intermediate_size=96, vocab_size=64, num_hidden_layers=2,
+             quantization_config={"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16})
+    b = RawBuilder(seed)
+    D, H, KV, hd, I = 128, 4, 2, 32, 96
+    b.bytes_("model.embed_tokens.weight", "BF16", c["vocab_size"], D)
+    for i in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        b.nvfp4(p + "self_attn.q_proj", H * hd, D)
+        b.nvfp4(p + "self_attn.k_proj", KV * hd, D)
+        b.nvfp4(p + "self_attn.v_proj", KV * hd, D)
+        b.nvfp4(p + "self_attn.o_proj", D, H * hd)
+        b.nvfp4(p + "mlp.gate_proj", I, D)
+        b.nvfp4(p + "mlp.up_proj", I, D)
+        b.nvfp4(p + "mlp.down_proj", D, I)
+        b.f32(p + "input_layernorm.weight", D)
+        b.f32(p + "post_attention_layernorm.weight", D)
+    b.f32("model.norm.weight", D)
+    b.bytes_("lm_head.weight", "BF16", c["vocab_size"], D)
+    return c, b.t
+
+
+def qwen3_moe_nvfp4(seed=22):
+    """compressed-tensors NVFP4 Qwen3-MoE: experts as weight_packed / weight_scale / weight_global_scale
+    / input_global_scale, attention left in F32 (the config's ignore list). moe_intermediate 192:
+    T = 4 cuts down_proj's K at 48 (3 groups), T = 8 at 24, inside a group of 16."""
+    c = dict(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], hidden_size=64, num_attention_heads=8,
+             num_key_value_heads=8, head_dim=8, moe_intermediate_size=192, num_experts=2, num_experts_per_tok=1,
+             mlp_only_layers=[], vocab_size=64, num_hidden_layers=2,
+             quantization_config={"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+                                  "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+                                      "num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}}},
+                                  "ignore": ["lm_head", "re:.*self_attn.*", "re:.*mlp.gate$"]})
+    b = RawBuilder(seed)
+    D, Im = 64, 192
+    b.f32("model.embed_tokens.weight", c["vocab_size"], D)
+    for i in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        for nm, n in (("q_proj", 64), ("k_proj", 64), ("v_proj", 64)):
+            b.f32(p + "self_attn." + nm + ".weight", n, D)
+        b.f32(p + "self_attn.o_proj.weight", D, 64)
+        b.f32(p + "self_attn.q_norm.weight", 8)
+        b.f32(p + "self_attn.k_norm.weight", 8)
+        b.f32(p + "mlp.gate.weight", c["num_experts"], D)
+        for e in range(c["num_experts"]):
+            q = p + "mlp.experts.%d." % e
+            b.nvfp4(q + "gate_proj", Im, D, compressed=True)
+            b.nvfp4(q + "up_proj", Im, D, compressed=True)
+            b.nvfp4(q + "down_proj", D, Im, compressed=True)
+        b.f32(p + "input_layernorm.weight", D)
+        b.f32(p + "post_attention_layernorm.weight", D)
+    b.f32("model.norm.weight", D)
+    b.f32("lm_head.weight", c["vocab_size"], D)
+    return c, b.t
+
+
+def llama_fp8_f4(seed=23):
+    """Per-tensor FP8 attention (F8_E4M3 weights with scalar weight_scale and input_scale) and an MLP
+    stored in the safetensors F4 dtype (shape in logical elements, two per byte) with F8_E4M3 scales
+    per group of 16 along K."""
+    c = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=64, num_attention_heads=4,
+             num_key_value_heads=4, head_dim=16, intermediate_size=128, vocab_size=64, num_hidden_layers=2,
+             quantization_config={"quant_method": "fp8", "activation_scheme": "static"})
+    b = RawBuilder(seed)
+    D, I = 64, 128
+    b.f32("model.embed_tokens.weight", c["vocab_size"], D)
+    for i in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        for nm, n, k in (("q_proj", D, D), ("k_proj", D, D), ("v_proj", D, D), ("o_proj", D, D)):
+            b.bytes_(p + "self_attn." + nm + ".weight", "F8_E4M3", n, k)
+            b.f32(p + "self_attn." + nm + ".weight_scale")
+            b.f32(p + "self_attn." + nm + ".input_scale")
+        for nm, n, k in (("gate_proj", I, D), ("up_proj", I, D), ("down_proj", D, I)):
+            b.t[p + "mlp." + nm + ".weight"] = ("F4", (n, k), b.rng.integers(0, 256, n * k // 2, dtype=np.uint8).tobytes())
+            b.bytes_(p + "mlp." + nm + ".weight_scale", "F8_E4M3", n, k // 16)
+        b.f32(p + "input_layernorm.weight", D)
+        b.f32(p + "post_attention_layernorm.weight", D)
+    b.f32("model.norm.weight", D)
+    b.f32("lm_head.weight", c["vocab_size"], D)
+    return c, b.t
+
+
+QUANTIZED = {f.__name__: f for f in [deepseek_fp8, llama_nvfp4, qwen3_moe_nvfp4, llama_fp8_f4]}
+
+
+def save_raw(out, config, tensors, nfiles=2):
+    """Like save(), for raw tensors."""
+    import tpfs_test
+    os.makedirs(out, exist_ok=True)
+    names = sorted(tensors)
+    per = (len(names) + nfiles - 1) // nfiles
+    wm, total = {}, 0
+    for k in range(nfiles):
+        part = names[k * per:(k + 1) * per]
+        fn = "model-%05d-of-%05d.safetensors" % (k + 1, nfiles)
+        tpfs_test.write_raw(os.path.join(out, fn), {n: tensors[n] for n in part}, {"format": "pt"})
+        for n in part:
+            wm[n] = fn
+            total += len(tensors[n][2])
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": wm}, f, indent=2)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)

@@ -296,7 +296,7 @@ static void test_cut_quantized(void **state)
 	t = tensor(ST_F32, 2, sh2);
 	s = tp_spec_split(0, 256, 1);
 	s.div = 128;
-	refuse_cut(&t, &s, 4, "falls inside a stored element covering 128");
+	refuse_cut(&t, &s, 4, "the cut at feature 64 of axis 0 falls inside a block of 128 features");
 	/* a partial last block: 300 logical rows, one unit kept whole by a replicated group */
 	t = tensor(ST_F32, 2, sh);
 	s = tp_spec_split(0, 1, 300);
