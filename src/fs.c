@@ -19,30 +19,35 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <libgen.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "gather.h"
+#include "guard.h"
 
 #define TIMEOUT (365.0 * 24 * 3600) /* entry and attribute cache lifetime, seconds */
 #define RUN_CAP 4096                /* runs mapped per pass */
 #define IOV_CAP 1000                /* segments in one iovec reply (below IOV_MAX) */
 #define SMALL_RUN 2048              /* average run below which copying beats an iovec */
 #define STATS_NAME ".tpfs-stats"
+#define RA_NOTE 256                 /* bytes of the shared readahead note */
 
 /* ---- logging ---- */
 
@@ -96,9 +101,22 @@ typedef struct tp_fs {
 	_Atomic int *bad;      /* [i]: the source changed; reads fail with EIO */
 	rank_stats *rs;        /* [r] */
 	struct timespec started;
-	char ra_note[160];     /* what was done about readahead */
+	char *ra_note;         /* what was done about readahead (shared with the helper process) */
 	_Atomic int ready;
+	/* source watching */
+	int ifd;               /* inotify descriptor, or -1 */
+	int stop[2];           /* closing stop[1] ends the watcher */
+	struct watch *w;       /* (watch descriptor, file name) -> node */
+	size_t nw;
+	pthread_t watcher;
+	int watching;
 } tp_fs;
+
+typedef struct watch {
+	int wd;
+	char *name;
+	uint32_t node;
+} watch;
 
 /* A handle of an open plain file or of the stats file. */
 typedef struct fhandle {
@@ -146,20 +164,6 @@ static scratch *get_scratch(size_t need)
 		s->cap = cap;
 	}
 	return s;
-}
-
-/* SIGBUS guard: a copy from a mapping of a file that shrank faults; the guard turns that into
- * an error for the one request instead of killing the daemon. */
-static __thread sigjmp_buf *bus_jmp;
-
-static void on_sigbus(int sig, siginfo_t *si, void *uc)
-{
-	(void)si;
-	(void)uc;
-	if (bus_jmp)
-		siglongjmp(*bus_jmp, 1);
-	signal(sig, SIG_DFL);
-	raise(sig);
 }
 
 /* ---- inodes and attributes ---- */
@@ -226,12 +230,176 @@ static void reply_entry(fuse_req_t req, const tp_fs *fs, fuse_ino_t ino)
 	fuse_reply_entry(req, &e);
 }
 
+/* ---- changed sources ---- */
+
+/* Marks node i's source as changed: logs once, and drops every rank's cached pages of it so
+ * that later reads reach the daemon and fail with EIO instead of returning stale bytes. */
+static void mark_bad(tp_fs *fs, uint32_t i, const char *why)
+{
+	if (atomic_exchange(&fs->bad[i], 1))
+		return;
+	tp_log(2, "%s: the source changed since it was mounted (%s); its rank files now fail with EIO "
+		  "(remount to serve the new version)", fs->m->n[i].path, why);
+	if (fs->se && atomic_load(&fs->ready))
+		for (uint32_t r = 0; r < fs->T; r++)
+			fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, r, i), 0, 0);
+}
+
+/* Does the file behind fd (or, with fd < 0, behind node i's path) differ from what was planned? */
+static int differs(const tp_node *n, int fd, char *why, size_t len)
+{
+	struct stat st;
+	if ((fd >= 0 ? fstat(fd, &st) : stat(n->abspath, &st)) < 0) {
+		tp_fmt(why, len, "%s", strerror(errno));
+		return 1;
+	}
+	if ((uint64_t)st.st_size != n->src_size)
+		tp_fmt(why, len, "size %llu, was %llu", (unsigned long long)st.st_size, (unsigned long long)n->src_size);
+	else if (st.st_mtim.tv_sec != n->mtime.tv_sec || st.st_mtim.tv_nsec != n->mtime.tv_nsec)
+		tp_fmt(why, len, "modified");
+	else if (st.st_ino != n->ino || st.st_dev != n->dev)
+		tp_fmt(why, len, "replaced by another file");
+	else
+		return 0;
+	return 1;
+}
+
+/* Has the source of node i changed since it was planned? One fstat of the open source. */
+static int source_changed(tp_fs *fs, uint32_t i, int fd)
+{
+	if (atomic_load(&fs->bad[i]))
+		return 1;
+	char why[96];
+	if (!differs(&fs->m->n[i], fd, why, sizeof why))
+		return 0;
+	mark_bad(fs, i, why);
+	return 1;
+}
+
+/* ---- watching sources (inotify) ---- */
+
+static void recheck_all(tp_fs *fs)
+{
+	for (uint32_t i = 0; i < fs->nn; i++) {
+		char why[96];
+		if (fs->m->n[i].kind != TN_DIR && !atomic_load(&fs->bad[i]) && differs(&fs->m->n[i], -1, why, sizeof why))
+			mark_bad(fs, i, why);
+	}
+}
+
+static void *watch_thread(void *p)
+{
+	tp_fs *fs = p;
+	char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
+	struct pollfd pfd[2] = {{.fd = fs->ifd, .events = POLLIN}, {.fd = fs->stop[0], .events = POLLIN}};
+	for (;;) {
+		if (poll(pfd, 2, -1) < 0 && errno != EINTR)
+			break;
+		if (pfd[1].revents)
+			break;
+		if (!(pfd[0].revents & POLLIN))
+			continue;
+		ssize_t len = read(fs->ifd, buf, sizeof buf);
+		for (char *q = buf; len > 0 && q < buf + len;) {
+			const struct inotify_event *ev = (const struct inotify_event *)q;
+			q += sizeof *ev + ev->len;
+			if (ev->mask & (IN_Q_OVERFLOW | IN_DELETE_SELF | IN_MOVE_SELF)) {
+				recheck_all(fs);
+				continue;
+			}
+			if (!ev->len)
+				continue;
+			for (size_t k = 0; k < fs->nw; k++) {
+				if (fs->w[k].wd != ev->wd || strcmp(fs->w[k].name, ev->name) != 0)
+					continue;
+				const char *what = ev->mask & (IN_MOVED_TO | IN_CREATE) ? "replaced"
+						   : ev->mask & (IN_DELETE | IN_MOVED_FROM) ? "removed or renamed"
+						   : ev->mask & IN_ATTRIB ? "attributes changed" : "modified";
+				mark_bad(fs, fs->w[k].node, what);
+			}
+		}
+	}
+	return NULL;
+}
+
+static void add_watch(tp_fs *fs, const char *path, uint32_t node, size_t *cap)
+{
+	char *d = strdup(path), *b = strdup(path);
+	if (!d || !b)
+		goto out;
+	const uint32_t mask = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE |
+			      IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF;
+	int wd = inotify_add_watch(fs->ifd, dirname(d), mask);
+	if (wd < 0)
+		goto out;
+	const char *name = basename(b);
+	for (size_t k = 0; k < fs->nw; k++)
+		if (fs->w[k].wd == wd && fs->w[k].node == node && !strcmp(fs->w[k].name, name))
+			goto out;
+	if (fs->nw == *cap) {
+		size_t nc = *cap ? *cap * 2 : 64;
+		watch *nw = realloc(fs->w, nc * sizeof *nw);
+		if (!nw)
+			goto out;
+		fs->w = nw;
+		*cap = nc;
+	}
+	fs->w[fs->nw].wd = wd;
+	fs->w[fs->nw].node = node;
+	fs->w[fs->nw].name = strdup(name);
+	if (fs->w[fs->nw].name)
+		fs->nw++;
+out:
+	free(d);
+	free(b);
+}
+
+/* Watches the folder of every source file (and of the file a symbolic link leads to, as in a
+ * Hugging Face cache) so that a change marks the file at once, cached pages included. */
+static void start_watching(tp_fs *fs)
+{
+	fs->ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	if (fs->ifd < 0 || pipe(fs->stop) < 0) {
+		tp_log(0, "cannot watch the sources (%s): changes are noticed by size and mtime checks only", strerror(errno));
+		return;
+	}
+	size_t cap = 0;
+	for (uint32_t i = 0; i < fs->nn; i++) {
+		const tp_node *n = &fs->m->n[i];
+		if (n->kind == TN_DIR)
+			continue;
+		add_watch(fs, n->abspath, i, &cap);
+		char *real = realpath(n->abspath, NULL);
+		if (real && strcmp(real, n->abspath))
+			add_watch(fs, real, i, &cap);
+		free(real);
+	}
+	fs->watching = pthread_create(&fs->watcher, NULL, watch_thread, fs) == 0;
+}
+
+static void stop_watching(tp_fs *fs)
+{
+	if (fs->watching) {
+		close(fs->stop[1]);
+		pthread_join(fs->watcher, NULL);
+		close(fs->stop[0]);
+	} else if (fs->stop[0] >= 0) {
+		close(fs->stop[0]);
+		close(fs->stop[1]);
+	}
+	if (fs->ifd >= 0)
+		close(fs->ifd);
+	for (size_t k = 0; k < fs->nw; k++)
+		free(fs->w[k].name);
+	free(fs->w);
+}
+
 /* ---- operations ---- */
 
 static void op_init(void *data, struct fuse_conn_info *conn)
 {
 	tp_fs *fs = data;
-	(void)fs;
+	atomic_store(&fs->ready, 1); /* from here on, cache invalidations reach the kernel */
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA; /* files never change while mounted */
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
@@ -368,22 +536,21 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	fi->keep_cache = 1;
 	fi->noflush = 1;
+	if (atomic_load(&fs->bad[i])) {
+		fuse_reply_err(req, EIO);
+		return;
+	}
 	if (n->kind == TN_PLAIN) {
 		fhandle *h = calloc(1, sizeof *h);
-		struct stat st;
 		if (!h) {
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
 		h->fd = open(n->abspath, O_RDONLY | O_CLOEXEC);
-		if (h->fd < 0 || fstat(h->fd, &st) < 0 || (uint64_t)st.st_size != n->src_size ||
-		    st.st_ino != n->ino || st.st_dev != n->dev) {
+		if (h->fd < 0 || source_changed(fs, i, h->fd)) {
 			int err = h->fd < 0 ? errno : EIO;
-			if (h->fd >= 0) {
-				tp_log(2, "%s: the source changed since it was mounted (size %llu, was %llu); serving EIO",
-				       n->path, (unsigned long long)st.st_size, (unsigned long long)n->src_size);
+			if (h->fd >= 0)
 				close(h->fd);
-			}
 			free(h);
 			fuse_reply_err(req, err);
 			return;
@@ -426,37 +593,6 @@ static const uint8_t *get_hdr(tp_fs *fs, uint32_t i, uint32_t r)
 	return (const uint8_t *)mine;
 }
 
-/* Has the source of node i changed since it was planned? Marks and logs it once. */
-static int source_changed(tp_fs *fs, uint32_t i)
-{
-	const tp_node *n = &fs->m->n[i];
-	if (atomic_load(&fs->bad[i]))
-		return 1;
-	struct stat st;
-	if (fstat(n->fd, &st) == 0 && (uint64_t)st.st_size == n->src_size && st.st_mtim.tv_sec == n->mtime.tv_sec &&
-	    st.st_mtim.tv_nsec == n->mtime.tv_nsec)
-		return 0;
-	if (!atomic_exchange(&fs->bad[i], 1))
-		tp_log(2, "%s: the source changed since it was mounted (size %llu, was %llu); its rank files now fail with EIO",
-		       n->path, (unsigned long long)st.st_size, (unsigned long long)n->src_size);
-	return 1;
-}
-
-/* Copies runs into dst from the source mapping under the SIGBUS guard. */
-static int copy_runs(const tp_run *runs, size_t nr, const tp_src *src, const uint8_t *hdr, uint8_t *dst)
-{
-	sigjmp_buf jb;
-	if (sigsetjmp(jb, 0)) {
-		bus_jmp = NULL;
-		return -1;
-	}
-	bus_jmp = &jb;
-	tp_err e;
-	int rc = tp_gather_cpu(runs, nr, src, hdr, dst, &e);
-	bus_jmp = NULL;
-	return rc;
-}
-
 static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size_t size, off_t off)
 {
 	tp_node *n = &fs->m->n[i];
@@ -467,7 +603,7 @@ static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	if (source_changed(fs, i)) {
+	if (source_changed(fs, i, n->fd)) {
 		fuse_reply_err(req, EIO);
 		return;
 	}
@@ -512,9 +648,9 @@ copy:;
 		nr = tp_map(L, (uint64_t)off + done, want - done, s->runs, RUN_CAP, &cov);
 		for (size_t k = 0; k < nr; k++)
 			touched += s->runs[k].kind == TP_RUN_SRC ? s->runs[k].len : 0;
-		if (!cov || copy_runs(s->runs, nr, &src, hdr, s->buf + done) < 0) {
-			if (!atomic_exchange(&fs->bad[i], 1))
-				tp_log(2, "%s: the source shrank while mounted; its rank files now fail with EIO", n->path);
+		tp_err ge;
+		if (!cov || tp_guarded_gather(s->runs, nr, &src, hdr, s->buf + done, &ge) < 0) {
+			mark_bad(fs, i, "shrank under its mapping");
 			fuse_reply_err(req, EIO);
 			return;
 		}
@@ -544,17 +680,19 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	if (n->kind == TN_TENSORS) {
 		read_tensors(req, fs, r, i, size, off);
 	} else if (n->kind == TN_INDEX) {
+		if (source_changed(fs, i, -1)) {
+			fuse_reply_err(req, EIO);
+			return;
+		}
 		uint64_t len = n->gen_len[r], o = (uint64_t)off < len ? (uint64_t)off : len;
 		fuse_reply_buf(req, n->gen[r] + o, size < len - o ? size : len - o);
 	} else if (h) {
 		scratch *s = get_scratch(size);
-		struct stat st;
 		if (!s) {
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
-		if (fstat(h->fd, &st) < 0 || (uint64_t)st.st_size != n->src_size) {
-			tp_log(2, "%s: the source changed since it was mounted; serving EIO", n->path);
+		if (source_changed(fs, i, h->fd)) {
 			fuse_reply_err(req, EIO);
 			return;
 		}
@@ -711,7 +849,7 @@ static void set_readahead(tp_fs *fs, dev_t dev)
 {
 	unsigned kb = fs->o->readahead_kb;
 	if (!kb) {
-		snprintf(fs->ra_note, sizeof fs->ra_note, "left at the kernel's default (--readahead 0)");
+		snprintf(fs->ra_note, RA_NOTE, "left at the kernel's default (--readahead 0)");
 		return;
 	}
 	char path[128];
@@ -721,10 +859,10 @@ static void set_readahead(tp_fs *fs, dev_t dev)
 	if (f && fclose(f) != 0)
 		ok = 0;
 	if (ok) {
-		snprintf(fs->ra_note, sizeof fs->ra_note, "%u KiB (bdi %u:%u)", kb, major(dev), minor(dev));
+		snprintf(fs->ra_note, RA_NOTE, "%u KiB (bdi %u:%u)", kb, major(dev), minor(dev));
 		tp_log(1, "readahead of %s set to %u KiB (bdi %u:%u)", fs->o->mnt, kb, major(dev), minor(dev));
 	} else {
-		tp_fmt(fs->ra_note, sizeof fs->ra_note, "kernel default (could not write %s: %s)", path, strerror(errno));
+		tp_fmt(fs->ra_note, RA_NOTE, "kernel default (could not write %s: %s)", path, strerror(errno));
 		tp_log(0, "could not set the readahead of %s (%s: %s): reads arrive in smaller requests", fs->o->mnt,
 		       path, strerror(errno));
 	}
@@ -757,36 +895,25 @@ static void detach_stdio(const char *log_path)
 		tp_log(0, "chdir /: %s", strerror(errno));
 }
 
-typedef struct ready_arg {
-	tp_fs *fs;
-	int fd; /* pipe to the waiting parent, or -1 */
-} ready_arg;
-
-/* Waits until the mount answers (a stat round trip), sets readahead, reports readiness. */
-static void *ready_thread(void *p)
+/* Runs in a short-lived helper process, never in the daemon: a stat of the mount point blocks
+ * until the daemon has answered INIT and the GETATTR, which a thread of the daemon must not wait
+ * for itself (under valgrind a stat holds the scheduler lock and the daemon would never answer).
+ * Then it raises the readahead window (only effective after INIT) and reports readiness to the
+ * waiting parent in background mode. Exits without running atexit handlers. */
+static void ready_helper(tp_fs *fs, int report_fd)
 {
-	ready_arg *a = p;
 	struct stat st;
 	char msg[512];
-	if (stat(a->fs->o->mnt, &st) < 0) {
-		snprintf(msg, sizeof msg, "E%s: the new mount does not answer: %s", a->fs->o->mnt, strerror(errno));
-		fuse_session_exit(a->fs->se);
+	if (stat(fs->o->mnt, &st) < 0) {
+		snprintf(msg, sizeof msg, "E%s: the new mount does not answer: %s", fs->o->mnt, strerror(errno));
 	} else {
-		set_readahead(a->fs, st.st_dev);
-		atomic_store(&a->fs->ready, 1);
+		set_readahead(fs, st.st_dev);
 		snprintf(msg, sizeof msg, "O");
-		tp_log(1, "serving %s as %u ranks at %s (plan: %s)", a->fs->m->src, a->fs->T, a->fs->o->mnt,
-		       a->fs->m->plan_origin);
+		tp_log(1, "serving %s as %u ranks at %s (plan: %s)", fs->m->src, fs->T, fs->o->mnt, fs->m->plan_origin);
 	}
-	if (a->fd >= 0) {
-		if (msg[0] == 'O')
-			detach_stdio(a->fs->o->log_path);
-		if (write(a->fd, msg, strlen(msg)) < 0)
-			tp_log(0, "could not report readiness: %s", strerror(errno));
-		close(a->fd);
-	}
-	free(a);
-	return NULL;
+	if (report_fd >= 0 && write(report_fd, msg, strlen(msg)) < 0)
+		tp_log(0, "could not report readiness: %s", strerror(errno));
+	_exit(msg[0] == 'O' ? 0 : 1);
 }
 
 /* Parent side of daemonizing: waits for the child's verdict. */
@@ -815,8 +942,12 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	fs.nn = m->nn;
 	fs.T = m->T;
 	fs.stats_ino = 2 + (fuse_ino_t)m->T * m->nn;
+	fs.ifd = fs.stop[0] = fs.stop[1] = -1;
 	clock_gettime(CLOCK_REALTIME, &fs.started);
-	snprintf(fs.ra_note, sizeof fs.ra_note, "not set yet");
+	fs.ra_note = mmap(NULL, RA_NOTE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (fs.ra_note == MAP_FAILED)
+		return tp_fail(e, TP_ENOMEM, "mmap: %s", strerror(errno));
+	snprintf(fs.ra_note, RA_NOTE, "not set yet");
 	fs.hdr = calloc((size_t)m->nn * m->T, sizeof *fs.hdr);
 	fs.bad = calloc(m->nn, sizeof *fs.bad);
 	fs.rs = calloc(m->T, sizeof *fs.rs);
@@ -836,6 +967,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 			free(fs.hdr);
 			free((void *)fs.bad);
 			free(fs.rs);
+			munmap(fs.ra_note, RA_NOTE);
 			return tp_fail(e, TP_EIO, "pipe: %s", strerror(errno));
 		}
 		fflush(NULL);
@@ -846,10 +978,12 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 			free((void *)fs.bad);
 			free(fs.rs);
 			if (pid < 0) {
+				munmap(fs.ra_note, RA_NOTE);
 				close(pipefd[0]);
 				return tp_fail(e, TP_EIO, "fork: %s", strerror(errno));
 			}
 			*parent = 1;
+			munmap(fs.ra_note, RA_NOTE);
 			return wait_child(pipefd[0], pid, e);
 		}
 		close(pipefd[0]);
@@ -877,28 +1011,33 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		tp_fail(e, TP_EIO, "cannot install signal handlers");
 		goto out;
 	}
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_sigaction = on_sigbus;
-	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
-	sigaction(SIGBUS, &sa, NULL);
+	tp_guard_install();
 
-	ready_arg *ra = malloc(sizeof *ra);
-	pthread_t th;
-	if (ra) {
-		ra->fs = &fs;
-		ra->fd = daemon_fd;
-		daemon_fd = -1;
-		if (pthread_create(&th, NULL, ready_thread, ra) == 0)
-			pthread_detach(th);
-		else
-			free(ra);
+	fflush(NULL);
+	pid_t helper = fork();
+	if (helper == 0)
+		ready_helper(&fs, daemon_fd);
+	if (helper < 0) {
+		tp_fail(e, TP_EIO, "fork: %s", strerror(errno));
+		goto out;
 	}
+	if (daemon_fd >= 0) {
+		/* the helper reports readiness to the parent; the daemon's output goes to the log */
+		close(daemon_fd);
+		daemon_fd = -1;
+		detach_stdio(o->log_path);
+	}
+	start_watching(&fs);
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, o->threads ? o->threads : 16);
 	fuse_loop_cfg_set_idle_threads(lc, o->threads ? o->threads : 16);
 	int lr = fuse_session_loop_mt(fs.se, lc);
 	fuse_loop_cfg_destroy(lc);
+	stop_watching(&fs);
+	if (waitpid(helper, NULL, WNOHANG) == 0) { /* still waiting for a mount that is going away */
+		kill(helper, SIGKILL);
+		waitpid(helper, NULL, 0);
+	}
 	fuse_remove_signal_handlers(fs.se);
 	if (lr < 0) {
 		tp_fail(e, TP_EIO, "the FUSE loop failed: %s", strerror(-lr));
@@ -937,5 +1076,6 @@ out:
 	if (log_file)
 		fclose(log_file);
 	log_file = NULL;
+	munmap(fs.ra_note, RA_NOTE);
 	return rc;
 }

@@ -117,6 +117,7 @@ static int lint_json(const char *json, uint64_t len, const char *fname, tp_err *
 {
 	const unsigned char *p = (const unsigned char *)json;
 	int in_str = 0;
+	uint64_t depth = 0, top = 0; /* nesting, and commas at the top level (entries - 1) */
 	for (uint64_t i = 0; i < len;) {
 		unsigned char c = p[i];
 		if (c >= 0x80) {
@@ -146,6 +147,14 @@ static int lint_json(const char *json, uint64_t len, const char *fname, tp_err *
 			}
 		} else if (c == '"') {
 			in_str = 1;
+		} else if (c == '{' || c == '[') {
+			depth++;
+		} else if (c == '}' || c == ']') {
+			depth -= depth > 0;
+		} else if (c == ',' && depth == 1 && ++top > ST_MAX_TENSORS) {
+			/* refuse before cJSON spends memory on a million entries (the +1 is __metadata__) */
+			return tp_fail(e, TP_ELIMIT, "%s: more than %d tensors, the tpfs limit per file", fname,
+				       ST_MAX_TENSORS);
 		} else if (c == '-') {
 			return tp_fail(e, TP_EINVAL, "%s: header: negative number at header byte %llu",
 				       fname, (unsigned long long)i);
