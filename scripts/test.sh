@@ -5,8 +5,8 @@
 #                  loader tests (FUSE + the safetensors package), CLI tests.
 #   2. build/asan  the same tests with AddressSanitizer + UndefinedBehaviorSanitizer, mount tests
 #                  included (the daemon runs sanitized).
-#   3. fuzzing of the header parser and plan resolution for FUZZ_SECONDS (default 60) when the
-#      fuzz targets are built.
+#   3. smoke runs of the benchmarks (seconds), then fuzzing of the header parser and plan
+#      resolution for FUZZ_SECONDS (default 60).
 # Exits non-zero on the first failure. Mount tests skip (exit 77, with the reason) only where
 # /dev/fuse is missing.
 set -euo pipefail
@@ -17,6 +17,12 @@ venv="$PWD/build/venv"
 echo "== normal build" >&2
 bash scripts/build.sh build -Dvenv="$venv"
 meson test -C build --print-errorlogs --num-processes 2
+
+echo "== benchmark smoke runs (seconds; the real runs are scripts/bench.sh, build/bench/gather_bench)" >&2
+build/venv/bin/python bench/bench.py --smoke --tpfs build/src/tpfs > build/bench-smoke.log
+tail -n 3 build/bench-smoke.log >&2
+build/bench/gather_bench 4 > build/gather-bench-smoke.log
+head -n 1 build/gather-bench-smoke.log >&2
 
 echo "== sanitized build (ASan + UBSan)" >&2
 bash scripts/build.sh build/asan -Dvenv="$venv" -Db_sanitize=address,undefined -Db_lundef=false \

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "fs.h"
+#include "gather_module.h"
 #include "model.h"
 
 static const char *usage_main =
@@ -58,12 +59,20 @@ static const char *usage_mount =
 	"  -f, --foreground    stay in the foreground (log to stderr)\n"
 	"  -d, --debug         libfuse debug output; counters at unmount (implies -f)\n"
 	"  -o OPTIONS          extra FUSE mount options (comma separated)\n"
-	"  --readahead KB      readahead window set on the mount (default 1024, so reads arrive as\n"
-	"                      1 MiB requests; 0 leaves the kernel's 128)\n"
+	"  --readahead KB      readahead window set on the mount (default 4096: reads arrive as\n"
+	"                      1 MiB requests, several in flight; 0 leaves the kernel's 128)\n"
 	"  --threads N         worker threads (default 16)\n"
 	"  --log FILE          log file in background mode (default: syslog)\n"
-	"  --gather MODE       auto, cpu or cuda (default auto: the CPU unless a GPU backend is\n"
-	"                      available and measured faster)\n"
+	"  --gather MODE       auto, cpu or cuda. cuda gathers every strided read on the GPU and is\n"
+	"                      refused when no device is usable; auto (default) uses it only for\n"
+	"                      gathers past --cuda-min-runs N and --cuda-min-bytes B, which are unset\n"
+	"                      (so: the CPU) until measurements on a GPU machine give them values\n"
+	"tuning (docs/PERFORMANCE.md has the measurements behind the defaults):\n"
+	"  --reply MODE        auto (default), iov (replies point into the source mapping) or copy\n"
+	"                      (replies are gathered into a buffer first)\n"
+	"  --max-background N  FUSE requests in flight for readahead (default 64; the kernel's is 12)\n"
+	"  --release-pages on|off  drop the daemon's mapping of source pages after each reply so its\n"
+	"                      RSS stays flat (default on; the pages stay in the page cache)\n"
 	"\n"
 	"Unmount with 'tpfs umount MNT', 'fusermount3 -u MNT', or SIGTERM/SIGINT to the daemon.\n";
 
@@ -172,9 +181,12 @@ static int cmd_mount(int argc, char **argv)
 		{"foreground", no_argument, 0, 'f'}, {"debug", no_argument, 0, 'd'},
 		{"readahead", required_argument, 0, 'R'}, {"threads", required_argument, 0, 'j'},
 		{"log", required_argument, 0, 'L'}, {"gather", required_argument, 0, 'g'},
+		{"reply", required_argument, 0, 'y'}, {"max-background", required_argument, 0, 'b'},
+		{"release-pages", required_argument, 0, 'P'}, {"cuda-min-runs", required_argument, 0, 'C'},
+		{"cuda-min-bytes", required_argument, 0, 'B'},
 		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 	tp_model_opts mo = {.log = tp_log_model};
-	tp_fs_opts fo = {.readahead_kb = 1024, .threads = 16, .gather = "auto"};
+	tp_fs_opts fo = {.readahead_kb = 4096, .threads = 16, .gather = "auto", .release_pages = -1};
 	int have_t = 0, c;
 	char fuse_opts[4096] = "";
 	uint32_t v;
@@ -214,6 +226,29 @@ static int cmd_mount(int argc, char **argv)
 			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
 				return die_usage(usage_mount, "--gather: auto, cpu or cuda");
 			fo.gather = optarg;
+			break;
+		case 'y':
+			if (strcmp(optarg, "auto") && strcmp(optarg, "iov") && strcmp(optarg, "copy"))
+				return die_usage(usage_mount, "--reply: auto, iov or copy");
+			fo.reply = optarg[0] == 'i' ? 1 : optarg[0] == 'c' ? 2 : 0;
+			break;
+		case 'b':
+			if (parse_u32(optarg, &fo.max_background) < 0 || fo.max_background < 1 || fo.max_background > 65535)
+				return die_usage(usage_mount, "--max-background: give 1..65535");
+			break;
+		case 'C':
+			if (parse_u32(optarg, &fo.cuda_min_runs) < 0)
+				return die_usage(usage_mount, "--cuda-min-runs: give a number of runs");
+			break;
+		case 'B':
+			if (parse_u32(optarg, &v) < 0)
+				return die_usage(usage_mount, "--cuda-min-bytes: give a number of bytes (below 4 GiB)");
+			fo.cuda_min_bytes = v;
+			break;
+		case 'P':
+			if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+				return die_usage(usage_mount, "--release-pages: on or off");
+			fo.release_pages = optarg[1] == 'n';
 			break;
 		case 'h': fputs(usage_mount, stdout); return 0;
 		default: return die_usage(usage_mount, NULL);
@@ -258,9 +293,11 @@ static int cmd_mount(int argc, char **argv)
 	fo.mnt = rmnt;
 	fo.fuse_opts = fuse_opts[0] ? fuse_opts : NULL;
 	if (strcmp(fo.gather, "cuda") == 0) {
-		fprintf(stderr, "tpfs: --gather cuda: no CUDA gather module is available in this build or no GPU is present; "
-				"use --gather auto or cpu\n");
-		return 1;
+		char why[512];
+		if (tp_cuda_available(why, sizeof why) < 0) {
+			fprintf(stderr, "tpfs: --gather cuda: %s; use --gather auto or cpu\n", why);
+			return 1;
+		}
 	}
 	tp_model m;
 	tp_err e;

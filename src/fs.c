@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "gather.h"
+#include "gather_module.h"
 #include "guard.h"
 
 #define TIMEOUT (365.0 * 24 * 3600) /* entry and attribute cache lifetime, seconds */
@@ -88,7 +89,8 @@ typedef struct rank_stats {
 	_Atomic uint64_t touched; /* source bytes read to produce them */
 	_Atomic uint64_t reads;   /* read requests */
 	_Atomic uint64_t copied;  /* requests served by copying (not an iovec) */
-	char pad[32];
+	_Atomic uint64_t gpu;     /* of those, gathered by the CUDA backend */
+	char pad[24];
 } rank_stats;
 
 typedef struct tp_fs {
@@ -110,6 +112,10 @@ typedef struct tp_fs {
 	size_t nw;
 	pthread_t watcher;
 	int watching;
+	/* gather backends */
+	tp_gather gpu;         /* the CUDA backend when loaded */
+	int gpu_mode;          /* 0 CPU only, 1 CUDA for every strided gather, 2 CUDA past thresholds */
+	char gather_note[256];
 } tp_fs;
 
 typedef struct watch {
@@ -126,6 +132,37 @@ typedef struct fhandle {
 } fhandle;
 
 static const uint8_t zero_page[1 << 20];
+
+/* Drops this process's page-table entries of the source pages behind runs (the pages stay in
+ * the page cache): without it, every source page a reply touched would count in the daemon's
+ * RSS, a 700 GB checkpoint read once would show as 700 GB resident. */
+static void release_runs(const tp_fs *fs, const tp_node *n, const tp_run *runs, size_t nr)
+{
+	if (!fs->o->release_pages || !n->map)
+		return;
+	uint64_t lo = UINT64_MAX, hi = 0;
+	for (size_t k = 0; k < nr; k++) {
+		if (runs[k].kind != TP_RUN_SRC)
+			continue;
+		lo = runs[k].off < lo ? runs[k].off : lo;
+		hi = runs[k].off + runs[k].len > hi ? runs[k].off + runs[k].len : hi;
+	}
+	if (lo >= hi)
+		return;
+	/* The kernel maps more than the pages a copy touches: fault-around maps the neighbours of a
+	 * faulting page (64 KiB by default) and a large folio is mapped whole. Release a 2 MiB-aligned
+	 * span around the runs so those neighbours go too (another thread needing them faults again). */
+	const uint64_t align = 2u << 20;
+	static uint64_t page;
+	if (!page)
+		page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t a = lo / align * align, b = (hi + align - 1) / align * align;
+	uint64_t end = (n->src_size + page - 1) / page * page;
+	if (b > end)
+		b = end;
+	if (a < b)
+		madvise((void *)(n->map + a), b - a, MADV_DONTNEED);
+}
 
 /* Per-thread scratch, made on a thread's first read and freed when it exits. */
 typedef struct scratch {
@@ -403,8 +440,8 @@ static void op_init(void *data, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA; /* files never change while mounted */
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
-	conn->max_background = 64;
-	conn->congestion_threshold = 48;
+	conn->max_background = fs->o->max_background ? fs->o->max_background : 64;
+	conn->congestion_threshold = conn->max_background * 3 / 4;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -616,7 +653,23 @@ static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size
 	}
 	uint64_t cov, touched = 0;
 	size_t nr = tp_map(L, (uint64_t)off, want, s->runs, RUN_CAP, &cov);
-	if (cov == want && nr <= IOV_CAP && (nr <= 8 || want / nr >= SMALL_RUN)) {
+	int iov_ok = cov == want && nr <= IOV_CAP && (nr <= 8 || want / nr >= SMALL_RUN);
+	if (fs->o->reply)
+		iov_ok = cov == want && nr <= IOV_CAP && fs->o->reply == 1;
+	const tp_gather *backend = NULL;
+	if (fs->gpu_mode) {
+		size_t nsrc = 0;
+		for (size_t k = 0; k < nr; k++)
+			nsrc += s->runs[k].kind == TP_RUN_SRC;
+		if (cov < want)
+			nsrc = RUN_CAP; /* more runs than one pass maps */
+		if ((fs->gpu_mode == 1 && nsrc > 1) ||
+		    (fs->gpu_mode == 2 && nsrc >= fs->o->cuda_min_runs && want >= fs->o->cuda_min_bytes)) {
+			backend = &fs->gpu;
+			iov_ok = 0;
+		}
+	}
+	if (iov_ok) {
 		for (size_t k = 0; k < nr; k++) {
 			const tp_run *run = &s->runs[k];
 			s->iov[k].iov_len = run->len;
@@ -638,6 +691,7 @@ static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size
 		if (err)
 			tp_log(3, "%s (rank %u): reply of %llu bytes at %lld failed: %s", n->path, r,
 			       (unsigned long long)want, (long long)off, strerror(-err));
+		release_runs(fs, n, s->runs, nr);
 		return;
 	}
 copy:;
@@ -649,16 +703,22 @@ copy:;
 		for (size_t k = 0; k < nr; k++)
 			touched += s->runs[k].kind == TP_RUN_SRC ? s->runs[k].len : 0;
 		tp_err ge;
-		if (!cov || tp_guarded_gather(s->runs, nr, &src, hdr, s->buf + done, &ge) < 0) {
-			mark_bad(fs, i, "shrank under its mapping");
+		if (!cov || tp_guarded_gather(backend, s->runs, nr, &src, hdr, s->buf + done, &ge) < 0) {
+			if (ge.code == TP_ECHANGED)
+				mark_bad(fs, i, "shrank under its mapping");
+			else
+				tp_log(2, "%s (rank %u): gather failed: %s", n->path, r, ge.msg);
 			fuse_reply_err(req, EIO);
 			return;
 		}
+		release_runs(fs, n, s->runs, nr);
 		done += cov;
 	}
 	atomic_fetch_add_explicit(&rs->served, want, memory_order_relaxed);
 	atomic_fetch_add_explicit(&rs->touched, touched, memory_order_relaxed);
 	atomic_fetch_add_explicit(&rs->copied, 1, memory_order_relaxed);
+	if (backend)
+		atomic_fetch_add_explicit(&rs->gpu, 1, memory_order_relaxed);
 	fuse_reply_buf(req, (const char *)s->buf, want);
 }
 
@@ -828,16 +888,17 @@ static char *stats_text(tp_fs *fs, size_t *len)
 	if (!b)
 		return NULL;
 	size_t w = (size_t)snprintf(b, cap,
-				    "tpfs %s\nsource: %s\ntp: %u\nplan: %s\nreadahead: %s\n"
-				    "%-6s %16s %16s %10s %10s\n",
-				    TPFS_VERSION, fs->m->src, fs->T, fs->m->plan_origin, fs->ra_note, "rank",
-				    "bytes_served", "source_bytes", "reads", "copied");
+				    "tpfs %s\nsource: %s\ntp: %u\nplan: %s\nreadahead: %s\ngather: %s\n"
+				    "%-6s %16s %16s %10s %10s %10s\n",
+				    TPFS_VERSION, fs->m->src, fs->T, fs->m->plan_origin, fs->ra_note, fs->gather_note, "rank",
+				    "bytes_served", "source_bytes", "reads", "copied", "gpu");
 	for (uint32_t r = 0; r < fs->T && w < cap; r++)
-		w += (size_t)snprintf(b + w, cap - w, "%-6u %16llu %16llu %10llu %10llu\n", r,
+		w += (size_t)snprintf(b + w, cap - w, "%-6u %16llu %16llu %10llu %10llu %10llu\n", r,
 				      (unsigned long long)atomic_load(&fs->rs[r].served),
 				      (unsigned long long)atomic_load(&fs->rs[r].touched),
 				      (unsigned long long)atomic_load(&fs->rs[r].reads),
-				      (unsigned long long)atomic_load(&fs->rs[r].copied));
+				      (unsigned long long)atomic_load(&fs->rs[r].copied),
+				      (unsigned long long)atomic_load(&fs->rs[r].gpu));
 	*len = w < cap ? w : cap - 1;
 	return b;
 }
@@ -943,6 +1004,8 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	fs.T = m->T;
 	fs.stats_ino = 2 + (fuse_ino_t)m->T * m->nn;
 	fs.ifd = fs.stop[0] = fs.stop[1] = -1;
+	tp_fmt(fs.gather_note, sizeof fs.gather_note, "%s", !strcmp(o->gather, "cpu") ? "cpu (--gather cpu)"
+	       : "cpu (auto: no measured range where CUDA wins is set; see docs/PERFORMANCE.md)");
 	clock_gettime(CLOCK_REALTIME, &fs.started);
 	fs.ra_note = mmap(NULL, RA_NOTE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (fs.ra_note == MAP_FAILED)
@@ -1027,6 +1090,20 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		daemon_fd = -1;
 		detach_stdio(o->log_path);
 	}
+	if (!strcmp(o->gather, "cuda") || (!strcmp(o->gather, "auto") && o->cuda_min_runs && o->cuda_min_bytes)) {
+		char why[256];
+		if (tp_cuda_load(&fs.gpu, why, sizeof why) == 0) {
+			fs.gpu_mode = !strcmp(o->gather, "cuda") ? 1 : 2;
+			tp_fmt(fs.gather_note, sizeof fs.gather_note, "cuda on %s (%s)", why,
+			       fs.gpu_mode == 1 ? "every strided gather" : "past --cuda-min-runs/--cuda-min-bytes");
+		} else if (!strcmp(o->gather, "cuda")) {
+			tp_fail(e, TP_EIO, "--gather cuda: %s", why);
+			goto out;
+		} else {
+			tp_fmt(fs.gather_note, sizeof fs.gather_note, "cpu (auto: %s)", why);
+		}
+	}
+	tp_log(1, "gather: %s", fs.gather_note);
 	start_watching(&fs);
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, o->threads ? o->threads : 16);
@@ -1077,5 +1154,7 @@ out:
 		fclose(log_file);
 	log_file = NULL;
 	munmap(fs.ra_note, RA_NOTE);
+	if (fs.gpu.ops)
+		fs.gpu.ops->destroy(fs.gpu.self);
 	return rc;
 }

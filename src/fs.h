@@ -19,6 +19,12 @@ typedef struct tp_fs_opts {
 	unsigned threads;        /* max worker threads */
 	const char *log_path;    /* background mode: log file (default: syslog) */
 	const char *gather;      /* "auto", "cpu" or "cuda" */
+	unsigned cuda_min_runs;  /* auto: use CUDA for gathers of at least this many source runs ... */
+	unsigned long long cuda_min_bytes; /* ... and bytes; 0 (the default): never, until measured */
+	int reply;               /* 0 auto, 1 always iovec into the mapping, 2 always copy (tuning) */
+	unsigned max_background; /* FUSE background requests (readahead in flight); 0: tpfs default */
+	int release_pages;       /* drop the daemon's page-table entries of source pages after each
+	                          * reply (keeps RSS flat); -1 auto (on), 0 off, 1 on */
 } tp_fs_opts;
 
 /* Mounts m at o->mnt and serves it until unmounted (fusermount3 -u, tpfs umount, SIGTERM,

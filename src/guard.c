@@ -27,8 +27,8 @@ void tp_guard_install(void)
 	sigaction(SIGBUS, &sa, NULL);
 }
 
-int tp_guarded_gather(const tp_run *runs, size_t n, const tp_src *src, const uint8_t *hdr, uint8_t *dst,
-		      tp_err *e)
+int tp_guarded_gather(const tp_gather *g, const tp_run *runs, size_t n, const tp_src *src, const uint8_t *hdr,
+		      uint8_t *dst, tp_err *e)
 {
 	sigjmp_buf jb;
 	if (sigsetjmp(jb, 1)) {
@@ -36,7 +36,7 @@ int tp_guarded_gather(const tp_run *runs, size_t n, const tp_src *src, const uin
 		return tp_fail(e, TP_ECHANGED, "the source shrank under its mapping (SIGBUS caught)");
 	}
 	bus_jmp = &jb;
-	int rc = tp_gather_cpu(runs, n, src, hdr, dst, e);
+	int rc = g ? g->ops->gather(g->self, runs, n, src, hdr, dst, e) : tp_gather_cpu(runs, n, src, hdr, dst, e);
 	bus_jmp = NULL;
 	return rc;
 }

@@ -106,6 +106,8 @@ F.check(p.returncode == 0, "background mount: %s" % p.stderr)
 F.check(tt.is_mounted(mnt) and sorted(os.listdir(mnt)) == [".tpfs-stats", "rank0", "rank1"],
         "the mount answers as soon as tpfs returns")
 F.check(os.path.getsize(os.path.join(mnt, "rank1", "model-00001-of-00002.safetensors")) > 0, "files readable at once")
+stats = open(os.path.join(mnt, ".tpfs-stats")).read()
+F.check("gather: cpu (auto:" in stats, "--gather auto serves with the CPU where no crossover is measured: %s" % stats)
 p = tt.tpfs("umount", mnt)
 F.check(p.returncode == 0 and not tt.is_mounted(mnt), "tpfs umount: %s" % p.stderr)
 p = tt.tpfs("umount", mnt)
