@@ -119,6 +119,36 @@ static int parse_u32(const char *s, uint32_t *out)
 	return 0;
 }
 
+/* Parses an option that mount and plan share (--tp, --plan, --strict, --pad-vocab) into mo.
+ * Returns 1 when c was one of them, 0 when it was not, or 2 (the exit status) after a usage
+ * error. *have_t records --tp. */
+static int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, const char *usage)
+{
+	uint32_t v;
+	switch (c) {
+	case 't':
+		if (parse_u32(arg, &mo->T) < 0 || mo->T < 1 || mo->T > TP_MAX_T)
+			return die_usage(usage, "--tp: give a number of ranks between 1 and 1024");
+		*have_t = 1;
+		return 1;
+	case 'p':
+		mo->plan = arg;
+		return 1;
+	case 's':
+		mo->strict = 1;
+		return 1;
+	case 'V':
+		mo->pad_vocab = 64;
+		if (arg && (parse_u32(arg, &v) < 0 || v < 1))
+			return die_usage(usage, "--pad-vocab=M: give a positive multiple");
+		if (arg)
+			mo->pad_vocab = v;
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 /* ---- mountinfo ---- */
 
 /* Undoes the octal escapes of /proc/self/mountinfo (\040 for a space). */
@@ -191,21 +221,12 @@ static int cmd_mount(int argc, char **argv)
 	char fuse_opts[4096] = "";
 	uint32_t v;
 	while ((c = getopt_long(argc, argv, "fdo:h", lo, NULL)) != -1) {
+		int k = model_option(c, optarg, &mo, &have_t, usage_mount);
+		if (k == 2)
+			return 2;
+		if (k == 1)
+			continue;
 		switch (c) {
-		case 't':
-			if (parse_u32(optarg, &mo.T) < 0 || mo.T < 1 || mo.T > TP_MAX_T)
-				return die_usage(usage_mount, "--tp: give a number of ranks between 1 and 1024");
-			have_t = 1;
-			break;
-		case 'p': mo.plan = optarg; break;
-		case 's': mo.strict = 1; break;
-		case 'V':
-			mo.pad_vocab = 64;
-			if (optarg && (parse_u32(optarg, &v) < 0 || v < 1))
-				return die_usage(usage_mount, "--pad-vocab=M: give a positive multiple");
-			if (optarg)
-				mo.pad_vocab = v;
-			break;
 		case 'f': fo.foreground = 1; break;
 		case 'd': fo.debug = fo.foreground = 1; tp_log_debug = 1; break;
 		case 'o': {
@@ -563,29 +584,20 @@ static int cmd_plan(int argc, char **argv)
 		{0, 0, 0, 0}};
 	plan_ctx pc = {0};
 	tp_model_opts mo = {.log = plan_log, .on_tensor = on_tensor, .ctx = &pc, .keep_going = 1};
-	uint32_t rank = 0, v;
+	uint32_t rank = 0;
 	int json = 0, have_t = 0, c;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		int k = model_option(c, optarg, &mo, &have_t, usage_plan);
+		if (k == 2)
+			return 2;
+		if (k == 1)
+			continue;
 		switch (c) {
-		case 't':
-			if (parse_u32(optarg, &mo.T) < 0 || mo.T < 1 || mo.T > TP_MAX_T)
-				return die_usage(usage_plan, "--tp: give a number of ranks between 1 and 1024");
-			have_t = 1;
-			break;
 		case 'r':
 			if (parse_u32(optarg, &rank) < 0)
 				return die_usage(usage_plan, "--rank: give a rank number");
 			break;
 		case 'j': json = 1; break;
-		case 'p': mo.plan = optarg; break;
-		case 's': mo.strict = 1; break;
-		case 'V':
-			mo.pad_vocab = 64;
-			if (optarg && (parse_u32(optarg, &v) < 0 || v < 1))
-				return die_usage(usage_plan, "--pad-vocab=M: give a positive multiple");
-			if (optarg)
-				mo.pad_vocab = v;
-			break;
 		case 'l':
 			for (int i = 0; i < tp_builtin_count(); i++) {
 				size_t len;

@@ -433,6 +433,17 @@ static void w_str(st_wbuf *w, const char *s)
 	st_w_raw(w, s, strlen(s));
 }
 
+/* Writes sep, then "key": value for the JSON member it (its value compact, as it was). */
+static void w_member(st_wbuf *w, const char *sep, const cJSON *it)
+{
+	char *v = cJSON_PrintUnformatted(it);
+	w_str(w, sep);
+	st_w_json_string(w, it->string);
+	w_str(w, ": ");
+	w_str(w, v ? v : "null");
+	free(v);
+}
+
 /* Writes (or counts) rank r's rewrite of index j: metadata keys kept, total_size replaced by
  * the local tensor bytes, weight_map restricted to the tensors the rank has. */
 static uint64_t write_index(tp_model *m, uint32_t idx, const cJSON *j, uint32_t r, st_wbuf *w)
@@ -456,16 +467,8 @@ static uint64_t write_index(tp_model *m, uint32_t idx, const cJSON *j, uint32_t 
 	st_w_u64(w, total);
 	const cJSON *md = cJSON_GetObjectItemCaseSensitive(j, "metadata");
 	cJSON_ArrayForEach(it, md)
-	{
-		if (!strcmp(it->string, "total_size"))
-			continue;
-		char *v = cJSON_PrintUnformatted(it);
-		w_str(w, ",\n    ");
-		st_w_json_string(w, it->string);
-		w_str(w, ": ");
-		w_str(w, v ? v : "null");
-		free(v);
-	}
+		if (strcmp(it->string, "total_size"))
+			w_member(w, ",\n    ", it);
 	w_str(w, "\n  },\n  \"weight_map\": {");
 	int first = 1;
 	cJSON_ArrayForEach(it, wm)
@@ -476,26 +479,13 @@ static uint64_t write_index(tp_model *m, uint32_t idx, const cJSON *j, uint32_t 
 			if (t && m->n[f].lay[r].loc[t - m->n[f].h.t] == UINT32_MAX)
 				continue; /* not on this rank */
 		}
-		w_str(w, first ? "\n    " : ",\n    ");
+		w_member(w, first ? "\n    " : ",\n    ", it);
 		first = 0;
-		st_w_json_string(w, it->string);
-		w_str(w, ": ");
-		char *v = cJSON_PrintUnformatted(it);
-		w_str(w, v ? v : "null");
-		free(v);
 	}
 	w_str(w, first ? "}" : "\n  }");
 	cJSON_ArrayForEach(it, j)
-	{
-		if (!strcmp(it->string, "metadata") || !strcmp(it->string, "weight_map"))
-			continue;
-		char *v = cJSON_PrintUnformatted(it);
-		w_str(w, ",\n  ");
-		st_w_json_string(w, it->string);
-		w_str(w, ": ");
-		w_str(w, v ? v : "null");
-		free(v);
-	}
+		if (strcmp(it->string, "metadata") && strcmp(it->string, "weight_map"))
+			w_member(w, ",\n  ", it);
 	w_str(w, "\n}\n");
 	return w->len;
 }
