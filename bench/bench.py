@@ -330,17 +330,27 @@ def main():
         def rankfiles(m):
             return [p for r in range(m.T) for p in st_files(m.rank(r))]
 
+        def best_of(k, fn):
+            """The better of k back-to-back passes: a transient stall of this shared machine
+            should not decide a ratio (the median over repetitions is taken of these)."""
+            return max(fn() for _ in range(k))
+
+        def first_read(files):
+            drop_cache(files)
+            n, s = read_all(files)
+            return n / s
+
+        def re_read(files):
+            n, s = read_all(files)
+            return n / s
+
         for rep in range(reps):
-            n, s = read_all(srcs)
-            note("native", n / s)
+            note("native", best_of(2, lambda: re_read(srcs)))
             for key in ("t1", "t2", "t2_ra128", "t2_copy", "t2_bg12", "t2_keep_ptes"):
                 files = rankfiles(mounts[key])
-                drop_cache(files)
-                n, s = read_all(files)
-                note(key + "_first", n / s)
+                note(key + "_first", best_of(2, lambda: first_read(files)))
                 if key in ("t1", "t2"):
-                    n, s = read_all(files)
-                    note(key + "_reread", n / s)
+                    note(key + "_reread", best_of(2, lambda: re_read(files)))
                 drop_cache(files)  # one contender's pages in memory at a time
             # both ranks of T = 2 at once, as two processes of a serving engine would
             m = mounts["t2"]
@@ -481,8 +491,9 @@ def report(a, res, reps, size, nfiles, scale, out):
     cmd = "scripts/bench.sh" + (" --smoke" if a.smoke else "") + ("" if reps == 5 or a.smoke else " --reps %d" % reps)
     uname = os.uname()
     doc = ["# Performance", "",
-           "Produced by `%s` (%d repetitions, contenders alternated within each repetition, medians; ratios"
-           " are taken between figures of the same run)." % (cmd, reps), "",
+           "Produced by `%s` (%d repetitions, contenders alternated within each repetition; each throughput"
+           " is the better of two back-to-back passes within a repetition, then the median over repetitions;"
+           " ratios are taken between figures of the same run)." % (cmd, reps), "",
            "Machine: %s, %d CPUs, kernel %s. Workload: a generated GLM-5.3-like checkpoint, %d files, %.2f GiB"
            " (KDA layers with row-parallel o_proj, DSA layers, MoE experts, vocab-parallel embedding), in the page cache."
            % (uname.machine, os.cpu_count(), uname.release, nfiles, size / GiB), "", table, ""]
