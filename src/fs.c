@@ -192,7 +192,7 @@ static scratch *get_scratch(size_t need)
 			return NULL;
 		pthread_setspecific(scratch_key, s);
 	}
-	if (s->cap < need) {
+	if (s->cap < need || !s->buf) { /* always a buffer, even for a zero-length need */
 		size_t cap = need < (1u << 20) + 4096 ? (1u << 20) + 4096 : need;
 		uint8_t *b = realloc(s->buf, cap);
 		if (!b)
@@ -727,8 +727,17 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	tp_fs *fs = fuse_req_userdata(req);
 	fhandle *h = (fhandle *)(uintptr_t)fi->fh;
 	if (ino == fs->stats_ino) {
-		size_t o = (size_t)off < h->len ? (size_t)off : h->len;
-		fuse_reply_buf(req, h->buf + o, size < h->len - o ? size : h->len - o);
+		/* reply from this thread's scratch: a RELEASE handled by another thread may free h->buf
+		 * as soon as the kernel has the bytes, while this thread is still returning from writev */
+		size_t o = (size_t)off < h->len ? (size_t)off : h->len, l = size < h->len - o ? size : h->len - o;
+		scratch *s = get_scratch(l);
+		if (!s) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		if (l)
+			memcpy(s->buf, h->buf + o, l);
+		fuse_reply_buf(req, (const char *)s->buf, l);
 		return;
 	}
 	uint32_t r, i;
