@@ -914,6 +914,20 @@ static char *stats_text(tp_fs *fs, size_t *len)
 
 /* ---- mounting ---- */
 
+/* Is the filesystem with device number dev still mounted at mnt? (Without touching the mount.) */
+static int is_mounted(const char *mnt, dev_t dev)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	char line[8192], want[32];
+	int hit = 0;
+	snprintf(want, sizeof want, " %u:%u ", major(dev), minor(dev));
+	while (f && !hit && fgets(line, sizeof line, f))
+		hit = strstr(line, want) && strstr(line, mnt);
+	if (f)
+		fclose(f);
+	return hit;
+}
+
 /* Raises the mount's readahead window so that reads arrive as 1 MiB requests. */
 static void set_readahead(tp_fs *fs, dev_t dev)
 {
@@ -931,6 +945,9 @@ static void set_readahead(tp_fs *fs, dev_t dev)
 	if (ok) {
 		snprintf(fs->ra_note, RA_NOTE, "%u KiB (bdi %u:%u)", kb, major(dev), minor(dev));
 		tp_log(1, "readahead of %s set to %u KiB (bdi %u:%u)", fs->o->mnt, kb, major(dev), minor(dev));
+	} else if (errno == ENOENT && !is_mounted(fs->o->mnt, dev)) {
+		/* unmounted already (a mount used for a moment): nothing to tune */
+		tp_fmt(fs->ra_note, RA_NOTE, "not set (unmounted before it could be)");
 	} else {
 		tp_fmt(fs->ra_note, RA_NOTE, "kernel default (could not write %s: %s)", path, strerror(errno));
 		tp_log(0, "could not set the readahead of %s (%s: %s): reads arrive in smaller requests", fs->o->mnt,
