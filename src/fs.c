@@ -656,7 +656,7 @@ static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size
 	int iov_ok = cov == want && nr <= IOV_CAP && (nr <= 8 || want / nr >= SMALL_RUN);
 	if (fs->o->reply)
 		iov_ok = cov == want && nr <= IOV_CAP && fs->o->reply == 1;
-	const tp_gather *backend = NULL;
+	const tp_gather *backend = &tp_gather_cpu_backend;
 	if (fs->gpu_mode) {
 		size_t nsrc = 0;
 		for (size_t k = 0; k < nr; k++)
@@ -717,7 +717,7 @@ copy:;
 	atomic_fetch_add_explicit(&rs->served, want, memory_order_relaxed);
 	atomic_fetch_add_explicit(&rs->touched, touched, memory_order_relaxed);
 	atomic_fetch_add_explicit(&rs->copied, 1, memory_order_relaxed);
-	if (backend)
+	if (backend == &fs->gpu)
 		atomic_fetch_add_explicit(&rs->gpu, 1, memory_order_relaxed);
 	fuse_reply_buf(req, (const char *)s->buf, want);
 }

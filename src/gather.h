@@ -37,8 +37,9 @@ typedef struct tp_gather {
 } tp_gather;
 
 /* The CPU backend. With src->map set it copies from the mapping (the caller must guard
- * against SIGBUS if the file can shrink); without, it uses pread. */
+ * against SIGBUS if the file can shrink); without, it uses pread. Stateless. */
 extern const tp_gather_ops tp_gather_cpu_ops;
+extern const tp_gather tp_gather_cpu_backend;
 
 /* Convenience: the CPU backend's gather without a backend object. */
 int tp_gather_cpu(const tp_run *runs, size_t n, const tp_src *src, const uint8_t *hdr,

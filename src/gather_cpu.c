@@ -73,3 +73,4 @@ static void cpu_destroy(void *self)
 }
 
 const tp_gather_ops tp_gather_cpu_ops = {"cpu", cpu_gather, cpu_destroy};
+const tp_gather tp_gather_cpu_backend = {&tp_gather_cpu_ops, NULL};

@@ -36,7 +36,7 @@ int tp_guarded_gather(const tp_gather *g, const tp_run *runs, size_t n, const tp
 		return tp_fail(e, TP_ECHANGED, "the source shrank under its mapping (SIGBUS caught)");
 	}
 	bus_jmp = &jb;
-	int rc = g ? g->ops->gather(g->self, runs, n, src, hdr, dst, e) : tp_gather_cpu(runs, n, src, hdr, dst, e);
+	int rc = g->ops->gather(g->self, runs, n, src, hdr, dst, e);
 	bus_jmp = NULL;
 	return rc;
 }

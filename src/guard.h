@@ -13,8 +13,8 @@
 /* Installs the SIGBUS handler (idempotent). */
 void tp_guard_install(void);
 
-/* A gather under the guard, by backend g (NULL: the CPU). Returns 0, or -1 with e set
- * (TP_ECHANGED when a SIGBUS hit). */
+/* A gather by backend g under the guard. Returns 0, or -1 with e set (TP_ECHANGED when a
+ * SIGBUS hit). */
 int tp_guarded_gather(const tp_gather *g, const tp_run *runs, size_t n, const tp_src *src, const uint8_t *hdr,
 		      uint8_t *dst, tp_err *e);
 

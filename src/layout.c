@@ -133,15 +133,6 @@ int tp_layout_build(const st_header *h, const tp_spec *specs, const char *const 
 	return 0;
 }
 
-const tp_ltensor *tp_layout_find(const tp_layout *L, const char *name)
-{
-	const st_tensor *t = st_find(L->h, name);
-	if (!t)
-		return NULL;
-	uint32_t i = L->loc[t - L->h->t];
-	return i == UINT32_MAX ? NULL : &L->t[i];
-}
-
 /* Appends a run, merging with the previous one when contiguous. Returns 0, or -1 when the
  * output is full and the run could not be merged. */
 static int emit(tp_run *out, size_t cap, size_t *n, uint32_t kind, uint64_t off, uint64_t len)

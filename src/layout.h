@@ -57,9 +57,6 @@ void tp_layout_header(const tp_layout *L, char *buf);
 /* Local shape of local tensor lt into shape[] (ST_MAX_DIMS); returns ndim. */
 uint32_t tp_layout_shape(const tp_layout *L, const tp_ltensor *lt, uint64_t *shape);
 
-/* The local tensor called name, or NULL. O(log n). */
-const tp_ltensor *tp_layout_find(const tp_layout *L, const char *name);
-
 enum tp_run_kind {
 	TP_RUN_SRC = 0, /* bytes [off, off + len) of the source file */
 	TP_RUN_ZERO,    /* len zero bytes */

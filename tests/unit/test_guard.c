@@ -29,19 +29,19 @@ static void test_truncated_mapping(void **state)
 	tp_run run = {.off = 8192, .len = 4096, .kind = TP_RUN_SRC};
 	uint8_t out[4096];
 	tp_err e;
-	assert_int_equal(tp_guarded_gather(NULL, &run, 1, &src, NULL, out, &e), 0);
+	assert_int_equal(tp_guarded_gather(&tp_gather_cpu_backend, &run, 1, &src, NULL, out, &e), 0);
 	assert_memory_equal(out, fill + 8192, 4096);
 	assert_int_equal(ftruncate(fd, 0), 0); /* the file shrinks under the mapping */
 	for (int k = 0; k < 3; k++) {
 		tp_err_clear(&e);
-		assert_int_equal(tp_guarded_gather(NULL, &run, 1, &src, NULL, out, &e), -1);
+		assert_int_equal(tp_guarded_gather(&tp_gather_cpu_backend, &run, 1, &src, NULL, out, &e), -1);
 		assert_int_equal(e.code, TP_ECHANGED);
 		assert_non_null(strstr(e.msg, "SIGBUS"));
 	}
 	/* the guard is disarmed after each call: a valid copy still works */
 	tp_src heap = {.fd = -1, .map = fill, .size = len};
 	run.off = 100;
-	assert_int_equal(tp_guarded_gather(NULL, &run, 1, &heap, NULL, out, &e), 0);
+	assert_int_equal(tp_guarded_gather(&tp_gather_cpu_backend, &run, 1, &heap, NULL, out, &e), 0);
 	assert_memory_equal(out, fill + 100, 4096);
 	munmap((void *)map, len);
 	close(fd);
