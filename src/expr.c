@@ -42,7 +42,9 @@ static int perr(P *p, const char *fmt, const char *arg)
 	if (!p->err) {
 		char m[512];
 		tp_fmt(m, sizeof m, fmt, arg);
-		tp_fail(p->e, TP_ERULE, "expression '%s': %s", p->src, m);
+		size_t n = strlen(p->src);
+		/* a long expression is quoted by its start: the reason must fit in the message */
+		tp_fail(p->e, TP_ERULE, "expression '%.*s%s': %s", n > 200 ? 200 : (int)n, p->src, n > 200 ? "..." : "", m);
 	}
 	p->err = 1;
 	return -1;
@@ -538,11 +540,12 @@ int tp_expr_int(tp_expr_ctx *c, const char *src, int64_t *out, tp_err *e)
 	if (eval(c, src, &v, e) < 0)
 		return -1;
 	if (v.k == V_MISSING) {
-		tp_fail(e, TP_ERULE, "expression '%s': key '%s' is missing from config.json", src, v.name);
+		tp_fail(e, TP_ERULE, "expression '%.200s%s': key '%s' is missing from config.json", src,
+			strlen(src) > 200 ? "..." : "", v.name);
 		return 1;
 	}
 	if (v.k != V_INT)
-		return tp_fail(e, TP_ERULE, "expression '%s' is not an integer", src);
+		return tp_fail(e, TP_ERULE, "expression '%.200s%s' is not an integer", src, strlen(src) > 200 ? "..." : "");
 	*out = v.i;
 	return 0;
 }
