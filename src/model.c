@@ -490,13 +490,8 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 				rc = -1;
 			}
 		}
-		if (rc == 0) {
+		if (rc == 0)
 			rc = tp_plan_choose(m->config, o->plan, &m->plan, m->plan_origin, sizeof m->plan_origin, e);
-			if (rc > 0) { /* a fallback, with a warning */
-				logf_(m, 0, "%s", e->msg);
-				rc = 0;
-			}
-		}
 		if (rc == 0) {
 			m->cfg.config = m->config;
 			m->cfg.nprefix = m->plan.nprefix;

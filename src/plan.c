@@ -80,7 +80,7 @@ static int bool_field(const cJSON *o, const char *k, int *out, const char *origi
 }
 
 static const char *rule_keys[] = {"name", "match", "when", "split", "axis", "heads", "unit", "size",
-				  "segments", "uneven", "groups", "vocab", "bias", "div", "comment", NULL};
+				  "segments", "uneven", "groups", "vocab", "bias", "div", "reason", "comment", NULL};
 
 static int parse_rule(cJSON *o, int idx, const char *origin, tp_rule *r, tp_err *e)
 {
@@ -149,6 +149,10 @@ static int parse_rule(cJSON *o, int idx, const char *origin, tp_rule *r, tp_err 
 		return tp_fail(e, TP_EINVAL, "%s: rule '%s': give 'heads' or 'unit', not both", origin, rname);
 	if ((kd->needs & TK_NEED_HEADS) && !r->heads)
 		return tp_fail(e, TP_EINVAL, "%s: rule '%s': split '%s' needs 'heads'", origin, rname, kd->name);
+	r->reason = str_field(o, "reason");
+	if ((kd->needs & TK_NEED_REASON) && !r->reason)
+		return tp_fail(e, TP_EINVAL, "%s: rule '%s': split '%s' needs a 'reason' (shown in the refusal)", origin,
+			       rname, kd->name);
 	cJSON *segs = cJSON_GetObjectItemCaseSensitive(o, "segments");
 	if (segs) {
 		if (!cJSON_IsArray(segs) || cJSON_GetArraySize(segs) < 1 || cJSON_GetArraySize(segs) > TP_MAX_SEG)

@@ -15,7 +15,8 @@
  *                  "axis": n, "heads": "expr", "unit": "expr", "size": "expr",
  *                  "segments": ["expr" | {"size": "expr", "heads"|"unit": "expr"}, ...],
  *                  "uneven": bool, "groups": bool,
- *                  "vocab": bool, "bias": "split|replicate", "div": n }, ... ] }
+ *                  "vocab": bool, "bias": "split|replicate", "div": n,
+ *                  "reason": "why a refuse rule refuses" }, ... ] }
  *
  * Name patterns are dotted: `*` inside a component matches any text without a dot, `{i}`
  * matches an integer component and binds i for expressions, `**` matches any number of
@@ -43,6 +44,7 @@ typedef enum tp_ref_axis {
 	TK_AX_LAST,  /* the last dim */
 	TK_AX_RULE,  /* the rule's "axis" (negative: from the end) */
 	TK_AX_HEADS, /* the one dim whose size is the rule's "heads" (A_log [1, 1, H, 1]) */
+	TK_AX_REFUSE,/* none: the tensor is refused, with the rule's "reason" */
 } tp_ref_axis;
 
 /* Which axis of a companion (another tensor of the module: bias, scales) is cut. */
@@ -63,7 +65,7 @@ typedef enum tp_comp_lower {
 	TK_LO_FEWER_WHOLE,  /* any companion with fewer dims than the reference whole */
 } tp_comp_lower;
 
-enum { TK_NEED_AXIS = 1, TK_NEED_HEADS = 2 }; /* fields a rule of the kind must give */
+enum { TK_NEED_AXIS = 1, TK_NEED_HEADS = 2, TK_NEED_REASON = 4 }; /* fields a rule of the kind must give */
 
 /* THE list of split kinds, in one place: id, name in plan files, label in `tpfs plan`, how the
  * reference axis is found, which companion axis is cut, lower-rank companions, required fields.
@@ -74,7 +76,8 @@ enum { TK_NEED_AXIS = 1, TK_NEED_HEADS = 2 }; /* fields a rule of the kind must 
 	X(COLUMN,     "column",     "column",    TK_AX_FIRST, TK_CA_FIRST, TK_LO_SPLIT,     0)           \
 	X(ROW,        "row",        "row",       TK_AX_LAST,  TK_CA_LAST,  TK_LO_VEC_WHOLE, 0)           \
 	X(AXIS,       "axis",       "axis",      TK_AX_RULE,  TK_CA_SAME,  TK_LO_VEC_FEWER, TK_NEED_AXIS) \
-	X(HEADS_AXIS, "heads_axis", "heads",     TK_AX_HEADS, TK_CA_SAME,  TK_LO_VEC_FEWER, TK_NEED_HEADS)
+	X(HEADS_AXIS, "heads_axis", "heads",     TK_AX_HEADS, TK_CA_SAME,  TK_LO_VEC_FEWER, TK_NEED_HEADS) \
+	X(REFUSE,     "refuse",     "refused",   TK_AX_REFUSE, TK_CA_NONE, TK_LO_SPLIT,     TK_NEED_REASON)
 
 enum tp_split_kind {
 #define TP_KIND_ENUM(id, name, label, ref, comp, lower, needs) PL_##id,
@@ -113,6 +116,7 @@ typedef struct tp_rule {
 	int uneven, groups, vocab;
 	int bias;                        /* -1 default, 0 replicate, 1 split */
 	int64_t div;                     /* > 0: explicit logical elements per stored element */
+	const char *reason;              /* refuse rules: why (shown in the refusal) */
 } tp_rule;
 
 typedef struct tp_per_rank {

@@ -140,54 +140,76 @@ static char *read_plan_file(const char *path, size_t *len, tp_err *e)
 	return buf;
 }
 
-/* The built-in plans as "a, b, c". */
-static void builtin_list(char *list, size_t n)
+/* The built-in plans as "a, b, c", or with the model types each detects: "a (x, y); b; ...". */
+static void builtin_list(char *list, size_t n, int with_types)
 {
 	list[0] = 0;
 	for (int i = 0; i < tp_builtin_count(); i++) {
 		size_t l = strlen(list);
-		tp_fmt(list + l, n - l, "%s%s", i ? ", " : "", tp_builtin_name(i));
+		tp_fmt(list + l, n - l, "%s%s", i ? (with_types ? "; " : ", ") : "", tp_builtin_name(i));
+		if (!with_types)
+			continue;
+		size_t len;
+		const char *text = tp_builtin_text(i, &len);
+		cJSON *p = cJSON_ParseWithLength(text, len);
+		const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(p, "detect"), "model_type"), *it;
+		int k = 0;
+		cJSON_ArrayForEach(it, mt)
+		{
+			if (!cJSON_IsString(it))
+				continue;
+			l = strlen(list);
+			tp_fmt(list + l, n - l, "%s%s", k++ ? ", " : " (", it->valuestring);
+		}
+		l = strlen(list);
+		tp_fmt(list + l, n - l, "%s", k ? ")" : " (only with --plan generic)");
+		cJSON_Delete(p);
 	}
+}
+
+/* The refusal of a checkpoint whose architecture no built-in plan knows. */
+static int refuse_unknown(const cJSON *config, tp_err *e)
+{
+	char arch[256] = "", list[TP_ERR_MSG / 2];
+	const cJSON *mt = config ? cJSON_GetObjectItemCaseSensitive(config, "model_type") : NULL;
+	const cJSON *tc = config ? cJSON_GetObjectItemCaseSensitive(config, "text_config") : NULL;
+	const cJSON *tmt = cJSON_GetObjectItemCaseSensitive(tc, "model_type");
+	if (cJSON_IsString(mt))
+		tp_fmt(arch, sizeof arch, "model_type '%.80s'%s%.80s%s", mt->valuestring, cJSON_IsString(tmt) ? " (text_config: '" : "",
+		       cJSON_IsString(tmt) ? tmt->valuestring : "", cJSON_IsString(tmt) ? "')" : "");
+	else if (cJSON_IsString(tmt))
+		tp_fmt(arch, sizeof arch, "text_config.model_type '%.80s'", tmt->valuestring);
+	else
+		tp_fmt(arch, sizeof arch, "%s", config ? "a config.json without model_type" : "a checkpoint without config.json");
+	builtin_list(list, sizeof list, 1);
+	return tp_fail(e, TP_EINVAL,
+		       "no built-in plan knows %s (built-in plans: %s); give a plan file with --plan FILE (docs/PLANS.md), "
+		       "or, after checking what it does with 'tpfs plan SRC --tp N --plan generic', accept the generic "
+		       "name-based guess with --plan generic",
+		       arch, list);
 }
 
 int tp_plan_choose(const cJSON *config, const char *want, tp_plan *p, char *origin, size_t n, tp_err *e)
 {
-	int bi = -1, fallback = 0;
+	int bi = -1;
 	memset(p, 0, sizeof *p);
 	if (!want) {
 		bi = tp_builtin_detect(config);
-		if (bi < 0) {
-			bi = tp_builtin_find("generic");
-			fallback = 1;
-			tp_fmt(origin, n, "built-in generic (fallback)");
-		} else {
-			tp_fmt(origin, n, "built-in %s (detected from config.json)", tp_builtin_name(bi));
-		}
+		if (bi < 0)
+			return refuse_unknown(config, e);
+		tp_fmt(origin, n, "built-in %s (detected from config.json)", tp_builtin_name(bi));
 	} else if (!strchr(want, '/') && !ends_with(want, ".json")) {
 		bi = tp_builtin_find(want);
 		if (bi < 0) {
 			char list[512];
-			builtin_list(list, sizeof list);
+			builtin_list(list, sizeof list, 0);
 			return tp_fail(e, TP_EINVAL, "--plan %s: no such built-in plan (built-in: %s; or give a plan file path)",
 				       want, list);
 		}
 		tp_fmt(origin, n, "built-in %s (--plan)", want);
 	}
-	if (bi >= 0) {
-		if (tp_plan_builtin(tp_builtin_name(bi), p, e) < 0)
-			return -1;
-		if (fallback) {
-			const cJSON *mt = config ? cJSON_GetObjectItemCaseSensitive(config, "model_type") : NULL;
-			tp_fmt(e->msg, sizeof e->msg,
-			       "no built-in plan knows %s%s%s; using the generic plan (Megatron by module name): "
-			       "check it with 'tpfs plan' or give one with --plan",
-			       config ? "model_type '" : "a checkpoint without config.json",
-			       cJSON_IsString(mt) ? mt->valuestring : config ? "(none)" : "", config ? "'" : "");
-			e->code = TP_OK;
-			return 1;
-		}
-		return 0;
-	}
+	if (bi >= 0)
+		return tp_plan_builtin(tp_builtin_name(bi), p, e);
 	/* a user plan file */
 	size_t len;
 	char *text = read_plan_file(want, &len, e);
@@ -435,6 +457,7 @@ static int reference_axis(job *j)
 		return found;
 	}
 	case TK_AX_NONE:
+	case TK_AX_REFUSE:
 		break;
 	}
 	return tp_fail(j->e, TP_ERULE, "%s: plan '%s', rule '%s': split kind '%s' has no axis", j->tctx, j->pl->name,
@@ -738,7 +761,10 @@ int tp_plan_resolve(const tp_plan *pl, tp_expr_ctx *cfg, const st_tensor *t, tp_
 		return rc;
 	}
 	rc = 0;
-	if (j->kind->ref == TK_AX_NONE) {
+	if (j->kind->ref == TK_AX_REFUSE) {
+		rc = tp_fail(e, TP_EPLAN, "%s (rule '%s'): refused by plan '%s': %s", j->tctx, j->r->name, pl->name,
+			     j->r->reason);
+	} else if (j->kind->ref == TK_AX_NONE) {
 		tp_fmt(out->why, sizeof out->why, "replicate");
 	} else if (st_numel(t) == 1 && j->r->div == 0) {
 		tp_fmt(out->why, sizeof out->why, "replicate (scalar)");

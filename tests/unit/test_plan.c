@@ -322,6 +322,7 @@ static const want generic[] = {
 	{"model.layers.0.ffn.up_proj.weight", ST_BF16, 2, {96, 48}, 1, 0, 96, 1, 0, 1},
 	{"model.layers.0.ffn.down_proj.weight", ST_BF16, 2, {48, 96}, 1, 1, 96, 1, 0, 1},
 	REPL("model.layers.0.ffn.other.weight", ST_BF16, 2, 4, 4),
+	{"model.layers.0.mlp.experts.3.down_proj.weight", ST_BF16, 2, {48, 32}, 1, 1, 32, 1, 0, 1}, /* per expert: fine */
 };
 
 static void test_generic(void **state)
@@ -329,6 +330,37 @@ static void test_generic(void **state)
 	(void)state;
 	const char *cfg = "{\"model_type\": \"mystery\", \"num_attention_heads\": 8, \"num_key_value_heads\": 2}";
 	check_plan(cfg, "generic", "generic", generic, sizeof generic / sizeof generic[0], 2, 0);
+	/* what a name cannot tell is refused by name, never replicated next to a split partner */
+	const want refused[] = {
+		{"model.layers.0.self_attn.qkv_proj.weight", ST_BF16, 2, {96, 48}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.0.mlp.gate_up_proj.weight", ST_BF16, 2, {192, 48}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.0.self_attn.W_pack.weight", ST_BF16, 2, {144, 48}, 0, 0, 0, 0, 0, 0},
+		{"transformer.h.0.self_attention.query_key_value.weight", ST_BF16, 2, {144, 48}, 0, 0, 0, 0, 0, 0},
+		{"transformer.h.0.attn.c_attn.weight", ST_BF16, 2, {48, 144}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.0.attention.wqkv.weight", ST_BF16, 2, {96, 48}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.0.mlp.experts.gate_up_proj", ST_BF16, 3, {4, 48, 64}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.0.mlp.experts.gate_up_proj_bias", ST_BF16, 2, {4, 64}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.0.mlp.experts.down_proj", ST_BF16, 3, {4, 32, 48}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.0.self_attn.sinks", ST_BF16, 1, {8}, 0, 0, 0, 0, 0, 0},
+	};
+	cJSON *c = cJSON_Parse(cfg);
+	tp_plan pl;
+	tp_err e;
+	char origin[256];
+	assert_int_equal(tp_plan_choose(c, "generic", &pl, origin, sizeof origin, &e), 0);
+	tp_expr_ctx cx = {.config = c};
+	load(refused, sizeof refused / sizeof refused[0]);
+	tp_resolve_opts o = {.T = 2};
+	for (size_t i = 0; i < ck.n; i++) {
+		tp_resolved res;
+		tp_err_clear(&e);
+		int rc = tp_plan_resolve(&pl, &cx, &ck.t[i], lookup, &ck, &o, "ckpt", &res, &e);
+		if (rc == 0 || e.code != TP_EPLAN || !strstr(e.msg, refused[i].name) || !strstr(e.msg, "refused by plan 'generic'") ||
+		    !strstr(e.msg, "--plan FILE"))
+			fail_msg("%s: rc %d: %s", refused[i].name, rc, e.msg);
+	}
+	tp_plan_free(&pl);
+	cJSON_Delete(c);
 }
 
 /* ---- quantized companions: the same logical cut, in stored elements ---- */
@@ -426,7 +458,8 @@ static void test_kinds(void **state)
 		assert_int_equal(tp_split_kind_find(d->name), k);
 		char text[512];
 		snprintf(text, sizeof text,
-			 "{\"tpfs_plan\": 1, \"name\": \"k\", \"rules\": [{\"match\": \"x\", \"split\": \"%s\", \"axis\": 0, \"heads\": 2}]}",
+			 "{\"tpfs_plan\": 1, \"name\": \"k\", \"rules\": [{\"match\": \"x\", \"split\": \"%s\", \"axis\": 0, \"heads\": 2,"
+			 " \"reason\": \"r\"}]}",
 			 d->name);
 		tp_plan pl;
 		tp_err e;
@@ -552,6 +585,25 @@ static void test_choice(void **state)
 	}
 	assert_true(has_mla && has_q);
 	tp_plan_free(&pl);
+	/* no silent guesses: an architecture no built-in knows is refused, saying how to proceed */
+	static const struct {
+		const char *config, *names;
+	} unknown[] = {
+		{"{\"model_type\": \"mystery\", \"architectures\": [\"MysteryForCausalLM\"]}", "model_type 'mystery'"},
+		{"{\"model_type\": \"wrap\", \"text_config\": {\"model_type\": \"inner\"}}", "model_type 'wrap' (text_config: 'inner')"},
+		{"{\"hidden_size\": 8}", "a config.json without model_type"},
+		{NULL, "a checkpoint without config.json"},
+	};
+	for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+		cJSON *c = unknown[i].config ? cJSON_Parse(unknown[i].config) : NULL;
+		assert_int_equal(tp_plan_choose(c, NULL, &pl, origin, sizeof origin, &e), -1);
+		char want[256];
+		snprintf(want, sizeof want, "no built-in plan knows %s (built-in plans: deepseek (deepseek_v3, ", unknown[i].names);
+		if (!strstr(e.msg, want) || !strstr(e.msg, "; generic (only with --plan generic); kda (kimi_linear, glm5_next); llama (llama, ") ||
+		    !strstr(e.msg, "give a plan file with --plan FILE") || !strstr(e.msg, "accept the generic name-based guess with --plan generic"))
+			fail_msg("%s: %s", unknown[i].names, e.msg);
+		cJSON_Delete(c);
+	}
 	assert_int_equal(tp_plan_choose(NULL, "nosuch", &pl, origin, sizeof origin, &e), -1);
 	assert_non_null(strstr(e.msg, "--plan nosuch: no such built-in plan (built-in: deepseek, generic, kda, llama, qwen-moe, qwen3-next"));
 }
