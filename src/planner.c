@@ -239,9 +239,10 @@ int tp_plan_choose(const cJSON *config, const char *want, tp_plan *p, char *orig
 /* ======================= resolution ======================= */
 
 /* Reference roles: the first of these a module has is its reference tensor (the one whose shape
- * fixes the split axis and the logical length); a tensor named by the rule itself, without a
- * role (A_log), is its own reference. */
-static const char *const reference_roles[] = {"weight", "weight_packed", "qweight"};
+ * fixes the split axis and the logical length); "" is a tensor named like the module itself (a
+ * bare parameter such as A_log, or a fused experts tensor [E, ...] with role companions). A
+ * tensor without a role is always its own reference. */
+static const char *const reference_roles[] = {"weight", "weight_packed", "qweight", ""};
 
 /* Packed formats: a reference weight holding several logical values per stored element along
  * its last axis, recognised by its dtype and a companion scale of a given dtype. */
@@ -402,7 +403,7 @@ static void stage_reference(job *j)
 	if (*j->role) {
 		for (size_t i = 0; i < sizeof reference_roles / sizeof reference_roles[0]; i++) {
 			char nm[ST_MAX_NAME + 32];
-			tp_fmt(nm, sizeof nm, "%s.%s", j->module, reference_roles[i]);
+			tp_fmt(nm, sizeof nm, "%s%s%s", j->module, *reference_roles[i] ? "." : "", reference_roles[i]);
 			const st_tensor *c = j->lookup(j->lctx, nm);
 			if (c) {
 				j->ref = c;

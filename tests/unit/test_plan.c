@@ -542,6 +542,38 @@ static void test_rule_errors(void **state)
 	assert_non_null(strstr(e.msg, "no axis has size 5 (heads)"));
 }
 
+/* A tensor named like the module (a fused experts tensor [E, ...]) is the reference of the module's
+ * role companions: a scale [E, 8] of a row-split [E, 6, 16] covers 2 of the 16 features per element. */
+static void test_bare_reference(void **state)
+{
+	(void)state;
+	const char *text = "{\"tpfs_plan\": 1, \"name\": \"bare\", \"rules\": [{\"name\": \"e\", \"match\": \"**.experts.w\","
+			   " \"split\": \"row\", \"size\": \"16\"}]}";
+	tp_plan pl;
+	tp_err e;
+	assert_int_equal(parse(text, &pl, &e), 0);
+	const want w[] = {
+		{"m.experts.w", ST_BF16, 3, {4, 6, 16}, 1, 2, 16, 1, 0, 1},
+		{"m.experts.w.scale", ST_BF16, 2, {4, 8}, 1, 1, 16, 1, 0, 2},
+		{"m.experts.w.bias", ST_BF16, 1, {16}, 0, 0, 0, 0, 0, 0}, /* row-parallel bias: whole */
+	};
+	load(w, 3);
+	tp_expr_ctx cx = {.config = NULL};
+	tp_resolve_opts o = {.T = 2};
+	for (size_t i = 0; i < 3; i++) {
+		tp_resolved res;
+		if (tp_plan_resolve(&pl, &cx, &ck.t[i], lookup, &ck, &o, "ckpt", &res, &e) < 0)
+			fail_msg("%s: %s", w[i].name, e.msg);
+		if (!w[i].split) {
+			assert_int_equal(res.spec.kind, TP_REPLICATE);
+			continue;
+		}
+		if (res.spec.kind != TP_SPLIT || res.spec.axis != w[i].axis || res.spec.seg[0] != w[i].units || res.spec.div != w[i].div)
+			fail_msg("%s: %s", w[i].name, res.why);
+	}
+	tp_plan_free(&pl);
+}
+
 /* ---- plan choice ---- */
 
 static void test_choice(void **state)
@@ -627,6 +659,7 @@ int main(void)
 		cmocka_unit_test(test_kda),         cmocka_unit_test(test_qwen3_next),  cmocka_unit_test(test_generic),
 		cmocka_unit_test(test_quantized),   cmocka_unit_test(test_vocab),       cmocka_unit_test(test_kinds),
 		cmocka_unit_test(test_rule_errors), cmocka_unit_test(test_choice),      cmocka_unit_test(test_model_open_missing),
+		cmocka_unit_test(test_bare_reference),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
