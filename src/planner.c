@@ -108,7 +108,7 @@ static int ends_with(const char *s, const char *suf)
 	return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-/* Reads a plan file (at most 64 MiB) into a NUL-terminated buffer. */
+/* Reads a plan file (at most 1 GiB, the limit for JSON files) into a NUL-terminated buffer. */
 static char *read_plan_file(const char *path, size_t *len, tp_err *e)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -117,9 +117,14 @@ static char *read_plan_file(const char *path, size_t *len, tp_err *e)
 		return NULL;
 	}
 	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (64 << 20)) {
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
-		tp_fail(e, TP_ELIMIT, "%s: not a regular file of at most 64 MiB (a plan file)", path);
+		tp_fail(e, TP_EINVAL, "%s: not a regular file (give a plan file)", path);
+		return NULL;
+	}
+	if (st.st_size > (1 << 30)) {
+		close(fd);
+		tp_fail(e, TP_ELIMIT, "%s: larger than 1 GiB, the tpfs limit for JSON files", path);
 		return NULL;
 	}
 	char *buf = malloc((size_t)st.st_size + 1);
