@@ -58,6 +58,25 @@ def tree_hash(path):
     return h
 
 
+def local_shapes(src, T, r):
+    """{name: local shape} of rank r from `tpfs plan --json` and the source header (no mount)."""
+    p = tt.tpfs("plan", src, "--tp", T, "--json")
+    F.check(p.returncode == 0, "tpfs plan --json %s at T=%d: %s" % (src, T, p.stderr))
+    rules = {x["match"]: x for x in json.loads(p.stdout)["rules"]} if p.returncode == 0 else {}
+    with open(os.path.join(src, "model.safetensors"), "rb") as f:
+        h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    h.pop("__metadata__", None)
+    out = {}
+    for k, v in h.items():
+        sh, rule = list(v["shape"]), rules.get(k, {"split": "replicate"})
+        if rule["split"] == "axis":
+            segs = [(g["size"], g["unit"]) for g in rule.get("segments", [])] or [(rule["size"], rule["unit"])]
+            sh[rule["axis"]] = sum(R.share(n // u, T, r, uneven=rule.get("uneven", False),
+                                           groups=rule.get("groups", False))[1] * u for n, u in segs) // rule["div"]
+        out[k] = (v["dtype"], sh)
+    return out
+
+
 # ======== without a mount ========
 
 src = os.path.join(work, "kimi")
@@ -189,7 +208,7 @@ with open(os.path.join(srcb, "config.json"), "w") as f:
 p = tt.tpfs("plan", srcb, "--tp", 2)
 F.check(p.returncode == 1 and "config.json: not valid JSON" in p.stderr, "malformed config.json is refused: %s" % p.stderr)
 
-# 4. vocab padding
+# a vocabulary that does not divide
 srcv = os.path.join(work, "vocab100")
 cfgv = dict(cfgl, vocab_size=100)
 fullv = dict(fulll)
@@ -201,6 +220,70 @@ F.check(p.returncode == 1 and "does not divide over 8 ranks" in p.stderr and "--
         "V = 100 over 8 ranks is refused with the way out: %s" % p.stderr)
 p = tt.tpfs("plan", srcv, "--tp", 3, "--pad-vocab")
 F.check(p.returncode == 1 and "padded to 128" in p.stderr, "padded vocab that does not divide is refused: %s" % p.stderr)
+
+# the seeds' GLM-5.3 KDA geometry, header-only (sparse) file, from the plan alone
+geo = os.path.join(work, "glm53")
+os.makedirs(geo)
+D, Hh, hd, Kc, rank = 4096, 64, 128, 4, 128
+Pp = Hh * hd
+layer = "model.language_model.layers.0.self_attn."
+shapes = {"q_proj.weight": ("BF16", [Pp, D]), "k_proj.weight": ("BF16", [Pp, D]), "v_proj.weight": ("BF16", [Pp, D]),
+          "q_conv1d.weight": ("BF16", [Pp, 1, Kc]), "k_conv1d.weight": ("BF16", [Pp, 1, Kc]),
+          "v_conv1d.weight": ("BF16", [Pp, 1, Kc]), "f_a_proj.weight": ("BF16", [rank, D]),
+          "f_b_proj.weight": ("BF16", [Pp, rank]), "g_a_proj.weight": ("BF16", [rank, D]),
+          "g_b_proj.weight": ("BF16", [Pp, rank]), "b_proj.weight": ("BF16", [Hh, D]), "A_log": ("F32", [Hh]),
+          "dt_bias": ("F32", [Pp]), "o_norm.weight": ("BF16", [hd]), "o_proj.weight": ("BF16", [D, Pp])}
+hdr, off = {}, 0
+for k in sorted(shapes, key=lambda k: (-tt.DTYPE_BITS[shapes[k][0]], k)):
+    dt, sh = shapes[k]
+    n = int(np.prod(sh)) * tt.DTYPE_BITS[dt] // 8
+    hdr[layer + k] = {"dtype": dt, "shape": sh, "data_offsets": [off, off + n]}
+    off += n
+F.check(off == 275481088, "one GLM-5.3-Flash KDA layer is 275,481,088 bytes in BF16 (got %d)" % off)
+hb = json.dumps(hdr).encode()
+hb += b" " * ((8 - len(hb) % 8) % 8)
+with open(os.path.join(geo, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(hb)) + hb)
+    f.truncate(8 + len(hb) + off)
+json.dump({"model_type": "glm5_next", "text_config": {"hidden_size": D, "layer_types": ["linear_attention"],
+           "linear_attn_config": {"num_heads": Hh, "head_dim": hd, "short_conv_kernel_size": Kc},
+           "num_attention_heads": 64, "vocab_size": 64}}, open(os.path.join(geo, "config.json"), "w"))
+for r in range(2):
+    ls = local_shapes(geo, 2, r)
+    local_b = sum(int(np.prod(sh)) * tt.DTYPE_BITS[dt] // 8 for dt, sh in ls.values())
+    repl = sum(int(np.prod(sh)) * tt.DTYPE_BITS[dt] // 8 for k, (dt, sh) in ls.items() if sh == hdr[k]["shape"])
+    F.check(local_b == 138789248, "plan: GLM-5.3 KDA at T=2, rank %d keeps 138,789,248 bytes (got %d)" % (r, local_b))
+    F.check(repl == 2097408, "plan: of which 2,097,408 replicated (got %d)" % repl)
+    F.check(ls[layer + "A_log"][1] == [32] and ls[layer + "dt_bias"][1] == [4096], "plan: A_log per head, dt_bias per channel")
+geo_hdr = hdr
+
+# 64 MLA heads over T = 3: 22/21/21, from the plan alone
+mla = os.path.join(work, "mla64")
+os.makedirs(mla)
+dn, dr, dv, Rq, Rkv = 128, 64, 128, 1536, 512
+sh = {"model.layers.0.self_attn.q_b_proj.weight": [64 * (dn + dr), Rq],
+      "model.layers.0.self_attn.kv_b_proj.weight": [64 * (dn + dv), Rkv],
+      "model.layers.0.self_attn.o_proj.weight": [7168, 64 * dv]}
+hdr, off = {}, 0
+for k in sorted(sh):
+    n = int(np.prod(sh[k])) * 2
+    hdr[k] = {"dtype": "BF16", "shape": sh[k], "data_offsets": [off, off + n]}
+    off += n
+hb = json.dumps(hdr).encode()
+hb += b" " * ((8 - len(hb) % 8) % 8)
+with open(os.path.join(mla, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(hb)) + hb)
+    f.truncate(8 + len(hb) + off)
+json.dump({"model_type": "deepseek_v32", "hidden_size": 7168, "num_attention_heads": 64, "q_lora_rank": Rq,
+           "kv_lora_rank": Rkv, "qk_nope_head_dim": dn, "qk_rope_head_dim": dr, "v_head_dim": dv, "vocab_size": 64},
+          open(os.path.join(mla, "config.json"), "w"))
+for r, heads in enumerate((22, 21, 21)):
+    ls = local_shapes(mla, 3, r)
+    F.check(ls["model.layers.0.self_attn.q_b_proj.weight"][1][0] == heads * (dn + dr)
+            and ls["model.layers.0.self_attn.kv_b_proj.weight"][1][0] == heads * (dn + dv)
+            and ls["model.layers.0.self_attn.o_proj.weight"][1][1] == heads * dv,
+            "plan: 64 heads over 3 ranks: rank %d keeps %d heads at both strides" % (r, heads))
+
 
 why = tt.fuse_missing()
 if why:
@@ -254,7 +337,7 @@ with tt.Mount(src5, 2) as a, tt.Mount(src5, 2, "--plan", resolved) as b:
     for r in range(2):
         F.check(tree_hash(a.rank(r)) == tree_hash(b.rank(r)), "rank %d: --plan from --json serves identical bytes" % r)
 
-# 3. user plan extending a built-in; --plan NAME; --strict
+# 3. a user plan extending a built-in
 keep = write_plan("keep_embed.json", {"tpfs_plan": 1, "name": "keep-embed", "extends": "llama",
                                       "rules": [{"name": "keep", "match": "model.embed_tokens", "split": "replicate"}]})
 with tt.Mount(srcl, 2, "--plan", keep) as m:
@@ -288,33 +371,7 @@ tp_checks("llama", cfgv, fullv, local, 8, vc, rng)
 F.check(not vc.items, "TP equivalence with padded vocab at T=8: %s" % vc.items)
 
 
-# 5. the seeds' GLM-5.3 KDA geometry, header-only (sparse) file
-geo = os.path.join(work, "glm53")
-os.makedirs(geo)
-D, Hh, hd, Kc, rank = 4096, 64, 128, 4, 128
-Pp = Hh * hd
-layer = "model.language_model.layers.0.self_attn."
-shapes = {"q_proj.weight": ("BF16", [Pp, D]), "k_proj.weight": ("BF16", [Pp, D]), "v_proj.weight": ("BF16", [Pp, D]),
-          "q_conv1d.weight": ("BF16", [Pp, 1, Kc]), "k_conv1d.weight": ("BF16", [Pp, 1, Kc]),
-          "v_conv1d.weight": ("BF16", [Pp, 1, Kc]), "f_a_proj.weight": ("BF16", [rank, D]),
-          "f_b_proj.weight": ("BF16", [Pp, rank]), "g_a_proj.weight": ("BF16", [rank, D]),
-          "g_b_proj.weight": ("BF16", [Pp, rank]), "b_proj.weight": ("BF16", [Hh, D]), "A_log": ("F32", [Hh]),
-          "dt_bias": ("F32", [Pp]), "o_norm.weight": ("BF16", [hd]), "o_proj.weight": ("BF16", [D, Pp])}
-hdr, off = {}, 0
-for k in sorted(shapes, key=lambda k: (-tt.DTYPE_BITS[shapes[k][0]], k)):
-    dt, sh = shapes[k]
-    n = int(np.prod(sh)) * tt.DTYPE_BITS[dt] // 8
-    hdr[layer + k] = {"dtype": dt, "shape": sh, "data_offsets": [off, off + n]}
-    off += n
-F.check(off == 275481088, "one GLM-5.3-Flash KDA layer is 275,481,088 bytes in BF16 (got %d)" % off)
-hb = json.dumps(hdr).encode()
-hb += b" " * ((8 - len(hb) % 8) % 8)
-with open(os.path.join(geo, "model.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(hb)) + hb)
-    f.truncate(8 + len(hb) + off)
-json.dump({"model_type": "glm5_next", "text_config": {"hidden_size": D, "layer_types": ["linear_attention"],
-           "linear_attn_config": {"num_heads": Hh, "head_dim": hd, "short_conv_kernel_size": Kc},
-           "num_attention_heads": 64, "vocab_size": 64}}, open(os.path.join(geo, "config.json"), "w"))
+# 5. the seeds' GLM-5.3 KDA geometry through the mount
 with tt.Mount(geo, 2) as m:
     for r in range(2):
         with open(os.path.join(m.rank(r), "model.safetensors"), "rb") as f:
@@ -322,32 +379,13 @@ with tt.Mount(geo, 2) as m:
             lh = json.loads(f.read(n))
         lh.pop("__metadata__", None)
         local_b = sum(v["data_offsets"][1] - v["data_offsets"][0] for v in lh.values())
-        repl = sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in lh.items() if v["shape"] == hdr[k]["shape"])
+        repl = sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in lh.items() if v["shape"] == geo_hdr[k]["shape"])
         F.check(local_b == 138789248, "GLM-5.3 KDA at T=2, rank %d keeps 138,789,248 bytes (got %d)" % (r, local_b))
         F.check(repl == 2097408, "of which 2,097,408 replicated (got %d)" % repl)
         F.check(lh[layer + "A_log"]["shape"] == [32] and lh[layer + "dt_bias"]["shape"] == [4096],
                 "A_log per head [32], dt_bias per channel [4096]")
 
-# 6. 64 MLA heads over T = 3: 22/21/21
-mla = os.path.join(work, "mla64")
-os.makedirs(mla)
-dn, dr, dv, Rq, Rkv = 128, 64, 128, 1536, 512
-sh = {"model.layers.0.self_attn.q_b_proj.weight": [64 * (dn + dr), Rq],
-      "model.layers.0.self_attn.kv_b_proj.weight": [64 * (dn + dv), Rkv],
-      "model.layers.0.self_attn.o_proj.weight": [7168, 64 * dv]}
-hdr, off = {}, 0
-for k in sorted(sh):
-    n = int(np.prod(sh[k])) * 2
-    hdr[k] = {"dtype": "BF16", "shape": sh[k], "data_offsets": [off, off + n]}
-    off += n
-hb = json.dumps(hdr).encode()
-hb += b" " * ((8 - len(hb) % 8) % 8)
-with open(os.path.join(mla, "model.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(hb)) + hb)
-    f.truncate(8 + len(hb) + off)
-json.dump({"model_type": "deepseek_v32", "hidden_size": 7168, "num_attention_heads": 64, "q_lora_rank": Rq,
-           "kv_lora_rank": Rkv, "qk_nope_head_dim": dn, "qk_rope_head_dim": dr, "v_head_dim": dv, "vocab_size": 64},
-          open(os.path.join(mla, "config.json"), "w"))
+# 6. 64 MLA heads over T = 3 through the mount
 with tt.Mount(mla, 3) as m:
     for r, heads in enumerate((22, 21, 21)):
         with open(os.path.join(m.rank(r), "model.safetensors"), "rb") as f:
