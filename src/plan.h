@@ -116,7 +116,7 @@ typedef struct tp_rule {
 	int npat;
 	const char *when;
 	int split;                       /* enum tp_split_kind (always < PL_NKINDS) */
-	int axis;                        /* PL_AXIS: may be negative (from the end) */
+	int axis;                        /* kinds that need it (TK_NEED_AXIS): may be negative (from the end) */
 	const char *heads, *unit, *size; /* expressions or NULL */
 	const char *seg[TP_MAX_SEG];     /* segment sizes (logical elements), expressions */
 	const char *seg_heads[TP_MAX_SEG]; /* per-segment head count, or NULL */

@@ -267,6 +267,12 @@ static int64_t config_group(tp_expr_ctx *cfg, int last_axis);
 
 #define NVFP4_GROUP 16 /* NVFP4's group size, when config.json gives none */
 
+/* Along which cut axis a quantized companion's row applies. */
+typedef enum quant_axis {
+	QA_ANY,         /* whichever axis the split kind cuts */
+	QA_PACKED_LAST, /* only the last axis, next to a packed reference (groups run along K) */
+} quant_axis;
+
 /* How a quantized companion relates its stored elements to logical features. */
 typedef enum div_rule {
 	DIV_BLOCK, /* one element per block (ceil for a partial last block); never a broadcast */
@@ -274,19 +280,22 @@ typedef enum div_rule {
 } div_rule;
 
 /* Quantized companions: a role (and dtype) whose divisor comes from the quantization config,
- * not from the ratio of the shapes. Adding a quantized format is a row here (and, for a packed
- * weight, a row in packed_formats). */
+ * not from the ratio of the shapes. Any other companion is related to the reference by the
+ * ratio of the shapes (equal: 1; one element: a broadcast, kept whole; a divisor: L / S).
+ * Adding a quantized format is a row here (and, for a packed weight, a row in packed_formats). */
 static const struct quant_companion {
 	const char *role;
 	int dtype;            /* st_dtype, or -1 for any */
-	int packed_only;      /* only next to a packed reference, on its last axis */
+	quant_axis axis;
 	div_rule rule;
 	int64_t (*size)(tp_expr_ctx *cfg, int last_axis); /* the block/group size config.json gives */
 	int64_t default_size; /* when it gives none (0: fall back to the shapes' ratio) */
 	const char *config_key; /* for messages */
 } quant_companions[] = {
-	{"weight_scale_inv", -1, 0, DIV_BLOCK, config_block, 0, "quantization_config.weight_block_size"},
-	{"weight_scale", ST_F8_E4M3, 1, DIV_GROUP, config_group, NVFP4_GROUP, "quantization_config group_size"},
+	/* FP8 block scales (DeepSeek-V3): one per 128 x 128 block, ceil for a partial last block */
+	{"weight_scale_inv", -1, QA_ANY, DIV_BLOCK, config_block, 0, "quantization_config.weight_block_size"},
+	/* NVFP4 group scales (ModelOpt, compressed-tensors): one F8 scale per group of 16 along K */
+	{"weight_scale", ST_F8_E4M3, QA_PACKED_LAST, DIV_GROUP, config_group, NVFP4_GROUP, "quantization_config group_size"},
 };
 
 /* The block size the config gives for an axis of a block-quantized weight (FP8
@@ -665,7 +674,7 @@ static int companion_divisor(job *j, tp_resolved *out)
 	for (size_t i = 0; i < sizeof quant_companions / sizeof quant_companions[0]; i++) {
 		const struct quant_companion *q = &quant_companions[i];
 		if (strcmp(j->role, q->role) || (q->dtype >= 0 && (int)t->dtype != q->dtype) ||
-		    (q->packed_only && (j->packed == 1 || !last)))
+		    (q->axis == QA_PACKED_LAST && (j->packed == 1 || !last)))
 			continue;
 		int64_t b = q->size(j->cfg, last);
 		if (b <= 0)
