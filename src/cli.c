@@ -604,8 +604,10 @@ static void print_ep(const tp_model *m)
 {
 	printf("\nexpert parallelism (--ep): rank r holds routed experts [r*E/N, (r+1)*E/N) whole, and no other\n");
 	for (int d = 0; d < m->plan.nexperts; d++)
-		printf("  experts '%s' of plan %s: E = %lld ('%s'), %lld per rank\n", m->plan.experts[d].name, m->plan.name,
-		       (long long)m->ep_count[d], m->plan.experts[d].count, (long long)(m->ep_count[d] / m->T));
+		if (m->ep_count[d] > 0)
+			printf("  experts '%s' of plan %s: E = %lld ('%s'), %lld per rank\n", m->plan.experts[d].name,
+			       m->plan.name, (long long)m->ep_count[d], m->plan.experts[d].count,
+			       (long long)(m->ep_count[d] / m->T));
 	printf("  %llu expert tensors placed\n%-6s %-24s %14s %14s\n", (unsigned long long)m->ep_tensors, "rank", "experts",
 	       "tensors", "bytes");
 	for (uint32_t r = 0; r < m->T; r++) {
@@ -618,7 +620,7 @@ static void print_ep(const tp_model *m)
 		char ex[64] = "", hb[32];
 		size_t w = 0;
 		for (int d = 0; d < m->plan.nexperts && w < sizeof ex; d++) {
-			int seen = 0; /* declarations of the same E place the same experts */
+			int seen = 0; /* declarations of the same E place the same experts; E = 0: unsized */
 			for (int k = 0; k < d; k++)
 				seen |= m->ep_count[k] == m->ep_count[d];
 			tp_model_ep_range(m, d, r, &first, &count);

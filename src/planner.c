@@ -861,6 +861,12 @@ int tp_plan_ep_check(const tp_plan *pl, tp_expr_ctx *cfg, uint32_t T, int64_t *E
 		const tp_experts *x = &pl->experts[d];
 		cfg->nvar = 0;
 		tp_expr_bind(cfg, "T", T);
+		E[d] = 0;
+		if (tp_expr_int(cfg, x->count, &E[d], e) == 1) {
+			E[d] = 0; /* a declaration this config does not size (one a plan inherited): an
+			           * expert tensor it matches is refused when resolved */
+			continue;
+		}
 		if (experts_count(pl, x, cfg, "--ep", &E[d], e) < 0)
 			return -1;
 		if ((uint64_t)E[d] % T == 0)

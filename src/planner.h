@@ -85,9 +85,10 @@ int tp_plan_resolve(const tp_plan *pl, tp_expr_ctx *cfg, const st_tensor *t, tp_
 		    tp_err *e);
 
 /* Expert parallelism over T ranks: evaluates every experts declaration's count into E[] (one
- * per plan->experts) and refuses a plan that declares no routed experts, a count that cannot be
- * evaluated (TP_ERULE), and an E that T does not divide (TP_EPLAN, naming E and the values of
- * T that work). */
+ * per plan->experts; 0 for a count whose keys config.json lacks: resolving a tensor that
+ * declaration matches then fails with TP_ERULE) and refuses a plan that declares no routed
+ * experts, a count that fails otherwise (TP_ERULE), and an E that T does not divide (TP_EPLAN,
+ * naming E and the values of T that work). */
 int tp_plan_ep_check(const tp_plan *pl, tp_expr_ctx *cfg, uint32_t T, int64_t *E, tp_err *e);
 
 /* Cuts t under s for every rank of T (the check `tpfs plan` makes so that every tensor that

@@ -774,13 +774,16 @@ static void test_ep_resolve(void **state)
 	assert_int_equal(tp_plan_ep_check(&pl, &cx, 3, E, &e), -1);
 	assert_non_null(strstr(e.msg, "256 routed experts ('first(n_routed_experts, num_experts)' = 256; plan 'deepseek'"));
 	assert_non_null(strstr(e.msg, "--tp 1, 2, 4, 8, 16, 32, 64, 128, 256"));
-	/* a key config.json lacks: the plan's error */
+	/* a count config.json cannot give: no placement, and an expert tensor is the plan's error */
 	cJSON_Delete(cfg);
 	cfg = cJSON_Parse("{\"model_type\": \"deepseek_v3\"}");
 	cx.config = cfg;
-	assert_int_equal(tp_plan_ep_check(&pl, &cx, 2, E, &e), -1);
-	assert_int_equal(e.code, TP_ERULE);
-	assert_non_null(strstr(e.msg, "plan 'deepseek', experts 'routed' (count)"));
+	assert_int_equal(tp_plan_ep_check(&pl, &cx, 2, E, &e), 0);
+	assert_int_equal(E[0], 0);
+	const want un[] = {{"model.layers.1.mlp.experts.5.gate_proj.weight", ST_BF16, 2, {24, 32}, 0, 0, 0, 0, 0, 0}};
+	assert_int_equal(resolve_ep(&pl, "{}", un, 1, 2, res, &e), TP_ERULE);
+	assert_non_null(strstr(e.msg, "tensor 'model.layers.1.mlp.experts.5.gate_proj.weight': plan 'deepseek', experts 'routed' (count): "
+				      "expression 'first(n_routed_experts, num_experts)' is missing from config.json"));
 	/* FP8: an expert's block scale travels with it */
 	const char *dcfg = "{\"model_type\": \"deepseek_v3\", \"n_routed_experts\": 8, \"moe_intermediate_size\": 256,"
 			   " \"hidden_size\": 256, \"quantization_config\": {\"weight_block_size\": [128, 128]}}";
