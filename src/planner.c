@@ -879,10 +879,12 @@ int tp_plan_ep_check(const tp_plan *pl, tp_expr_ctx *cfg, uint32_t T, int64_t *E
 				tp_fmt(ns + w, sizeof ns - w, "%s%lld", k++ ? ", " : "", (long long)n);
 				w += strlen(ns + w);
 			}
+		char used[sizeof cfg->used];
+		tp_fmt(used, sizeof used, "%s", cfg->used);
 		return tp_fail(e, TP_EPLAN,
-			       "--ep: %lld routed experts ('%s' = %lld; plan '%s', experts '%s') do not divide over %u "
+			       "--ep: %lld routed experts (%s; plan '%s', experts '%s') do not divide over %u "
 			       "ranks: rank r holds experts [r*E/N, (r+1)*E/N), so N must divide %lld: --tp %s",
-			       (long long)E[d], x->count, (long long)E[d], pl->name, x->name, T, (long long)E[d], ns);
+			       (long long)E[d], used[0] ? used : x->count, pl->name, x->name, T, (long long)E[d], ns);
 	}
 	return 0;
 }

@@ -12,7 +12,8 @@ without --ep. Checked through real mounts, for four checkpoints:
   refusal names --ep, the mount with --ep is served;
 - the transformers 5 fused layout of Qwen3-MoE (experts.gate_up_proj [E, 2I, D], down_proj
   [E, D, I], with [E, ...] biases);
-- a gpt-oss-like fused MXFP4 layout (blocks, scales and biases per expert) under a user plan.
+- a gpt-oss-like fused MXFP4 layout (blocks, scales and biases per expert) under a user plan;
+- a tiny Qwen3-MoE written by transformers' save_pretrained, its MoE block run by transformers.
 
 Byte level: every expert tensor of rank r is the source's whole tensor for the experts in r's
 range (fused: the source's [r*E/N, (r+1)*E/N) slice), no other expert is in the rank's headers
@@ -27,6 +28,7 @@ unsplit block to 1e-5 relative. E not divisible by N is refused naming E and the
 import json
 import os
 import re
+import shutil
 import tempfile
 
 import numpy as np
@@ -349,7 +351,7 @@ for T in (1, 2, 4):
 
 # E not divisible by N: refused before mounting, naming E and the N that work
 mnt = tempfile.mkdtemp(prefix="tpfs-ep-mnt-")
-want_msg = "--ep: 4 routed experts ('num_experts' = 4; plan 'qwen-moe', experts 'routed') do not divide over 3 ranks"
+want_msg = "--ep: 4 routed experts (num_experts=4; plan 'qwen-moe', experts 'routed') do not divide over 3 ranks"
 for cmd in (["mount", src, mnt, "--tp", 3, "--ep", "-f"], ["plan", src, "--tp", 3, "--ep"]):
     pr = tt.tpfs(*cmd)
     F.check(pr.returncode == 1 and want_msg in pr.stderr and "N must divide 4: --tp 1, 2, 4" in pr.stderr,
@@ -453,5 +455,70 @@ for T in (2, 4):
     check_bytes("gptoss_mxfp4", full, cfg["num_local_experts"], T, ep, mount_read(src, T, "--plan", plan))
     results.append("gptoss_mxfp4 T=%d --ep: blocks, scales and biases of experts [r*E/N, (r+1)*E/N) per rank" % T)
 
+# ---- 5. real model code: a tiny Qwen3-MoE saved by transformers, the block by transformers ----
+def real_qwen3_moe():
+    """transformers' Qwen3MoeForCausalLM (E = 8) written by save_pretrained over several files (its
+    per-expert layout, E as num_local_experts); for each T, each rank's MoE tensors (router, its
+    experts) plus zeros for the experts it lacks (which must be exactly the other ranks' experts)
+    and for the tensors outside the block are loaded by from_pretrained with no missing, unexpected
+    or mismatched key, and the sum over ranks of the real MoE block's outputs equals the block of
+    the model loaded from the source."""
+    import torch
+    from safetensors.torch import load, load_file, save_file
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    torch.manual_seed(15)
+    c = Qwen3MoeConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=64,
+                       moe_intermediate_size=16, num_experts=8, num_experts_per_tok=2, num_hidden_layers=2,
+                       vocab_size=64, decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True)
+    src = os.path.join(work, "real_qwen3_moe")
+    Qwen3MoeForCausalLM(c).save_pretrained(src, max_shard_size="40KB")
+    names = {}
+    for fn in os.listdir(src):
+        if fn.endswith(".safetensors"):
+            for k, v in load_file(os.path.join(src, fn)).items():
+                names[k] = v
+    F.check(any(expert_of(k) is not None for k in names), "transformers saved per-expert tensors: %d" % len(names))
+
+    def block(path):
+        m, info = Qwen3MoeForCausalLM.from_pretrained(path, output_loading_info=True)
+        F.check(not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"],
+                "real_qwen3_moe: %s loads strictly: %s" % (os.path.basename(path), info))
+        m = m.float().eval()  # float32: the experts' grouped matmul takes no float64
+        with torch.no_grad():
+            return m.model.layers[1].mlp(xt).double().numpy()
+
+    xt = torch.from_numpy(rng.standard_normal((1, 24, 32)).astype(np.float32))
+    want = block(src)
+    for T in (2, 4):
+        filled = []
+        with tt.Mount(src, T, "--ep") as mt:
+            for r in range(T):
+                local = {}
+                for fn in os.listdir(mt.rank(r)):
+                    if fn.endswith(".safetensors"):
+                        with open(os.path.join(mt.rank(r), fn), "rb") as f:  # read, not mapped: the mount goes
+                            local.update(load(f.read()))
+                lacks = {k for k in names if k not in local}
+                others = {k for k in names if expert_of(k) is not None and expert_of(k) not in held(8, T, r)}
+                F.check(lacks == others, "real_qwen3_moe T=%d r=%d: lacks exactly the other ranks' experts" % (T, r))
+                path = os.path.join(work, "real_r%d_%d" % (T, r))
+                os.makedirs(path)
+                # the MoE block's tensors (router, experts) from the rank; the rest (attention,
+                # tensor-parallel, not part of the block) and the absent experts as zeros
+                save_file({k: local[k] if k in local and ".mlp." in k else torch.zeros_like(v) for k, v in names.items()},
+                          os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+                with open(os.path.join(src, "config.json")) as f:  # the global config: whole experts
+                    cfg_text = f.read()
+                with open(os.path.join(path, "config.json"), "w") as f:
+                    f.write(cfg_text)
+                filled.append(path)
+        got = sum(block(path) for path in filled)
+        err = rel(got, want)
+        F.check(err < 1e-5, "real_qwen3_moe T=%d: sum of the ranks' real MoE blocks equals the block (%.2e)" % (T, err))
+        results.append("real_qwen3_moe T=%d --ep: transformers' MoE block summed over ranks, rel err %.1e" % (T, err))
+
+
+real_qwen3_moe()
+shutil.rmtree(work, ignore_errors=True)
 print("\n".join(results))
 F.done("test_ep")

@@ -751,10 +751,10 @@ static void test_ep_resolve(void **state)
 	const want bad1[] = {{"model.layers.2.mlp.experts.down_proj", ST_BF16, 3, {6, 48, 32}, 0, 0, 0, 0, 0, 0}};
 	assert_int_equal(resolve_ep(&pl, qcfg, bad1, 1, 2, res, &e), TP_EPLAN);
 	assert_non_null(strstr(e.msg, "tensor 'model.layers.2.mlp.experts.down_proj' (experts 'routed'): axis 0 holds 6 experts "
-				      "but 'num_experts' = 4 (num_experts=4)"));
+				      "but 'first(num_experts, num_local_experts)' = 4 (num_experts=4)"));
 	const want bad2[] = {{"model.layers.1.mlp.experts.4.up_proj.weight", ST_BF16, 2, {32, 48}, 0, 0, 0, 0, 0, 0}};
 	assert_int_equal(resolve_ep(&pl, qcfg, bad2, 1, 2, res, &e), TP_EPLAN);
-	assert_non_null(strstr(e.msg, "expert 4, but 'num_experts' = 4 routed experts"));
+	assert_non_null(strstr(e.msg, "expert 4, but 'first(num_experts, num_local_experts)' = 4 routed experts (num_experts=4)"));
 
 	/* the model-level check: E over T, naming E and the T that work */
 	cx.nprefix = 0;
@@ -763,7 +763,7 @@ static void test_ep_resolve(void **state)
 	assert_int_equal(E[0], 4);
 	assert_int_equal(tp_plan_ep_check(&pl, &cx, 3, E, &e), -1);
 	assert_int_equal(e.code, TP_EPLAN);
-	assert_non_null(strstr(e.msg, "--ep: 4 routed experts ('num_experts' = 4; plan 'qwen-moe', experts 'routed') do not divide "
+	assert_non_null(strstr(e.msg, "--ep: 4 routed experts (num_experts=4; plan 'qwen-moe', experts 'routed') do not divide "
 				      "over 3 ranks: rank r holds experts [r*E/N, (r+1)*E/N), so N must divide 4: --tp 1, 2, 4"));
 	tp_plan_free(&pl);
 	cJSON_Delete(cfg);
@@ -772,7 +772,7 @@ static void test_ep_resolve(void **state)
 	assert_int_equal(tp_plan_choose(cfg, NULL, &pl, origin, sizeof origin, &e), 0);
 	cx.config = cfg;
 	assert_int_equal(tp_plan_ep_check(&pl, &cx, 3, E, &e), -1);
-	assert_non_null(strstr(e.msg, "256 routed experts ('first(n_routed_experts, num_experts)' = 256; plan 'deepseek'"));
+	assert_non_null(strstr(e.msg, "256 routed experts (n_routed_experts=256; plan 'deepseek'"));
 	assert_non_null(strstr(e.msg, "--tp 1, 2, 4, 8, 16, 32, 64, 128, 256"));
 	/* a count config.json cannot give: no placement, and an expert tensor is the plan's error */
 	cJSON_Delete(cfg);
@@ -783,7 +783,7 @@ static void test_ep_resolve(void **state)
 	const want un[] = {{"model.layers.1.mlp.experts.5.gate_proj.weight", ST_BF16, 2, {24, 32}, 0, 0, 0, 0, 0, 0}};
 	assert_int_equal(resolve_ep(&pl, "{}", un, 1, 2, res, &e), TP_ERULE);
 	assert_non_null(strstr(e.msg, "tensor 'model.layers.1.mlp.experts.5.gate_proj.weight': plan 'deepseek', experts 'routed' (count): "
-				      "expression 'first(n_routed_experts, num_experts)' is missing from config.json"));
+				      "expression 'first(n_routed_experts, num_local_experts, num_experts)' is missing from config.json"));
 	/* FP8: an expert's block scale travels with it */
 	const char *dcfg = "{\"model_type\": \"deepseek_v3\", \"n_routed_experts\": 8, \"moe_intermediate_size\": 256,"
 			   " \"hidden_size\": 256, \"quantization_config\": {\"weight_block_size\": [128, 128]}}";
