@@ -140,6 +140,34 @@ family("qwen3_5_moe", "Qwen3_5MoeTextConfig",
        GQA + GDN + [("moe_intermediate_size", "even"), ("shared_expert_intermediate_size", "even")],
        wrong=r"layers\.3\.self_attn\.q_proj\.weight$")
 
+family("gemma3", "Gemma3TextConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
+               layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=True),
+       "Gemma3ForCausalLM", GQA)
+family("phi3", "Phi3Config", _common(num_key_value_heads=4, num_hidden_layers=2), "Phi3ForCausalLM", GQA,
+       wrong=r"layers\.0\.self_attn\.qkv_proj\.weight$")
+family("mixtral", "MixtralConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, num_local_experts=8,
+               num_experts_per_tok=2),
+       "MixtralForCausalLM", GQA)
+family("ernie4_5_moe", "Ernie4_5_MoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, moe_intermediate_size=IM, moe_num_experts=8, moe_k=2,
+               moe_num_shared_experts=1, moe_layer_start_index=1, use_bias=False),
+       "Ernie4_5_MoeForCausalLM", GQA + [("moe_intermediate_size", "even")])
+family("gpt_oss", "GptOssConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, num_local_experts=8,
+               num_experts_per_tok=2, sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
+       "GptOssForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.sinks$", rank0_bias=("down_proj_bias",))
+family("minimax_m2", "MiniMaxM2Config",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, num_local_experts=8,
+               num_experts_per_tok=2),
+       "MiniMaxM2ForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
+family("llama4", "Llama4TextConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, intermediate_size_mlp=I,
+               num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2, attention_chunk_size=8),
+       "Llama4ForCausalLM", GQA + [("intermediate_size_mlp", "even")],
+       wrong=r"layers\.1\.feed_forward\.experts\.gate_up_proj$", wrong_dim=2)
+
 
 def text_of(cfg):
     return cfg.get("text_config") or cfg
@@ -210,7 +238,9 @@ def build(name, out_dir, seed=0):
     with torch.no_grad():  # make the tiny model's numbers of a useful size: weights ~ 1/sqrt(fan-in), norms ~ 1
         g = torch.Generator().manual_seed(seed + 1)
         for n, p in model.named_parameters():
-            if p.ndim >= 2:
+            if n.endswith("sinks"):  # attention sinks: one logit per head, of the size of attention scores
+                p.copy_(2.0 * torch.randn(p.shape, generator=g, dtype=torch.float32))
+            elif p.ndim >= 2:
                 p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) / (p.shape[-1] ** 0.5))
             else:
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float32))
