@@ -77,6 +77,60 @@ def worker(T, r, jobs_path, out_path):
         json.dump(results, f)
 
 
+def seeds_glm53(tmp, F):
+    """The seeds' byte counts on one header-only GLM-5.3-Flash KDA layer whose names, shapes and config.json
+    come from transformers' glm5_next code (a meta-device model at the seeds' geometry, its state dict
+    turned back into the checkpoint's names as save_pretrained does): D 4096, 64 heads x 128, conv 4,
+    gate rank 128. BF16 but A_log and dt_bias (F32), as the seeds measured."""
+    import struct
+    import torch
+    import transformers
+    import tpfs_test as tt
+    from transformers.core_model_loading import revert_weight_conversion
+    tc = dict(vocab_size=64, hidden_size=4096, intermediate_size=128, num_hidden_layers=1, num_attention_heads=64,
+              num_key_value_heads=64, linear_num_heads=64, linear_head_dim=128, linear_conv_kernel_dim=4,
+              layer_types=["linear_attention"], mlp_layer_types=["dense"], pad_token_id=0)
+    cfg = transformers.Glm5NextConfig(text_config=tc, vision_config=dict(
+        depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=4096, projection_intermediate_size=64))
+    with torch.device("meta"):
+        model = transformers.Glm5NextForConditionalGeneration(cfg)
+    sd = revert_weight_conversion(model, model.state_dict())
+    layer = "model.language_model.layers.0.self_attn."
+    shapes = {k: ("F32" if k.endswith(("A_log", "dt_bias")) else "BF16", list(v.shape))
+              for k, v in sd.items() if k.startswith(layer)}
+    F.check(len(shapes) == 15 and layer + "q_conv1d.weight" in shapes and layer + "dt_bias" in shapes,
+            "glm5_next's KDA layer is 15 tensors on disk, separate q/k/v convs, dt_bias and A_log under self_attn: %s"
+            % sorted(shapes))
+    geo = os.path.join(tmp, "glm53-seeds")
+    cfg.save_pretrained(geo)
+    hdr, off = {}, 0
+    for k in sorted(shapes, key=lambda k: (-tt.DTYPE_BITS[shapes[k][0]], k)):
+        dt, sh = shapes[k]
+        n = int(torch.Size(sh).numel()) * tt.DTYPE_BITS[dt] // 8
+        hdr[k] = {"dtype": dt, "shape": sh, "data_offsets": [off, off + n]}
+        off += n
+    F.check(off == 275481088, "one GLM-5.3-Flash KDA layer is 275,481,088 bytes in BF16 (got %d)" % off)
+    hb = json.dumps(hdr).encode()
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    with open(os.path.join(geo, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(hb)) + hb)
+        f.truncate(8 + len(hb) + off)
+    with tt.Mount(geo, 2) as m:
+        for r in range(2):
+            with open(os.path.join(m.rank(r), "model.safetensors"), "rb") as f:
+                n = struct.unpack("<Q", f.read(8))[0]
+                lh = json.loads(f.read(n))
+            lh.pop("__metadata__", None)
+            local_b = sum(v["data_offsets"][1] - v["data_offsets"][0] for v in lh.values())
+            repl = sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in lh.items() if v["shape"] == hdr[k]["shape"])
+            F.check(local_b == 138789248, "GLM-5.3 KDA at T=2, rank %d keeps 138,789,248 bytes (got %d)" % (r, local_b))
+            F.check(repl == 2097408, "of which 2,097,408 replicated (got %d)" % repl)
+            F.check(lh[layer + "A_log"]["shape"] == [32] and lh[layer + "dt_bias"]["shape"] == [4096],
+                    "A_log per head [32], dt_bias per channel [4096]: %s %s"
+                    % (lh[layer + "A_log"]["shape"], lh[layer + "dt_bias"]["shape"]))
+    print("seeds' GLM-5.3 KDA byte counts hold with glm5_next's names and config", flush=True)
+
+
 def main(only):
     import torch
     import tpfs_test as tt
@@ -85,6 +139,8 @@ def main(only):
     F = tt.Failures()
     table = {}
     with tempfile.TemporaryDirectory(prefix="tpfs-real-") as tmp:
+        if not only:
+            seeds_glm53(tmp, F)
         t0 = time.time()
         for name in fams:
             fam = RM.FAMILIES[name]
