@@ -42,10 +42,10 @@ FAMILIES = {}
 
 
 def family(name, cfg_cls, cfg, model_cls, per_rank, ts=(2, 4), wrong=r"layers\.0\.self_attn\.q_proj\.weight$",
-           wrong_dim=0, config_json=None, global_norms=(), rank0_bias=()):
+           wrong_dim=0, config_json=None, global_norms=(), rank0_bias=(), mxfp4=False):
     FAMILIES[name] = dict(name=name, cfg_cls=cfg_cls, cfg=cfg, model_cls=model_cls, per_rank=per_rank, ts=ts,
                           wrong=wrong, wrong_dim=wrong_dim, config_json=config_json, global_norms=global_norms,
-                          rank0_bias=rank0_bias)
+                          rank0_bias=rank0_bias, mxfp4=mxfp4)
 
 
 GQA = [("num_attention_heads", "even"), ("num_key_value_heads", "groups"), ("intermediate_size", "even")]
@@ -158,6 +158,13 @@ family("gpt_oss", "GptOssConfig",
        _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, num_local_experts=8,
                num_experts_per_tok=2, sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
        "GptOssForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.sinks$", rank0_bias=("down_proj_bias",))
+# gpt-oss as published: experts in MXFP4 (blocks of 32 FP4 values, 16 bytes, and one E8M0 scale per block).
+# intermediate 128 so that a rank's down_proj keeps whole blocks at T=4 (128 / 4 = 32).
+family("gpt_oss_mxfp4", "GptOssConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=128, num_local_experts=8,
+               num_experts_per_tok=2, sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
+       "GptOssForCausalLM", GQA, wrong=r"layers\.1\.mlp\.experts\.down_proj$", wrong_dim=1,
+       rank0_bias=("down_proj_bias",), mxfp4=True)
 family("minimax_m2", "MiniMaxM2Config",
        _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, num_local_experts=8,
                num_experts_per_tok=2),
@@ -248,11 +255,69 @@ def build(name, out_dir, seed=0):
     path = os.path.join(out_dir, "config.json")
     with open(path) as f:
         c = json.load(f)
+    if fam["mxfp4"]:
+        _to_mxfp4(out_dir, c, seed)
     if fam["config_json"]:
         fam["config_json"](c)
         with open(path, "w") as f:
             json.dump(c, f, indent=1)
     return c
+
+
+def _to_mxfp4(out_dir, c, seed):
+    """Rewrites the fused experts of a saved gpt-oss checkpoint as the published MXFP4 layout:
+    gate_up_proj [E, D, 2I] becomes gate_up_proj_blocks [E, 2I, D/32, 16] (U8, two FP4 per byte) and
+    gate_up_proj_scales [E, 2I, D/32] (U8, E8M0); down_proj [E, I, D] becomes [E, D, I/32, 16] and
+    [E, D, I/32]. Random codes (the test compares dequantized models, so any codes do)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    g = torch.Generator().manual_seed(seed + 7)
+    ipath = os.path.join(out_dir, "model.safetensors.index.json")
+    with open(ipath) as f:
+        idx = json.load(f)
+    wm = idx["weight_map"]
+    for fn in sorted(set(wm.values())):
+        t = load_file(os.path.join(out_dir, fn))
+        names = [k for k in t if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+        for k in names:
+            E, cols, rows = t.pop(k).shape
+            t[k + "_blocks"] = torch.randint(0, 256, (E, rows, cols // 32, 16), generator=g, dtype=torch.uint8)
+            t[k + "_scales"] = torch.randint(122, 128, (E, rows, cols // 32), generator=g, dtype=torch.uint8)
+            del wm[k]
+            wm[k + "_blocks"] = wm[k + "_scales"] = fn
+        if names:
+            save_file(t, os.path.join(out_dir, fn), metadata={"format": "pt"})
+    with open(ipath, "w") as f:
+        json.dump(idx, f, indent=1)
+    c["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+
+
+def _load_mxfp4(fam, path, cfg_dict):
+    """Loads an MXFP4 gpt-oss folder the way transformers does without a GPU: every *_blocks / *_scales
+    pair dequantized by transformers' own convert_moe_packed_tensors into the BF16 layout, then
+    load_state_dict(strict=True) (missing, unexpected or mismatched tensors raise)."""
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    with open(os.path.join(path, "model.safetensors.index.json")) as f:
+        files = sorted(set(json.load(f)["weight_map"].values()))
+    sd = {}
+    for fn in files:
+        sd.update(load_file(os.path.join(path, fn)))
+    for k in [k for k in sd if k.endswith("_blocks")]:
+        base = k[:-len("_blocks")]
+        sd[base] = convert_moe_packed_tensors(sd.pop(k), sd.pop(base + "_scales"), dtype=DTYPE())
+    torch.set_default_dtype(DTYPE())
+    try:
+        model = getattr(transformers, fam["model_cls"])(config_object(fam, cfg_dict))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    model.config._attn_implementation = "eager"
+    model.config._experts_implementation = "eager"
+    model.load_state_dict({k: v.to(DTYPE()) for k, v in sd.items()}, strict=True)
+    return model.eval()
 
 
 def config_object(fam, cfg_dict):
@@ -261,6 +326,7 @@ def config_object(fam, cfg_dict):
     d.pop("model_type", None)
     d.pop("architectures", None)
     d.pop("transformers_version", None)
+    d.pop("quantization_config", None)
     return getattr(transformers, fam["cfg_cls"])(**d)
 
 
@@ -268,6 +334,8 @@ def load(fam, path, cfg_dict):
     """The model at path under cfg_dict, loaded strictly: raises on any missing, unexpected or mismatched tensor."""
     import torch
     import transformers
+    if fam["mxfp4"]:
+        return _load_mxfp4(fam, path, cfg_dict)
     cls = getattr(transformers, fam["model_cls"])
     model, info = cls.from_pretrained(path, config=config_object(fam, cfg_dict), output_loading_info=True,
                                       dtype=DTYPE(), attn_implementation="eager",
