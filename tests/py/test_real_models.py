@@ -131,6 +131,69 @@ def seeds_glm53(tmp, F):
     print("seeds' GLM-5.3 KDA byte counts hold with glm5_next's names and config", flush=True)
 
 
+def refusals(tmp, F):
+    """No silent guesses, on checkpoints written by transformers: an architecture without a built-in plan
+    (GPT-NeoX) is refused before mounting with the message naming model_type, the built-ins and the two
+    ways on; under --plan generic every tensor whose layout a name cannot tell is refused by name, with
+    the rule's reason: GPT-NeoX's fused query_key_value, Phi-3's qkv_proj and gate_up_proj, gpt-oss's 3-D
+    experts and per-head sinks, Llama 4's 3-D experts."""
+    import torch
+    import transformers
+    import tpfs_test as tt
+    neox = os.path.join(tmp, "gpt_neox")
+    torch.manual_seed(0)
+    transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
+        vocab_size=RM.V, hidden_size=RM.D, num_hidden_layers=1, num_attention_heads=4, intermediate_size=RM.I,
+        max_position_embeddings=64)).save_pretrained(neox, max_shard_size="64KB")
+    builtins = ("deepseek (deepseek_v3, deepseek_v32, deepseek_v2, glm4_moe, glm_moe_dsa, kimi_k2); ernie4_5-moe "
+                "(ernie4_5_moe); generic (only with --plan generic); gpt-oss (gpt_oss); kda (kimi_linear, glm5_next); llama "
+                "(llama, mistral, qwen2, qwen3, gemma3_text); llama4 (llama4_text, llama4); mixtral (mixtral, minimax_m2); "
+                "phi3 (phi3); qwen-moe (qwen3_moe, qwen2_moe); qwen3-next (qwen3_next, qwen3_5, qwen3_5_moe, qwen3_5_text, "
+                "qwen3_5_moe_text)")
+    want = ("tpfs: no built-in plan knows model_type 'gpt_neox' (built-in plans: %s); give a plan file with --plan FILE "
+            "(docs/PLANS.md), or, after checking what it does with 'tpfs plan SRC --tp N --plan generic', accept the "
+            "generic name-based guess with --plan generic\n" % builtins)
+    p = tt.tpfs("plan", neox, "--tp", 2)
+    F.check(p.returncode == 1 and p.stderr == want and not p.stdout, "gpt_neox is refused by tpfs plan: %r" % p.stderr)
+    mnt = tempfile.mkdtemp(prefix="tpfs-real-mnt-")
+    p = subprocess.run([tt.TPFS, "mount", neox, mnt, "--tp", "2", "-f"], capture_output=True, text=True, timeout=120)
+    F.check(p.returncode == 1 and p.stderr == want and not tt.is_mounted(mnt), "and by tpfs mount: %r" % p.stderr)
+    os.rmdir(mnt)
+
+    reasons = {
+        "fused_projection": "a fused projection: where its [q|k|v] or [gate|up] blocks lie (and whether they are "
+                            "interleaved) is not in its name, so the generic rules cannot cut it next to its split "
+                            "partners; give a plan that splits it per segment (--plan FILE)",
+        "fused_experts": "a 3-D experts tensor [E, ...]: which axis is the expert's intermediate size is not in its "
+                         "name; give a plan that names the axis (--plan FILE)",
+        "per_head_vector": "a per-head vector: it must be cut with the heads, which the generic rules cannot tie it "
+                           "to; give a plan that splits it with the heads (--plan FILE)"}
+    cases = {"gpt_neox": {r"\.attention\.query_key_value\.": "fused_projection"},
+             "phi3": {r"\.qkv_proj\.": "fused_projection", r"\.gate_up_proj\.": "fused_projection"},
+             "gpt_oss": {r"\.experts\.": "fused_experts", r"\.sinks$": "per_head_vector"},
+             "llama4": {r"\.experts\.": "fused_experts"}}
+    for name, pats in cases.items():
+        src = os.path.join(tmp, name)
+        if not os.path.isdir(src):
+            RM.build(name, src)
+        with open(os.path.join(src, "model.safetensors.index.json")) as f:
+            wm = json.load(f)["weight_map"]
+        want = sorted("tpfs: error: %s: tensor '%s' (rule '%s'): refused by plan 'generic': %s"
+                      % (wm[k], k, rule, reasons[rule]) for k in wm for pat, rule in pats.items() if re.search(pat, k))
+        p = tt.tpfs("plan", src, "--tp", 2, "--plan", "generic")
+        got = sorted(l for l in p.stderr.splitlines() if "refused by plan" in l)
+        F.check(p.returncode == 1 and want and got == want,
+                "%s under --plan generic: %d tensors refused by name, exactly as expected (%d): %s"
+                % (name, len(got), len(want), "\n".join(sorted(set(got) ^ set(want)))[:3000]))
+        mnt = tempfile.mkdtemp(prefix="tpfs-real-mnt-")
+        p = subprocess.run([tt.TPFS, "mount", src, mnt, "--tp", "2", "-f", "--plan", "generic"], capture_output=True,
+                           text=True, timeout=120)
+        F.check(p.returncode == 1 and not tt.is_mounted(mnt) and "refused by plan 'generic'" in p.stderr,
+                "%s: tpfs mount --plan generic refuses before mounting: %s" % (name, p.stderr[-500:]))
+        os.rmdir(mnt)
+    print("refusals checked", flush=True)
+
+
 def main(only):
     import torch
     import tpfs_test as tt
@@ -141,6 +204,7 @@ def main(only):
     with tempfile.TemporaryDirectory(prefix="tpfs-real-") as tmp:
         if not only:
             seeds_glm53(tmp, F)
+            refusals(tmp, F)
         t0 = time.time()
         for name in fams:
             fam = RM.FAMILIES[name]
