@@ -408,9 +408,10 @@ def tp_patch(fam, model, T, r):
 
 
 def DTYPE():
-    """The dtype of every forward: float64, so that the check measures the split, not float32's rounding."""
+    """The dtype of every forward: float64, so that the check measures the split, not float32's rounding
+    (TPFS_REAL_DTYPE=float32 runs it in float32 instead, for comparison)."""
     import torch
-    return torch.float64
+    return getattr(torch, os.environ.get("TPFS_REAL_DTYPE", "float64"))
 
 
 def input_ids():

@@ -196,6 +196,9 @@ def refusals(tmp, F):
 
 def main(only):
     import torch
+    import transformers
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
     import tpfs_test as tt
     tt.require_fuse()
     fams = [f for f in RM.FAMILIES if not only or f in only]
