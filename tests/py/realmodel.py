@@ -42,10 +42,10 @@ FAMILIES = {}
 
 
 def family(name, cfg_cls, cfg, model_cls, per_rank, ts=(2, 4), wrong=r"layers\.0\.self_attn\.q_proj\.weight$",
-           wrong_dim=0, config_json=None, global_norms=(), rank0_bias=(), mxfp4=False):
+           wrong_dim=0, config_json=None, global_norms=(), rank0_bias=(), mxfp4=False, mtp=False):
     FAMILIES[name] = dict(name=name, cfg_cls=cfg_cls, cfg=cfg, model_cls=model_cls, per_rank=per_rank, ts=ts,
                           wrong=wrong, wrong_dim=wrong_dim, config_json=config_json, global_norms=global_norms,
-                          rank0_bias=rank0_bias, mxfp4=mxfp4)
+                          rank0_bias=rank0_bias, mxfp4=mxfp4, mtp=mtp)
 
 
 GQA = [("num_attention_heads", "even"), ("num_key_value_heads", "groups"), ("intermediate_size", "even")]
@@ -67,9 +67,9 @@ family("qwen3_moe", "Qwen3MoeConfig",
 
 MLA = [("num_attention_heads", "uneven"), ("num_key_value_heads", "same_as:num_attention_heads"),
        ("intermediate_size", "even"), ("moe_intermediate_size", "even")]
-family("deepseek_v3", "DeepseekV3Config", _mla(), "DeepseekV3ForCausalLM", MLA, ts=(2, 3, 4),
+family("deepseek_v3", "DeepseekV3Config", _mla(), "DeepseekV3ForCausalLM", MLA, ts=(2, 3, 4), mtp=True,
        wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
-family("kimi_k2", "DeepseekV3Config", _mla(), "DeepseekV3ForCausalLM", MLA, ts=(2, 3, 4),
+family("kimi_k2", "DeepseekV3Config", _mla(), "DeepseekV3ForCausalLM", MLA, ts=(2, 3, 4), mtp=True,
        wrong=r"layers\.0\.self_attn\.kv_b_proj\.weight$",
        config_json=lambda c: c.update(model_type="kimi_k2", architectures=["DeepseekV3ForCausalLM"]))
 # DeepseekV2Config refuses a hidden size that is not a multiple of the head count (3 heads of 8 at T=3):
@@ -78,10 +78,10 @@ family("deepseek_v2", "DeepseekV2Config", _mla(q_lora_rank=None, n_group=1, topk
        MLA)
 family("deepseek_v32", "DeepseekV32Config",
        _mla(index_topk=8, index_head_dim=16, index_n_heads=4, mlp_layer_types=["dense", "sparse", "sparse"]),
-       "DeepseekV32ForCausalLM", MLA, ts=(2, 3, 4), wrong=r"layers\.0\.self_attn\.o_proj\.weight$", wrong_dim=1)
+       "DeepseekV32ForCausalLM", MLA, ts=(2, 3, 4), mtp=True, wrong=r"layers\.0\.self_attn\.o_proj\.weight$", wrong_dim=1)
 family("glm_moe_dsa", "GlmMoeDsaConfig",
        _mla(index_topk=8, index_head_dim=16, index_n_heads=4, mlp_layer_types=["dense", "sparse", "sparse"]),
-       "GlmMoeDsaForCausalLM", MLA, ts=(2, 3, 4), wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
+       "GlmMoeDsaForCausalLM", MLA, ts=(2, 3, 4), mtp=True, wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
 family("glm4_moe", "Glm4MoeConfig",
        _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, moe_intermediate_size=IM, n_routed_experts=8,
                num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
@@ -120,7 +120,7 @@ del _g5["first_k_dense_replace"]
 family("glm5_next", "Glm5NextConfig", dict(text_config=_g5, vision_config=dict(
     depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=D, projection_intermediate_size=64)),
        "Glm5NextForConditionalGeneration", [("text_config." + k, v) for k, v in KDA],
-       wrong=r"layers\.0\.self_attn\.g_b_proj\.weight$")
+       wrong=r"layers\.0\.self_attn\.g_b_proj\.weight$", mtp=True)
 
 GDN = [("linear_num_key_heads", "even"), ("linear_num_value_heads", "even")]
 _gdn = _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, linear_conv_kernel_dim=4, linear_key_head_dim=16,
@@ -257,11 +257,50 @@ def build(name, out_dir, seed=0):
         c = json.load(f)
     if fam["mxfp4"]:
         _to_mxfp4(out_dir, c, seed)
+    if fam["mtp"]:
+        _add_mtp(out_dir, c)
     if fam["config_json"]:
         fam["config_json"](c)
         with open(path, "w") as f:
             json.dump(c, f, indent=1)
     return c
+
+
+def mtp_prefix(cfg):
+    """Where DeepSeek-style checkpoints keep their MTP layer: layers.{num_hidden_layers}."""
+    t = text_of(cfg)
+    return ("model.language_model." if "text_config" in cfg else "model.") + "layers.%d." % t["num_hidden_layers"]
+
+
+def _add_mtp(out_dir, c):
+    """Appends a DeepSeek-style MTP layer at layers.{num_hidden_layers} (transformers does not build or
+    run it: it ignores these tensors on load): a copy of the last decoder layer (MLA attention, MoE) plus
+    eh_proj [D, 2D], enorm, hnorm, shared_head.norm [D], shared_head.head and embed_tokens [V, D]. The
+    copy lets the test require each MTP tensor on each rank to equal the same rank's tensor of the copied,
+    numerically proven layer."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+    t = text_of(c)
+    last = mtp_prefix(c).replace("layers.%d." % t["num_hidden_layers"], "layers.%d." % (t["num_hidden_layers"] - 1))
+    ipath = os.path.join(out_dir, "model.safetensors.index.json")
+    with open(ipath) as f:
+        idx = json.load(f)
+    wm = idx["weight_map"]
+    out = {}
+    for k, fn in sorted(wm.items()):
+        if k.startswith(last):
+            out[mtp_prefix(c) + k[len(last):]] = load_file(os.path.join(out_dir, fn))[k]
+    rng = np.random.default_rng(11)
+    Dm, Vm = t["hidden_size"], t["vocab_size"]
+    for k, shape in (("eh_proj.weight", (Dm, 2 * Dm)), ("enorm.weight", (Dm,)), ("hnorm.weight", (Dm,)),
+                     ("shared_head.norm.weight", (Dm,)), ("shared_head.head.weight", (Vm, Dm)),
+                     ("embed_tokens.weight", (Vm, Dm))):
+        out[mtp_prefix(c) + k] = rng.standard_normal(shape).astype(np.float32)
+    save_file(out, os.path.join(out_dir, "model-mtp.safetensors"), metadata={"format": "pt"})
+    for k in out:
+        wm[k] = "model-mtp.safetensors"
+    with open(ipath, "w") as f:
+        json.dump(idx, f, indent=1)
 
 
 def _to_mxfp4(out_dir, c, seed):
@@ -340,6 +379,9 @@ def load(fam, path, cfg_dict):
     model, info = cls.from_pretrained(path, config=config_object(fam, cfg_dict), output_loading_info=True,
                                       dtype=DTYPE(), attn_implementation="eager",
                                       experts_implementation="eager")
+    if fam["mtp"]:  # the MTP layer, which transformers neither builds nor runs: checked byte for byte instead
+        pre = mtp_prefix(cfg_dict)
+        info["unexpected_keys"] = [k for k in info["unexpected_keys"] if not k.startswith(pre)]
     bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys",
                                                           "error_msgs")}
     if bad:

@@ -77,6 +77,49 @@ def worker(T, r, jobs_path, out_path):
         json.dump(results, f)
 
 
+def read_dir(path):
+    """{name: array} of a checkpoint folder, through its index (numpy)."""
+    from safetensors import safe_open
+    with open(os.path.join(path, "model.safetensors.index.json")) as f:
+        wm = json.load(f)["weight_map"]
+    out = {}
+    for fn in sorted(set(wm.values())):
+        with safe_open(os.path.join(path, fn), framework="np") as f:
+            for k in f.keys():
+                out[k] = f.get_tensor(k)
+    return out
+
+
+def check_mtp(name, src, mnt, T, F):
+    """The MTP layer (transformers does not run it) byte for byte: each rank's copy of a decoder tensor
+    equals that rank's tensor of the layer it copies (proven by the forward), the vocabulary tensors are
+    the rank's rows, eh_proj and the norms whole."""
+    import numpy as np
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    pre = RM.mtp_prefix(cfg)
+    n = RM.text_of(cfg)["num_hidden_layers"]
+    last = pre.replace("layers.%d." % n, "layers.%d." % (n - 1))
+    full = read_dir(src)
+    mtp = [k for k in full if k.startswith(pre)]
+    for r in range(T):
+        loc = read_dir(os.path.join(mnt, "rank%d" % r))
+        bad = []
+        for k in mtp:
+            sfx = k[len(pre):]
+            if last + sfx in full:
+                want = loc[last + sfx]
+            elif sfx in ("shared_head.head.weight", "embed_tokens.weight"):
+                V = full[k].shape[0]
+                want = full[k][r * V // T:(r + 1) * V // T]
+            else:
+                want = full[k]
+            if k not in loc or loc[k].shape != want.shape or not np.array_equal(loc[k], want):
+                bad.append(k)
+        F.check(not bad and len(mtp) > 10, "%s T=%d rank %d: MTP layer %s (%d tensors) split like the layer it copies: %s"
+                % (name, T, r, pre, len(mtp), bad[:5]))
+
+
 def seeds_glm53(tmp, F):
     """The seeds' byte counts on one header-only GLM-5.3-Flash KDA layer whose names, shapes and config.json
     come from transformers' glm5_next code (a meta-device model at the seeds' geometry, its state dict
@@ -241,6 +284,9 @@ def main(only):
                 procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(T), str(r), jp, out],
                                           stderr=subprocess.PIPE, text=True) for r in range(T)]
                 errs = [p.communicate(timeout=900)[1] for p in procs]
+                for job in jobs:
+                    if RM.FAMILIES[job["family"]]["mtp"]:
+                        check_mtp(job["family"], job["src"], job["mnt"], T, F)
                 for r, p in enumerate(procs):
                     F.check(p.returncode == 0, "T=%d rank %d worker exited %d: %s" % (T, r, p.returncode, errs[r][-3000:]))
             if procs[0].returncode != 0:
