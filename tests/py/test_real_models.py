@@ -256,6 +256,9 @@ def main(only):
             fam = RM.FAMILIES[name]
             src = os.path.join(tmp, name)
             cfg = RM.build(name, src)
+            p = tt.tpfs("plan", src, "--tp", 2, "--strict")  # every tensor named by a rule of the detected plan
+            F.check(p.returncode == 0 and "unmatched tensors (replicated): 0" in p.stdout,
+                    "%s: every tensor is matched by a rule (--strict): %s" % (name, p.stderr[-1500:]))
             model = RM.load(fam, src, cfg)
             with torch.no_grad():
                 torch.save(model(input_ids=RM.input_ids()).logits, os.path.join(tmp, name + ".ref.pt"))
