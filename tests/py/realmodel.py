@@ -122,6 +122,22 @@ family("glm5_next", "Glm5NextConfig", dict(text_config=_g5, vision_config=dict(
        "Glm5NextForConditionalGeneration", [("text_config." + k, v) for k, v in KDA],
        wrong=r"layers\.0\.self_attn\.g_b_proj\.weight$", mtp=True)
 
+
+
+def _glm5_remote_form(c):
+    """GLM-5.3 as the original remote code writes it (tp-rules.md section 7): linear_attn_config in text_config,
+    DSA layers named deepseek_sparse_attention."""
+    t = c["text_config"]
+    t["linear_attn_config"] = {"num_heads": t.pop("linear_num_heads"), "head_dim": t.pop("linear_head_dim"),
+                               "short_conv_kernel_size": t.pop("linear_conv_kernel_dim"),
+                               "kda_layers": [i + 1 for i, x in enumerate(t["layer_types"]) if x == "linear_attention"],
+                               "full_attn_layers": [i + 1 for i, x in enumerate(t["layer_types"]) if x != "linear_attention"]}
+    t["layer_types"] = [x if x == "linear_attention" else "deepseek_sparse_attention" for x in t["layer_types"]]
+
+
+family("glm5_next_remote", "Glm5NextConfig", FAMILIES["glm5_next"]["cfg"], "Glm5NextForConditionalGeneration",
+       FAMILIES["glm5_next"]["per_rank"], wrong=r"layers\.2\.self_attn\.forget_gate\.A_log$", config_json=_glm5_remote_form)
+
 GDN = [("linear_num_key_heads", "even"), ("linear_num_value_heads", "even")]
 _gdn = _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, linear_conv_kernel_dim=4, linear_key_head_dim=16,
                linear_value_head_dim=16, linear_num_key_heads=4, linear_num_value_heads=8,
