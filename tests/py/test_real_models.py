@@ -286,7 +286,14 @@ def main(only):
                 out = os.path.join(tmp, "out%d" % T)
                 procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(T), str(r), jp, out],
                                           stderr=subprocess.PIPE, text=True) for r in range(T)]
-                errs = [p.communicate(timeout=900)[1] for p in procs]
+                errs = []
+                for p in procs:
+                    try:
+                        errs.append(p.communicate(timeout=900)[1])
+                    except subprocess.TimeoutExpired:
+                        for q in procs:
+                            q.kill()
+                        errs.append("timed out after 900 s: " + (p.communicate()[1] or ""))
                 for job in jobs:
                     if RM.FAMILIES[job["family"]]["mtp"]:
                         check_mtp(job["family"], job["src"], job["mnt"], T, F)
