@@ -301,8 +301,14 @@ def main(only):
                     F.check(p.returncode == 0, "T=%d rank %d worker exited %d: %s" % (T, r, p.returncode, errs[r][-3000:]))
             if procs[0].returncode != 0:
                 continue
-            with open(out + ".0") as f:
-                res = json.load(f)
+            ranks = []
+            for r in range(T):
+                with open(out + ".%d" % r) as f:
+                    ranks.append(json.load(f))
+            res = ranks[0]
+            for name, x in res.items():  # each rank's own loading error, not only rank 0's view of it
+                if "error" in x:
+                    x["error"] = "; ".join(rk[name]["error"] for rk in ranks if "another rank" not in rk[name]["error"])
             for name in at_t:
                 x = res.get(name, {"error": "no result"})
                 if "error" in x:
