@@ -160,6 +160,13 @@ family("gemma3", "Gemma3TextConfig",
        _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
                layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=True),
        "Gemma3ForCausalLM", GQA)
+family("gemma3_mm", "Gemma3Config", dict(
+    text_config=_common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, query_pre_attn_scalar=16,
+                        sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                       patch_size=14), mm_tokens_per_image=4, image_token_index=V - 1, boi_token_index=V - 3,
+    eoi_token_index=V - 2), "Gemma3ForConditionalGeneration", [("text_config." + k, v) for k, v in GQA],
+       wrong=r"layers\.1\.self_attn\.k_proj\.weight$")
 family("phi3", "Phi3Config", _common(num_key_value_heads=4, num_hidden_layers=2), "Phi3ForCausalLM", GQA,
        wrong=r"layers\.0\.self_attn\.qkv_proj\.weight$")
 family("mixtral", "MixtralConfig",
