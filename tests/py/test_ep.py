@@ -12,7 +12,8 @@ without --ep. Checked through real mounts, for four checkpoints:
   refusal names --ep, the mount with --ep is served;
 - the transformers 5 fused layout of Qwen3-MoE (experts.gate_up_proj [E, 2I, D], down_proj
   [E, D, I], with [E, ...] biases);
-- a gpt-oss-like fused MXFP4 layout (blocks, scales and biases per expert) under a user plan;
+- gpt-oss's fused MXFP4 layout (blocks, scales and biases per expert), under the built-in plan at
+  T = 4 where its tensor-parallel cut is refused, and under a user plan's experts declaration;
 - a tiny Qwen3-MoE written by transformers' save_pretrained, its MoE block run by transformers.
 
 Byte level: every expert tensor of rank r is the source's whole tensor for the experts in r's
@@ -145,16 +146,18 @@ def qwen_fused():
     return c, as_raw(t)
 
 
-def gptoss_mxfp4():
-    """A gpt-oss-like MXFP4 MoE layer: experts.gate_up_proj_blocks U8 [E, 2I, D/32, 16],
-    _scales U8 [E, 2I, D/32], _bias F32 [E, 2I], down_proj_blocks/scales/bias likewise; E = 4."""
-    c = dict(model_type="tpfs_test_moe", hidden_size=64, num_attention_heads=4, num_key_value_heads=4, head_dim=16,
+def gptoss_mxfp4(model_type):
+    """A gpt-oss MXFP4 MoE layer (the published layout): experts.gate_up_proj_blocks U8
+    [E, 2I, D/32, 16], _scales U8 [E, 2I, D/32], _bias F32 [E, 2I], down_proj_blocks [E, D, I/32, 16],
+    _scales, _bias [E, D]; E = 4, I = 64: T = 4 would cut down's 2 blocks of 32 over 4 ranks."""
+    c = dict(model_type=model_type, hidden_size=64, num_attention_heads=4, num_key_value_heads=4, head_dim=16,
              num_local_experts=4, intermediate_size=64, vocab_size=64, num_hidden_layers=1)
     b = fixtures.RawBuilder(33)
     E, D, I = 4, 64, 64
     p = "model.layers.0."
     for nm in ("q_proj", "k_proj", "v_proj", "o_proj"):
         b.f32(p + "self_attn." + nm + ".weight", D, D)
+    b.f32(p + "self_attn.sinks", 4)
     b.f32(p + "mlp.router.weight", E, D)
     b.f32(p + "mlp.router.bias", E)
     b.bytes_(p + "mlp.experts.gate_up_proj_blocks", "U8", E, 2 * I, D // 32, 16)
@@ -169,7 +172,8 @@ def gptoss_mxfp4():
 
 GPTOSS_PLAN = {
     "tpfs_plan": 1, "name": "test-gptoss", "extends": "llama",
-    "rules": [{"name": "router", "match": "**.layers.{i}.mlp.router", "split": "replicate"}],
+    "rules": [{"name": "router", "match": "**.layers.{i}.mlp.router", "split": "replicate"},
+              {"name": "sinks", "match": "**.layers.{i}.self_attn.sinks", "split": "column", "heads": "num_attention_heads"}],
     "experts": [{"name": "fused", "match": "**.layers.{i}.mlp.experts", "count": "num_local_experts"}],
 }
 
@@ -443,17 +447,26 @@ for T in (2, 4):
     err = check_moe("qwen_fused", T, full, ep, fused_block)
     results.append("qwen_fused T=%d --ep: [E, ...] tensors cut on the expert axis, MoE block rel err %.1e" % (T, err))
 
-# ---- 4. gpt-oss-like MXFP4 fused experts, a user plan ----
-src = os.path.join(work, "gptoss_mxfp4")
-cfg, full = gptoss_mxfp4()
-fixtures.save_raw(src, cfg, full)
-plan = os.path.join(work, "gptoss-plan.json")
-with open(plan, "w") as f:
-    json.dump(GPTOSS_PLAN, f)
-for T in (2, 4):
-    ep = mount_read(src, T, "--ep", "--plan", plan)
-    check_bytes("gptoss_mxfp4", full, cfg["num_local_experts"], T, ep, mount_read(src, T, "--plan", plan))
-    results.append("gptoss_mxfp4 T=%d --ep: blocks, scales and biases of experts [r*E/N, (r+1)*E/N) per rank" % T)
+# ---- 4. gpt-oss MXFP4 fused experts: the built-in plan, and a user plan's declaration ----
+for kind in ("gpt_oss", "tpfs_test_moe"):
+    src = os.path.join(work, kind)
+    cfg, full = gptoss_mxfp4(kind)
+    fixtures.save_raw(src, cfg, full)
+    extra = []
+    if kind != "gpt_oss":  # an architecture no built-in knows: the user's plan declares the experts
+        extra = ["--plan", os.path.join(work, "gptoss-plan.json")]
+        with open(extra[1], "w") as f:
+            json.dump(GPTOSS_PLAN, f)
+    else:
+        mnt = tempfile.mkdtemp(prefix="tpfs-ep-mnt-")
+        pr = tt.tpfs("mount", src, mnt, "--tp", 4, "-f")
+        F.check(pr.returncode == 1 and "down_proj_blocks" in pr.stderr and "(--ep)" in pr.stderr,
+                "gpt_oss T=4 without --ep: refused (down's 2 blocks over 4 ranks), naming --ep: %s" % pr.stderr.strip())
+        os.rmdir(mnt)
+    for T in (2, 4):
+        ep = mount_read(src, T, "--ep", *extra)
+        check_bytes(kind, full, cfg["num_local_experts"], T, ep, mount_read(src, T, *extra) if T == 2 else None)
+        results.append("%s MXFP4 T=%d --ep: blocks, scales and biases of experts [r*E/N, (r+1)*E/N) per rank" % (kind, T))
 
 # ---- 5. real model code: a tiny Qwen3-MoE saved by transformers, the block by transformers ----
 def real_qwen3_moe():
