@@ -861,6 +861,85 @@ static void test_ep_declarations(void **state)
 	tp_plan_free(&pl);
 }
 
+/* Every built-in MoE plan declares its routed experts, in the names and config keys of its
+ * checkpoints: under --ep a per-expert tensor is owned by its expert, a fused [E, ...] tensor is
+ * split on axis 0 in E units; the shared experts stay tensor-parallel. */
+static void test_ep_builtins(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *plan, *config, *name;
+		st_dtype dt;
+		uint32_t ndim;
+		uint64_t shape[4];
+		int owned; /* 1: owned by expert `owner`; 0: split on axis 0 in E units */
+		uint64_t E, owner;
+	} cases[] = {
+		{"qwen-moe", "{\"num_local_experts\": 8}", "model.layers.3.mlp.experts.7.down_proj.weight", ST_BF16, 2, {32, 16}, 1, 8, 7},
+		{"qwen3-next", "{\"num_experts\": 8}", "model.layers.3.mlp.experts.2.up_proj.weight", ST_BF16, 2, {16, 32}, 1, 8, 2},
+		{"deepseek", "{\"n_routed_experts\": 16}", "model.layers.3.mlp.experts.9.gate_proj.weight_scale_inv", ST_F32, 2, {1, 1}, 1, 16, 9},
+		{"kda", "{\"num_experts\": 4}", "model.layers.1.block_sparse_moe.experts.3.w2.weight", ST_BF16, 2, {32, 16}, 1, 4, 3},
+		{"mixtral", "{\"num_local_experts\": 8}", "model.layers.0.block_sparse_moe.experts.5.w1.weight", ST_BF16, 2, {16, 32}, 1, 8, 5},
+		{"ernie4_5-moe", "{\"moe_num_experts\": 8}", "model.layers.1.mlp.experts.6.gate_proj.weight", ST_BF16, 2, {16, 32}, 1, 8, 6},
+		{"gpt-oss", "{\"num_local_experts\": 4}", "model.layers.0.mlp.experts.gate_up_proj", ST_BF16, 3, {4, 32, 32}, 0, 4, 0},
+		{"gpt-oss", "{\"num_local_experts\": 4}", "model.layers.0.mlp.experts.down_proj_blocks", ST_U8, 4, {4, 32, 1, 16}, 0, 4, 0},
+		{"gpt-oss", "{\"num_local_experts\": 4}", "model.layers.0.mlp.experts.down_proj_bias", ST_BF16, 2, {4, 32}, 0, 4, 0},
+		{"llama4", "{\"text_config\": {\"num_local_experts\": 16}}", "language_model.model.layers.1.feed_forward.experts.gate_up_proj",
+		 ST_BF16, 3, {16, 32, 64}, 0, 16, 0},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		tp_plan pl;
+		tp_err e;
+		if (tp_plan_builtin(cases[i].plan, &pl, &e) < 0)
+			fail_msg("%s: %s", cases[i].plan, e.msg);
+		const want w[] = {{cases[i].name, cases[i].dt, cases[i].ndim,
+				   {cases[i].shape[0], cases[i].shape[1], cases[i].shape[2], cases[i].shape[3]}, 0, 0, 0, 0, 0, 0}};
+		cJSON *c = cJSON_Parse(cases[i].config);
+		tp_expr_ctx cx = {.config = c, .nprefix = pl.nprefix};
+		for (int k = 0; k < pl.nprefix; k++)
+			cx.prefix[k] = pl.prefix[k];
+		int64_t E[TP_MAX_EXPERT_DECLS];
+		if (tp_plan_ep_check(&pl, &cx, 2, E, &e) < 0)
+			fail_msg("%s: %s", cases[i].plan, e.msg);
+		load(w, 1);
+		tp_resolve_opts o = {.T = 2, .ep = 1};
+		tp_resolved res;
+		if (tp_plan_resolve(&pl, &cx, &ck.t[0], lookup, &ck, &o, "f", &res, &e) < 0)
+			fail_msg("%s: %s: %s", cases[i].plan, cases[i].name, e.msg);
+		if (res.rule != TP_RULE_EXPERTS || !(res.spec.flags & TP_EXPERT) ||
+		    (cases[i].owned && (res.spec.kind != TP_OWNED || res.spec.seg[0] != cases[i].E || res.spec.owner != cases[i].owner)) ||
+		    (!cases[i].owned && (res.spec.kind != TP_SPLIT || res.spec.axis != 0 || res.spec.seg[0] != cases[i].E || res.spec.unit != 1)))
+			fail_msg("%s: %s: %s (kind %d, units %llu)", cases[i].plan, cases[i].name, res.why, res.spec.kind,
+				 (unsigned long long)res.spec.seg[0]);
+		cJSON_Delete(c);
+		tp_plan_free(&pl);
+	}
+	/* the shared experts of the MoE plans are not routed experts */
+	const char *shared[][2] = {{"deepseek", "model.layers.1.mlp.shared_experts.up_proj.weight"},
+				   {"kda", "model.layers.1.block_sparse_moe.shared_experts.up_proj.weight"},
+				   {"qwen-moe", "model.layers.1.mlp.shared_expert.up_proj.weight"},
+				   {"ernie4_5-moe", "model.layers.1.mlp.shared_experts.up_proj.weight"},
+				   {"llama4", "model.layers.1.feed_forward.shared_expert.up_proj.weight"}};
+	for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
+		tp_plan pl;
+		tp_err e;
+		assert_int_equal(tp_plan_builtin(shared[i][0], &pl, &e), 0);
+		const want w[] = {{shared[i][1], ST_BF16, 2, {16, 32}, 0, 0, 0, 0, 0, 0}};
+		cJSON *c = cJSON_Parse("{\"moe_intermediate_size\": 16, \"n_shared_experts\": 1, \"shared_expert_intermediate_size\": 16,"
+				       " \"intermediate_size\": 16, \"moe_num_shared_experts\": 1}");
+		tp_expr_ctx cx = {.config = c};
+		load(w, 1);
+		tp_resolve_opts o = {.T = 2, .ep = 1};
+		tp_resolved res;
+		if (tp_plan_resolve(&pl, &cx, &ck.t[0], lookup, &ck, &o, "f", &res, &e) < 0)
+			fail_msg("%s: %s: %s", shared[i][0], shared[i][1], e.msg);
+		if (res.experts != -1 || res.spec.kind != TP_SPLIT || res.spec.flags != 0)
+			fail_msg("%s: %s: %s", shared[i][0], shared[i][1], res.why);
+		cJSON_Delete(c);
+		tp_plan_free(&pl);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -869,6 +948,7 @@ int main(void)
 		cmocka_unit_test(test_quantized),   cmocka_unit_test(test_vocab),       cmocka_unit_test(test_kinds),
 		cmocka_unit_test(test_rule_errors), cmocka_unit_test(test_choice),      cmocka_unit_test(test_model_open_missing),
 		cmocka_unit_test(test_bare_reference), cmocka_unit_test(test_ep_resolve),  cmocka_unit_test(test_ep_declarations),
+		cmocka_unit_test(test_ep_builtins),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
