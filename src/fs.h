@@ -25,6 +25,11 @@ typedef struct tp_fs_opts {
 	unsigned max_background; /* FUSE background requests (readahead in flight); 0: tpfs default */
 	int release_pages;       /* drop the daemon's page-table entries of source pages after each
 	                          * reply (keeps RSS flat); -1 auto (on), 0 off, 1 on */
+	const uint8_t *serve;    /* [T]: 1 for each rank folder served (--ranks), or NULL: all */
+	uint32_t nserve;         /* ranks served when serve is set */
+	int source_io;           /* how source pages are fetched: 0 exact (no readahead on the source
+	                          * mappings, the next runs prefetched, the default), 1 the kernel's
+	                          * readahead, 2 no readahead and no prefetch (for measuring) */
 } tp_fs_opts;
 
 /* Mounts m at o->mnt and serves it until unmounted (fusermount3 -u, tpfs umount, SIGTERM,
