@@ -1,6 +1,7 @@
 /* fs.h: the FUSE filesystem over a planned model (the thin shell's lower half).
  *
- * Layout of a mount: MNT/rank{r}/<every path of SRC> for r < T, and MNT/.tpfs-stats (counters).
+ * Layout of a mount: MNT/rank{r}/<every path of SRC> for each served r < T (all, or --ranks), and
+ * MNT/.tpfs-stats (counters).
  * This is the only layer that speaks errno and libfuse; it reads the model and never changes
  * the plan. See fs.c for the read path and the caching policy.
  */
