@@ -186,52 +186,59 @@ static uint64_t sys_page(void)
 	return page;
 }
 
-/* Asks the kernel to start reading the source pages of runs that are not in the page cache. */
-static void fetch_runs(const tp_node *n, const tp_run *runs, size_t nr)
+/* Asks the kernel to start reading the pages of ranges rg[0..ng) that are not in the page cache. */
+static void fetch_ranges(const tp_node *n, const tp_io_range *rg, size_t ng)
 {
 	const uint64_t page = sys_page();
-	tp_io_range rg[64];
 	unsigned char vec[PF_SPAN / 4096];
+	for (size_t a = 0; a < ng;) {
+		size_t b = a + 1;
+		while (b < ng && rg[b].lo >= rg[b - 1].hi && rg[b].hi - rg[a].lo <= PF_SPAN && page >= 4096)
+			b++;
+		uint64_t lo = rg[a].lo, hi = rg[b - 1].hi;
+		int known = hi - lo <= PF_SPAN && page >= 4096 && mincore((void *)(n->map + lo), hi - lo, vec) == 0;
+		for (size_t j = a; j < b; j++) {
+			uint64_t x = rg[j].lo;
+			while (x < rg[j].hi) {
+				while (known && x < rg[j].hi && (vec[(x - lo) / page] & 1))
+					x += page;
+				uint64_t y = x;
+				while (y < rg[j].hi && !(known && (vec[(y - lo) / page] & 1)))
+					y += page;
+				if (y > x)
+					madvise((void *)(n->map + x), y - x, MADV_WILLNEED);
+				x = y;
+			}
+		}
+		a = b;
+	}
+}
+
+/* fetch_ranges for the pages of runs (as tp_map gives them). */
+static void fetch_runs(const tp_node *n, const tp_run *runs, size_t nr)
+{
+	tp_io_range rg[64];
 	size_t done = 0;
 	while (done < nr) {
-		size_t used, ng = tp_io_ranges(runs + done, nr - done, page, rg, 64, &used);
-		for (size_t a = 0; a < ng;) {
-			size_t b = a + 1;
-			while (b < ng && rg[b].lo >= rg[b - 1].hi && rg[b].hi - rg[a].lo <= PF_SPAN && page >= 4096)
-				b++;
-			uint64_t lo = rg[a].lo, hi = rg[b - 1].hi;
-			int known = hi - lo <= PF_SPAN && page >= 4096 && mincore((void *)(n->map + lo), hi - lo, vec) == 0;
-			for (size_t j = a; j < b; j++) {
-				uint64_t x = rg[j].lo;
-				while (x < rg[j].hi) {
-					while (known && x < rg[j].hi && (vec[(x - lo) / page] & 1))
-						x += page;
-					uint64_t y = x;
-					while (y < rg[j].hi && !(known && (vec[(y - lo) / page] & 1)))
-						y += page;
-					if (y > x)
-						madvise((void *)(n->map + x), y - x, MADV_WILLNEED);
-					x = y;
-				}
-			}
-			a = b;
-		}
+		size_t used, ng = tp_io_ranges(runs + done, nr - done, sys_page(), rg, 64, &used);
+		fetch_ranges(n, rg, ng);
 		if (!used)
 			break;
 		done += used;
 	}
 }
 
-/* fetch_runs for the runs of rank-file bytes [a, b). */
+/* fetch_ranges for rank-file bytes [a, b): the pages tp_io_plan gives, without visiting every
+ * row of a tensor whose rows' pages run into each other. */
 static void fetch_range(const tp_node *n, const tp_layout *L, uint64_t a, uint64_t b)
 {
-	tp_run runs[256];
+	tp_io_range rg[64];
 	while (a < b) {
 		uint64_t cov;
-		size_t nr = tp_map(L, a, b - a, runs, 256, &cov);
+		size_t ng = tp_io_plan(L, a, b, sys_page(), rg, 64, &cov);
+		fetch_ranges(n, rg, ng);
 		if (!cov)
 			break;
-		fetch_runs(n, runs, nr);
 		a += cov;
 	}
 }

@@ -200,3 +200,102 @@ size_t tp_io_ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *o
 	*used = k;
 	return n;
 }
+
+/* Appends page range [lo, hi) of source bytes (rounded out to pages), merging as tp_io_ranges
+ * does. Returns 0, or -1 when out is full and the range could not be merged. */
+static int push(tp_io_range *out, size_t cap, size_t *n, uint64_t lo, uint64_t hi, uint64_t page)
+{
+	lo &= ~(page - 1);
+	hi = (hi + page - 1) & ~(page - 1);
+	if (*n && lo <= out[*n - 1].hi && hi >= out[*n - 1].lo) {
+		if (lo < out[*n - 1].lo)
+			out[*n - 1].lo = lo;
+		if (hi > out[*n - 1].hi)
+			out[*n - 1].hi = hi;
+		while (*n > 1 && out[*n - 1].lo <= out[*n - 2].hi && out[*n - 1].hi >= out[*n - 2].lo) {
+			if (out[*n - 1].lo < out[*n - 2].lo)
+				out[*n - 2].lo = out[*n - 1].lo;
+			if (out[*n - 1].hi > out[*n - 2].hi)
+				out[*n - 2].hi = out[*n - 1].hi;
+			(*n)--;
+		}
+		return 0;
+	}
+	if (*n == cap)
+		return -1;
+	out[*n].lo = lo;
+	out[*n].hi = hi;
+	(*n)++;
+	return 0;
+}
+
+size_t tp_io_plan(const tp_layout *L, uint64_t a, uint64_t b, uint64_t page, tp_io_range *out, size_t cap,
+		  uint64_t *covered)
+{
+	size_t n = 0;
+	*covered = 0;
+	if (b > L->size)
+		b = L->size;
+	if (a >= b || cap < TP_MAX_PIECES)
+		return 0;
+	uint64_t pos = a < L->hdr_size ? L->hdr_size : a; /* the header reads no source */
+	if (pos >= b) {
+		*covered = b - a;
+		return 0;
+	}
+	/* the first local tensor that ends past pos */
+	size_t lo = 0, hi = L->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (L->hdr_size + L->t[mid].off + L->t[mid].size <= pos)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < L->n && pos < b; i++) {
+		const tp_ltensor *lt = &L->t[i];
+		uint64_t t0 = L->hdr_size + lt->off, tend = t0 + lt->size < b ? t0 + lt->size : b;
+		if (!lt->size || tend <= pos)
+			continue;
+		uint64_t o0 = (pos - t0) / lt->rep, o1 = (tend - t0 - 1) / lt->rep; /* rows, inclusive */
+		tp_piece pc[TP_MAX_PIECES];
+		size_t np = 0;
+		for (uint32_t j = 0; j < lt->np; j++)
+			if (L->pieces[lt->pi + j].off != TP_ZERO && L->pieces[lt->pi + j].len)
+				pc[np++] = L->pieces[lt->pi + j];
+		if (!np) {
+			pos = tend;
+			continue;
+		}
+		qsort(pc, np, sizeof *pc, cmp_piece);
+		uint64_t base = L->h->data_start + L->h->t[lt->src].begin, first = pc[0].off, last = 0;
+		int dense = 1;
+		for (size_t j = 0; j < np; j++) {
+			if (j && pc[j].off > last && pc[j].off - last >= page)
+				dense = 0;
+			if (pc[j].off + pc[j].len > last)
+				last = pc[j].off + pc[j].len;
+		}
+		if (o1 > o0 && lt->stride - last + first >= page)
+			dense = 0;
+		if (dense) {
+			if (push(out, cap, &n, base + o0 * lt->stride + first, base + o1 * lt->stride + last, page) < 0)
+				break;
+			pos = tend;
+			continue;
+		}
+		for (uint64_t o = o0; o <= o1; o++) {
+			if (n + np > cap)
+				goto full;
+			for (size_t j = 0; j < np; j++)
+				push(out, cap, &n, base + o * lt->stride + pc[j].off, base + o * lt->stride + pc[j].off + pc[j].len,
+				     page);
+			uint64_t next = t0 + (o + 1) * lt->rep;
+			pos = next < tend ? next : tend;
+		}
+		pos = tend;
+	}
+full:
+	*covered = (pos < b ? pos : b) - a;
+	return n;
+}

@@ -49,4 +49,14 @@ typedef struct tp_io_range {
  * of them unless cap was reached: call again from there). Returns the number of ranges. */
 size_t tp_io_ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, size_t *used);
 
+/* The page ranges (of `page` bytes, a power of two) to fetch for rank-file bytes [a, b) of L, in
+ * order, merged as tp_io_ranges merges: every page of the source runs tp_map gives for [a, b),
+ * widened to the whole rows the range cuts into (so a reader that reads the whole file fetches no
+ * page outside its page-touch set), without visiting the rows of a tensor whose pieces, row after
+ * row, leave gaps under a page (those give one range). cap must be at least TP_MAX_PIECES.
+ * *covered receives the rank-file bytes done (less than b - a when cap was reached: call again
+ * from there). Returns the number of ranges. */
+size_t tp_io_plan(const tp_layout *L, uint64_t a, uint64_t b, uint64_t page, tp_io_range *out, size_t cap,
+		  uint64_t *covered);
+
 #endif

@@ -5,7 +5,8 @@
  * bitmap of the source file, and the marked bytes and the pages holding any are counted.
  * tp_io_need_of must give the same numbers for random rank sets over column, row, middle-axis,
  * segmented, replicated-group, uneven, padded, replicated and (expert-parallel) absent tensors,
- * at several page sizes. tp_io_ranges must cover exactly the pages of the runs it is given.
+ * at several page sizes. tp_io_ranges must cover exactly the pages of the runs it is given, and
+ * tp_io_plan every page of the runs of the bytes asked for and no page the rank never needs.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -249,6 +250,80 @@ static void test_ranges_cover_the_runs(void **state)
 	}
 }
 
+/* Marks the pages of the source runs of rank-file bytes [a, b) of L. */
+static void mark_pages(const tp_layout *L, uint64_t a, uint64_t b, uint64_t page, uint8_t *pages)
+{
+	static tp_run runs[16];
+	while (a < b) {
+		uint64_t cov;
+		size_t n = tp_map(L, a, b - a, runs, 16, &cov);
+		for (size_t k = 0; k < n; k++)
+			if (runs[k].kind == TP_RUN_SRC)
+				for (uint64_t p = runs[k].off / page; p <= (runs[k].off + runs[k].len - 1) / page; p++)
+					pages[p] = 1;
+		if (!cov)
+			break;
+		a += cov;
+	}
+}
+
+/* tp_io_plan against brute force: for any [a, b) its ranges hold every page of the runs of
+ * [a, b) and no page outside the rank's page-touch set; for the whole file, exactly that set. */
+static void test_plan_ranges(void **state)
+{
+	(void)state;
+	st_header h;
+	uint64_t fsize;
+	make_header(&h, &fsize);
+	const uint32_t Ts[] = {1, 2, 4, 8};
+	for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+		uint32_t T = Ts[ti];
+		tp_layout lay[8];
+		build(&h, T, lay);
+		for (uint32_t r = 0; r < T; r++) {
+			const tp_layout *L = &lay[r];
+			for (int trial = 0; trial < 60; trial++) {
+				uint64_t page = trial % 3 == 0 ? 4096 : trial % 3 == 1 ? 512 : 64, np = fsize / page + 2;
+				uint8_t *allowed = calloc(np, 1), *need = calloc(np, 1), *got = calloc(np, 1);
+				mark_pages(L, 0, L->size, page, allowed);
+				uint64_t a = trial == 0 ? 0 : rnd() % L->size, b = trial == 0 ? L->size : a + 1 + rnd() % (L->size - a);
+				mark_pages(L, a, b, page, need);
+				uint64_t x = a;
+				while (x < b) {
+					tp_io_range out[40];
+					uint64_t cov;
+					size_t n = tp_io_plan(L, x, b, page, out, 32 + rnd() % 9, &cov);
+					assert_true(cov > 0);
+					for (size_t j = 0; j < n; j++) {
+						assert_int_equal(out[j].lo % page, 0);
+						assert_true(out[j].lo < out[j].hi);
+						for (uint64_t p = out[j].lo / page; p < out[j].hi / page; p++) {
+							if (!allowed[p])
+								fail_msg("T=%u r=%u [%llu, %llu) page %llu: a page rank %u never needs", T, r,
+									 (unsigned long long)a, (unsigned long long)b, (unsigned long long)p, r);
+							got[p] = 1;
+						}
+					}
+					x += cov;
+				}
+				for (uint64_t p = 0; p < np; p++) {
+					if (need[p] && !got[p])
+						fail_msg("T=%u r=%u [%llu, %llu) page %llu of its runs is not fetched", T, r,
+							 (unsigned long long)a, (unsigned long long)b, (unsigned long long)p);
+					if (trial == 0 && got[p] != allowed[p])
+						fail_msg("T=%u r=%u whole file: page %llu differs", T, r, (unsigned long long)p);
+				}
+				free(allowed);
+				free(need);
+				free(got);
+			}
+		}
+		for (uint32_t r = 0; r < T; r++)
+			tp_layout_free(&lay[r]);
+	}
+	st_header_free(&h);
+}
+
 static void test_rank_lists(void **state)
 {
 	(void)state;
@@ -286,6 +361,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_need_matches_brute_force),
 		cmocka_unit_test(test_ranges_cover_the_runs),
+		cmocka_unit_test(test_plan_ranges),
 		cmocka_unit_test(test_rank_lists),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
