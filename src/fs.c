@@ -53,6 +53,7 @@
 #define PF_AHEAD (8u << 20)         /* rank-file bytes whose source pages are asked for past a read */
 #define PF_UNIT 4096                /* granularity of the prefetch window */
 #define PF_SPAN (4u << 20)          /* most source bytes one residency check (mincore) covers */
+#define WN_CHUNK (128u << 10)       /* most bytes asked for by one MADV_WILLNEED */
 
 /* ---- logging ---- */
 
@@ -186,31 +187,34 @@ static uint64_t sys_page(void)
 	return page;
 }
 
-/* Asks the kernel to start reading the pages of ranges rg[0..ng) that are not in the page cache. */
+/* Asks the kernel to start reading the pages of ranges rg[0..ng) that are not in the page cache:
+ * one mincore() per PF_SPAN of source visited, then MADV_WILLNEED on each stretch of missing
+ * pages, in pieces of at most WN_CHUNK (the kernel reads at most max(io_pages, ra_pages) pages
+ * per call and silently drops the rest of a larger one). */
 static void fetch_ranges(const tp_node *n, const tp_io_range *rg, size_t ng)
 {
-	const uint64_t page = sys_page();
+	const uint64_t page = sys_page(), end = (n->src_size + page - 1) / page * page;
 	unsigned char vec[PF_SPAN / 4096];
-	for (size_t a = 0; a < ng;) {
-		size_t b = a + 1;
-		while (b < ng && rg[b].lo >= rg[b - 1].hi && rg[b].hi - rg[a].lo <= PF_SPAN && page >= 4096)
-			b++;
-		uint64_t lo = rg[a].lo, hi = rg[b - 1].hi;
-		int known = hi - lo <= PF_SPAN && page >= 4096 && mincore((void *)(n->map + lo), hi - lo, vec) == 0;
-		for (size_t j = a; j < b; j++) {
-			uint64_t x = rg[j].lo;
-			while (x < rg[j].hi) {
-				while (known && x < rg[j].hi && (vec[(x - lo) / page] & 1))
-					x += page;
-				uint64_t y = x;
-				while (y < rg[j].hi && !(known && (vec[(y - lo) / page] & 1)))
-					y += page;
-				if (y > x)
-					madvise((void *)(n->map + x), y - x, MADV_WILLNEED);
-				x = y;
+	uint64_t wlo = 0, whi = 0;
+	int known = 0;
+	for (size_t j = 0; j < ng; j++) {
+		uint64_t x = rg[j].lo, hi = rg[j].hi < end ? rg[j].hi : end;
+		while (x < hi) {
+			if (x < wlo || x >= whi) { /* a new residency window */
+				wlo = x;
+				whi = end - x > sizeof vec * page ? x + sizeof vec * page : end;
+				known = page >= 4096 && mincore((void *)(n->map + wlo), whi - wlo, vec) == 0;
 			}
+			uint64_t stop = hi < whi ? hi : whi;
+			while (known && x < stop && (vec[(x - wlo) / page] & 1))
+				x += page;
+			uint64_t y = x;
+			while (y < stop && y - x < WN_CHUNK && !(known && (vec[(y - wlo) / page] & 1)))
+				y += page;
+			if (y > x)
+				madvise((void *)(n->map + x), y - x, MADV_WILLNEED);
+			x = y;
 		}
-		a = b;
 	}
 }
 
