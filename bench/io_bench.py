@@ -20,8 +20,10 @@ Needs root (loop devices, mounts, cgroups, drop_caches). Called by bench.py; alo
 """
 import os
 import shutil
+import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -182,6 +184,7 @@ def page_touch(tpfs, src, T, ranks):
 
 def run(tpfs, work, smoke=False, reps=3, rate=200.0, iops=0, log=print):
     """Runs the benchmark; returns (markdown lines, rank 0 at T=8 figures)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # so that the storage is taken down
     c = llama_gen.config(layers=2, hidden=1024, heads=8, kv_heads=4, inter=4096, vocab=8192) if smoke else llama_gen.config()
     gen = os.path.join(work, "llama-io-smoke" if smoke else "llama-io")
     if not os.path.exists(os.path.join(gen, ".complete")):
