@@ -296,6 +296,7 @@ def main():
     ap.add_argument("--storage-rate", type=float, default=200.0, help="slow storage: read limit, MB/s (default 200)")
     ap.add_argument("--storage-iops", type=int, default=0, help="slow storage: read IOPS limit (default none)")
     a = ap.parse_args()
+    a.load_start = os.getloadavg()[0]
     tt.require_fuse()
     reps = 1 if a.smoke else max(3, a.reps)
     work = a.work or os.path.join(HERE, "..", "build", "bench-smoke" if a.smoke else "bench")
@@ -551,7 +552,10 @@ def report(a, res, reps, size, nfiles, scale, out):
            " ratios are taken between figures of the same run)." % (cmd, reps), "",
            "Machine: %s, %d CPUs, kernel %s. Workload: a generated GLM-5.3-like checkpoint, %d files, %.2f GiB"
            " (KDA layers with row-parallel o_proj, DSA layers, MoE experts, vocab-parallel embedding), in the page cache."
-           % (uname.machine, os.cpu_count(), uname.release, nfiles, size / GiB), "", table, ""]
+           " Load average (1 minute) when the run started and when it ended: %.1f and %.1f (other work shares"
+           " the machine; compare ratios, not absolute figures, between runs)."
+           % (uname.machine, os.cpu_count(), uname.release, nfiles, size / GiB, a.load_start, os.getloadavg()[0]),
+           "", table, ""]
     doc.append(open(os.path.join(HERE, "PERFORMANCE.notes.md")).read() if os.path.exists(os.path.join(HERE, "PERFORMANCE.notes.md")) else "")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
