@@ -22,6 +22,7 @@
 
 #include "fs.h"
 #include "gather_module.h"
+#include "io_plan.h"
 #include "model.h"
 
 static const char *usage_main =
@@ -51,6 +52,8 @@ static const char *usage_mount =
 	"\n"
 	"options:\n"
 	"  --tp N              number of ranks (tensor-parallel size), 1..1024 (required)\n"
+	"  --ranks LIST        serve only these rank folders of the N-way split, e.g. 8-15 or 0,3 (one\n"
+	"                      node of a multi-node job; the source is read only for these ranks)\n"
 	"  --plan NAME|FILE    a built-in plan by name, or a plan file (default: detect from config.json;\n"
 	"                      'tpfs plan --list' lists the built-in plans)\n"
 	"  --strict            refuse tensors no rule matches and invalid files anywhere in SRC\n"
@@ -77,11 +80,14 @@ static const char *usage_mount =
 	"  --max-background N  FUSE requests in flight for readahead (default 64; the kernel's is 12)\n"
 	"  --release-pages on|off  drop the daemon's mapping of source pages after each reply so its\n"
 	"                      RSS stays flat (default on; the pages stay in the page cache)\n"
+	"  --source-io MODE    exact (default: no readahead on the source, the next runs' pages\n"
+	"                      prefetched), readahead (the kernel's) or random (neither; for measuring)\n"
 	"\n"
 	"Unmount with 'tpfs umount MNT', 'fusermount3 -u MNT', or SIGTERM/SIGINT to the daemon.\n";
 
 static const char *usage_plan =
 	"usage: tpfs plan SRC --tp N [--rank R] [--json] [--plan NAME|FILE] [--strict] [--pad-vocab[=M]] [--ep]\n"
+	"       tpfs plan SRC --tp N --io [--ranks LIST]\n"
 	"       tpfs plan --list\n"
 	"\n"
 	"Prints, for rank R (default 0), every tensor: the rule that matched, how it is split, its\n"
@@ -89,7 +95,11 @@ static const char *usage_plan =
 	"and the tensors no rule matched (replicated; refused under --strict). Nothing is mounted.\n"
 	"--ep (expert parallelism, as for mount) also prints which routed experts each rank holds.\n"
 	"--json prints the resolved plan as a plan file (one exact rule per tensor) that --plan\n"
-	"accepts back, for editing. --list prints the built-in plans.\n";
+	"accepts back, for editing. --list prints the built-in plans.\n"
+	"--io prints what each rank must read from the source: its rank files' bytes, the source bytes\n"
+	"its runs cover, and the page-touch minimum (the source pages holding any of them: what a\n"
+	"reader fetching whole pages reads at least), per rank and for the set --ranks names (all by\n"
+	"default; pages shared by ranks counted once).\n";
 
 static const char *usage_check =
 	"usage: tpfs check SRC\n"
@@ -222,8 +232,10 @@ static int cmd_mount(int argc, char **argv)
 		{"reply", required_argument, 0, 'y'}, {"max-background", required_argument, 0, 'b'},
 		{"release-pages", required_argument, 0, 'P'}, {"cuda-min-runs", required_argument, 0, 'C'},
 		{"cuda-min-bytes", required_argument, 0, 'B'}, {"ep", no_argument, 0, 'E'},
+		{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
 		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 	tp_model_opts mo = {.log = tp_log_model};
+	const char *ranks = NULL;
 	tp_fs_opts fo = {.readahead_kb = 4096, .threads = 16, .gather = "auto", .release_pages = -1};
 	int have_t = 0, c;
 	char fuse_opts[4096] = "";
@@ -279,6 +291,12 @@ static int cmd_mount(int argc, char **argv)
 				return die_usage(usage_mount, "--release-pages: on or off");
 			fo.release_pages = optarg[1] == 'n';
 			break;
+		case 'K': ranks = optarg; break;
+		case 'I':
+			if (strcmp(optarg, "exact") && strcmp(optarg, "readahead") && strcmp(optarg, "random"))
+				return die_usage(usage_mount, "--source-io: exact, readahead or random");
+			fo.source_io = optarg[0] == 'e' ? 0 : optarg[0] == 'r' && optarg[1] == 'e' ? 1 : 2;
+			break;
 		case 'h': fputs(usage_mount, stdout); return 0;
 		default: return die_usage(usage_mount, NULL);
 		}
@@ -287,6 +305,13 @@ static int cmd_mount(int argc, char **argv)
 		return die_usage(usage_mount, "give SRC and MNT");
 	if (!have_t)
 		return die_usage(usage_mount, "--tp N is required");
+	uint8_t serve[TP_MAX_T];
+	if (ranks) {
+		tp_err re;
+		if (tp_ranks_parse(ranks, mo.T, serve, &fo.nserve, &re) < 0)
+			return die_usage(usage_mount, re.msg);
+		fo.serve = serve;
+	}
 	const char *src = argv[optind], *mnt = argv[optind + 1];
 	char rsrc[PATH_MAX], rmnt[PATH_MAX], fstype[128];
 	struct stat st;
@@ -634,13 +659,65 @@ static void print_ep(const tp_model *m)
 	}
 }
 
+/* tpfs plan --io: per rank and for the selected set, rank-file bytes, source run bytes and the
+ * page-touch minimum (pages of this machine's page size). */
+static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const char *ranks, tp_err *e)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), src = 0;
+	uint8_t one[TP_MAX_T] = {0};
+	char a[32], b[32], c[32];
+	for (uint32_t i = 0; i < m->nn; i++)
+		src += m->n[i].kind == TN_TENSORS ? m->n[i].src_size : 0;
+	printf("source: %s\nplan:   %s\nranks:  %u\npage:   %llu bytes\n\n", m->src, m->plan_origin, m->T,
+	       (unsigned long long)page);
+	printf("%-8s %16s %16s %16s %10s\n", "rank", "rank_files", "source_runs", "page_touch_min", "x_files");
+	tp_io_need set = {0, 0};
+	uint64_t set_files = 0;
+	for (uint32_t r = 0; r <= m->T; r++) {
+		int total = r == m->T;
+		if (!total && !sel[r])
+			continue;
+		if (!total)
+			one[r] = 1;
+		tp_io_need sum = {0, 0};
+		uint64_t files = 0;
+		for (uint32_t i = 0; i < m->nn; i++) {
+			if (m->n[i].kind != TN_TENSORS)
+				continue;
+			tp_io_need need;
+			if (tp_io_need_of(m->n[i].lay, m->T, total ? sel : one, page, &need, e) < 0)
+				return -1;
+			sum.bytes += need.bytes;
+			sum.pages += need.pages;
+			for (uint32_t q = 0; q < m->T; q++)
+				files += (total ? sel[q] : q == r) ? m->n[i].lay[q].size : 0;
+		}
+		if (!total)
+			one[r] = 0;
+		else
+			set = sum, set_files = files;
+		char name[16];
+		snprintf(name, sizeof name, "%u", r);
+		printf("%-8s %16llu %16llu %16llu %9.2fx\n", total ? "served" : name, (unsigned long long)files,
+		       (unsigned long long)sum.bytes, (unsigned long long)(sum.pages * page),
+		       files ? (double)(sum.pages * page) / (double)files : 0.0);
+	}
+	printf("\nserved set: %s (%u of %u ranks): rank files %s, page-touch minimum %s of a %s source (%.2fx)\n",
+	       ranks ? ranks : "all", nsel, m->T, human(set_files, a, sizeof a), human(set.pages * page, b, sizeof b),
+	       human(src, c, sizeof c), src ? (double)(set.pages * page) / (double)src : 0.0);
+	return 0;
+}
+
 static int cmd_plan(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{"tp", required_argument, 0, 't'}, {"rank", required_argument, 0, 'r'}, {"json", no_argument, 0, 'j'},
 		{"plan", required_argument, 0, 'p'}, {"strict", no_argument, 0, 's'},
 		{"pad-vocab", optional_argument, 0, 'V'}, {"list", no_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
-		{"ep", no_argument, 0, 'E'}, {0, 0, 0, 0}};
+		{"io", no_argument, 0, 'i'}, {"ranks", required_argument, 0, 'K'}, {"ep", no_argument, 0, 'E'},
+		{0, 0, 0, 0}};
+	const char *ranks = NULL;
+	int io = 0;
 	plan_ctx pc = {0};
 	tp_model_opts mo = {.log = plan_log, .on_tensor = on_tensor, .ctx = &pc, .keep_going = 1};
 	uint32_t rank = 0;
@@ -657,6 +734,8 @@ static int cmd_plan(int argc, char **argv)
 				return die_usage(usage_plan, "--rank: give a rank number");
 			break;
 		case 'j': json = 1; break;
+		case 'i': io = 1; break;
+		case 'K': ranks = optarg; break;
 		case 'l':
 			for (int i = 0; i < tp_builtin_count(); i++) {
 				size_t len;
@@ -683,6 +762,16 @@ static int cmd_plan(int argc, char **argv)
 		return die_usage(usage_plan, "--tp N is required");
 	if (rank >= mo.T)
 		return die_usage(usage_plan, "--rank must be below --tp");
+	uint8_t sel[TP_MAX_T];
+	uint32_t nsel = mo.T;
+	memset(sel, 1, sizeof sel);
+	if (ranks) {
+		tp_err re;
+		if (!io)
+			return die_usage(usage_plan, "--ranks goes with --io");
+		if (tp_ranks_parse(ranks, mo.T, sel, &nsel, &re) < 0)
+			return die_usage(usage_plan, re.msg);
+	}
 	mo.src = argv[optind];
 	tp_model m;
 	tp_err e;
@@ -691,7 +780,12 @@ static int cmd_plan(int argc, char **argv)
 		fprintf(stderr, "tpfs: %s\n", e.msg);
 		goto out;
 	}
-	if (json) {
+	if (io) {
+		if (print_io(&m, sel, nsel, ranks, &e) < 0) {
+			fprintf(stderr, "tpfs: %s\n", e.msg);
+			rc = -1;
+		}
+	} else if (json) {
 		print_json_plan(&m, &pc);
 	} else {
 		printf("source: %s\nplan:   %s\nranks:  %u (showing rank %u)\n\n", m.src, m.plan_origin, m.T, rank);

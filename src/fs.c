@@ -42,6 +42,7 @@
 #include "gather.h"
 #include "gather_module.h"
 #include "guard.h"
+#include "io_plan.h"
 
 #define TIMEOUT (365.0 * 24 * 3600) /* entry and attribute cache lifetime, seconds */
 #define RUN_CAP 4096                /* runs mapped per pass */
@@ -49,6 +50,10 @@
 #define SMALL_RUN 2048              /* average run below which copying beats an iovec */
 #define STATS_NAME ".tpfs-stats"
 #define RA_NOTE 256                 /* bytes of the shared readahead note */
+#define PF_AHEAD (8u << 20)         /* rank-file bytes whose source pages are asked for past a read */
+#define PF_UNIT 4096                /* granularity of the prefetch window */
+#define PF_SPAN (4u << 20)          /* most source bytes one residency check (mincore) covers */
+#define WN_CHUNK (128u << 10)       /* most bytes asked for by one MADV_WILLNEED */
 
 /* ---- logging ---- */
 
@@ -101,6 +106,7 @@ typedef struct tp_fs {
 	fuse_ino_t stats_ino;
 	_Atomic(char *) *hdr;  /* [i * T + r]: local header bytes, made on first use */
 	_Atomic int *bad;      /* [i]: the source changed; reads fail with EIO */
+	_Atomic uint64_t *win; /* [i * T + r]: prefetch window, rank-file units of PF_UNIT: lo << 32 | hi */
 	rank_stats *rs;        /* [r] */
 	struct timespec started;
 	char *ra_note;         /* what was done about readahead (shared with the helper process) */
@@ -164,6 +170,129 @@ static void release_runs(const tp_fs *fs, const tp_node *n, const tp_run *runs, 
 		madvise((void *)(n->map + a), b - a, MADV_DONTNEED);
 }
 
+/* ---- fetching source pages (issue 16: a node reads only what its ranks need) ----
+ *
+ * The source mappings get no readahead (MADV_RANDOM, set at mount): the kernel's readahead
+ * around a fault reads megabytes of neighbouring rows that belong to other ranks. Instead, each
+ * read asks for exactly the source pages of its own runs (when no earlier read asked for them)
+ * and of the next PF_AHEAD bytes of the rank file, coalesced into page ranges, with
+ * MADV_WILLNEED: the kernel starts that I/O and returns. Pages already cached are skipped after
+ * one mincore() per PF_SPAN of source, so a cached source costs a few system calls per read. */
+
+static uint64_t sys_page(void)
+{
+	static uint64_t page;
+	if (!page)
+		page = (uint64_t)sysconf(_SC_PAGESIZE);
+	return page;
+}
+
+/* Asks the kernel to start reading the pages of ranges rg[0..ng) that are not in the page cache:
+ * one mincore() per PF_SPAN of source visited, then MADV_WILLNEED on each stretch of missing
+ * pages, in pieces of at most WN_CHUNK (the kernel reads at most max(io_pages, ra_pages) pages
+ * per call and silently drops the rest of a larger one). */
+static void fetch_ranges(const tp_node *n, const tp_io_range *rg, size_t ng)
+{
+	const uint64_t page = sys_page(), end = (n->src_size + page - 1) / page * page;
+	unsigned char vec[PF_SPAN / 4096];
+	uint64_t wlo = 0, whi = 0;
+	int known = 0;
+	for (size_t j = 0; j < ng; j++) {
+		uint64_t x = rg[j].lo, hi = rg[j].hi < end ? rg[j].hi : end;
+		while (x < hi) {
+			if (x < wlo || x >= whi) { /* a new residency window */
+				wlo = x;
+				whi = end - x > sizeof vec * page ? x + sizeof vec * page : end;
+				known = page >= 4096 && mincore((void *)(n->map + wlo), whi - wlo, vec) == 0;
+			}
+			uint64_t stop = hi < whi ? hi : whi;
+			while (known && x < stop && (vec[(x - wlo) / page] & 1))
+				x += page;
+			uint64_t y = x;
+			while (y < stop && y - x < WN_CHUNK && !(known && (vec[(y - wlo) / page] & 1)))
+				y += page;
+			if (y > x)
+				madvise((void *)(n->map + x), y - x, MADV_WILLNEED);
+			x = y;
+		}
+	}
+}
+
+/* fetch_ranges for the pages of runs (as tp_map gives them). */
+static void fetch_runs(const tp_node *n, const tp_run *runs, size_t nr)
+{
+	tp_io_range rg[64];
+	size_t done = 0;
+	while (done < nr) {
+		size_t used, ng = tp_io_ranges(runs + done, nr - done, sys_page(), rg, 64, &used);
+		fetch_ranges(n, rg, ng);
+		if (!used)
+			break;
+		done += used;
+	}
+}
+
+/* fetch_ranges for rank-file bytes [a, b): the pages tp_io_plan gives, without visiting every
+ * row of a tensor whose rows' pages run into each other. */
+static void fetch_range(const tp_node *n, const tp_layout *L, uint64_t a, uint64_t b)
+{
+	tp_io_range rg[64];
+	while (a < b) {
+		uint64_t cov;
+		size_t ng = tp_io_plan(L, a, b, sys_page(), rg, 64, &cov);
+		fetch_ranges(n, rg, ng);
+		if (!cov)
+			break;
+		a += cov;
+	}
+}
+
+/* Before replying to a read of [off, off + want) of rank file L (whose first pass of runs is
+ * runs[0..nr), covering cov bytes): fetches its own pages unless an earlier read of this window
+ * did, and the next PF_AHEAD bytes' pages that no read has asked for yet. The window is advisory:
+ * a race between threads only repeats or skips a prefetch, never changes bytes. */
+static void prefetch(const tp_fs *fs, const tp_node *n, const tp_layout *L, _Atomic uint64_t *win, uint64_t off,
+		     uint64_t want, const tp_run *runs, size_t nr, uint64_t cov)
+{
+	if (fs->o->source_io != 0 || !n->map)
+		return;
+	uint64_t end = off + want, w = atomic_load_explicit(win, memory_order_relaxed);
+	uint64_t lo = (w >> 32) * PF_UNIT, hi = (w & 0xffffffffu) * PF_UNIT;
+	int inside = off >= lo && end <= hi;
+	if (!inside) {
+		if (cov == want)
+			fetch_runs(n, runs, nr);
+		else
+			fetch_range(n, L, off, end);
+	}
+	uint64_t from = inside ? hi : end, to = L->size - end > PF_AHEAD ? end + PF_AHEAD : L->size;
+	if (from >= to)
+		return;
+	uint64_t nlo = (inside ? lo : off) / PF_UNIT, nhi = to == L->size ? (to + PF_UNIT - 1) / PF_UNIT : to / PF_UNIT;
+	if (nhi <= 0xffffffffu &&
+	    !atomic_compare_exchange_strong_explicit(win, &w, nlo << 32 | nhi, memory_order_relaxed, memory_order_relaxed))
+		return; /* another thread moved the window and fetches ahead of it */
+	fetch_range(n, L, from, to);
+}
+
+/* Sets the access advice of every source mapping once, before serving (see above). */
+static void advise_sources(const tp_fs *fs)
+{
+	for (uint32_t i = 0; i < fs->nn; i++) {
+		const tp_node *n = &fs->m->n[i];
+		if (n->kind == TN_TENSORS && n->map && fs->o->source_io != 1 &&
+		    madvise((void *)n->map, n->src_size, MADV_RANDOM) < 0)
+			tp_log(0, "%s: cannot turn off readahead on the source (%s): a node may read more than its ranks need",
+			       n->path, strerror(errno));
+	}
+}
+
+/* Is rank r served (--ranks)? */
+static int served(const tp_fs *fs, uint32_t r)
+{
+	return !fs->o->serve || fs->o->serve[r];
+}
+
 /* Per-thread scratch, made on a thread's first read and freed when it exits. */
 typedef struct scratch {
 	tp_run runs[RUN_CAP];
@@ -216,7 +345,7 @@ static int decode(const tp_fs *fs, fuse_ino_t ino, uint32_t *r, uint32_t *i)
 		return -1;
 	*r = (uint32_t)((ino - 2) / fs->nn);
 	*i = (uint32_t)((ino - 2) % fs->nn);
-	return 0;
+	return served(fs, *r) ? 0 : -1;
 }
 
 static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
@@ -229,7 +358,7 @@ static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 	uint32_t r, i;
 	if (ino == FUSE_ROOT_ID) {
 		st->st_mode = S_IFDIR | 0555;
-		st->st_nlink = 2 + fs->T;
+		st->st_nlink = 2 + (fs->o->serve ? fs->o->nserve : fs->T);
 		st->st_size = 4096;
 		st->st_mtim = fs->m->n[0].mtime;
 	} else if (ino == fs->stats_ino) {
@@ -457,7 +586,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		if (strncmp(name, "rank", 4) == 0 && name[4] >= '0' && name[4] <= '9' &&
 		    (name[4] != '0' || name[5] == 0)) {
 			unsigned long v = strtoul(name + 4, &end, 10);
-			if (*end == 0 && v < fs->T) {
+			if (*end == 0 && v < fs->T && served(fs, (uint32_t)v)) {
 				reply_entry(req, fs, ino_of(fs, (uint32_t)v, 0));
 				return;
 			}
@@ -505,7 +634,8 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	count = 2 + (top ? fs->T + 1 : fs->m->n[i].nchild);
+	uint32_t nranks = fs->o->serve ? fs->o->nserve : fs->T, rk = 0;
+	count = 2 + (top ? nranks + 1 : fs->m->n[i].nchild);
 	size_t used = 0;
 	for (off_t k = off; k < (off_t)count; k++) {
 		char name[32];
@@ -516,10 +646,15 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 		if (k < 2) {
 			nm = k ? ".." : ".";
 			child = ino;
-		} else if (top && k - 2 < (off_t)fs->T) {
-			snprintf(name, sizeof name, "rank%u", (unsigned)(k - 2));
+		} else if (top && k - 2 < (off_t)nranks) {
+			/* the (k - 2)th served rank */
+			for (uint32_t seen = 0, want = (uint32_t)(k - 2); rk < fs->T; rk++)
+				if (served(fs, rk) && seen++ == want)
+					break;
+			snprintf(name, sizeof name, "rank%u", rk);
 			nm = name;
-			child = ino_of(fs, (uint32_t)(k - 2), 0);
+			child = ino_of(fs, rk, 0);
+			rk = 0;
 		} else if (top) {
 			nm = STATS_NAME;
 			child = fs->stats_ino;
@@ -653,6 +788,7 @@ static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size
 	}
 	uint64_t cov, touched = 0;
 	size_t nr = tp_map(L, (uint64_t)off, want, s->runs, RUN_CAP, &cov);
+	prefetch(fs, n, L, &fs->win[(size_t)i * fs->T + r], (uint64_t)off, want, s->runs, nr, cov);
 	int iov_ok = cov == want && nr <= IOV_CAP && (nr <= 8 || want / nr >= SMALL_RUN);
 	if (fs->o->reply)
 		iov_ok = cov == want && nr <= IOV_CAP && fs->o->reply == 1;
@@ -785,7 +921,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	uint64_t total = 0;
 	for (uint32_t i = 0; i < fs->nn; i++)
 		for (uint32_t r = 0; r < fs->T && fs->m->n[i].kind != TN_DIR; r++)
-			total += tp_node_size(fs->m, i, r);
+			total += served(fs, r) ? tp_node_size(fs->m, i, r) : 0;
 	sv.f_blocks = total / 4096 + 1;
 	sv.f_files = (fsfilcnt_t)fs->nn * fs->T + 2;
 	sv.f_namemax = 255;
@@ -902,7 +1038,8 @@ static char *stats_text(tp_fs *fs, size_t *len)
 				    TPFS_VERSION, fs->m->src, fs->T, fs->m->plan_origin, fs->ra_note, fs->gather_note, "rank",
 				    "bytes_served", "source_bytes", "reads", "copied", "gpu");
 	for (uint32_t r = 0; r < fs->T && w < cap; r++)
-		w += (size_t)snprintf(b + w, cap - w, "%-6u %16llu %16llu %10llu %10llu %10llu\n", r,
+		if (served(fs, r))
+			w += (size_t)snprintf(b + w, cap - w, "%-6u %16llu %16llu %10llu %10llu %10llu\n", r,
 				      (unsigned long long)atomic_load(&fs->rs[r].served),
 				      (unsigned long long)atomic_load(&fs->rs[r].touched),
 				      (unsigned long long)atomic_load(&fs->rs[r].reads),
@@ -1040,7 +1177,9 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	fs.hdr = calloc((size_t)m->nn * m->T, sizeof *fs.hdr);
 	fs.bad = calloc(m->nn, sizeof *fs.bad);
 	fs.rs = calloc(m->T, sizeof *fs.rs);
-	if (!fs.hdr || !fs.bad || !fs.rs) {
+	fs.win = calloc((size_t)m->nn * m->T, sizeof *fs.win);
+	if (!fs.hdr || !fs.bad || !fs.rs || !fs.win) {
+		free((void *)fs.win);
 		free(fs.hdr);
 		free((void *)fs.bad);
 		free(fs.rs);
@@ -1056,6 +1195,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 			free(fs.hdr);
 			free((void *)fs.bad);
 			free(fs.rs);
+			free((void *)fs.win);
 			munmap(fs.ra_note, RA_NOTE);
 			return tp_fail(e, TP_EIO, "pipe: %s", strerror(errno));
 		}
@@ -1066,6 +1206,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 			free(fs.hdr);
 			free((void *)fs.bad);
 			free(fs.rs);
+			free((void *)fs.win);
 			if (pid < 0) {
 				munmap(fs.ra_note, RA_NOTE);
 				close(pipefd[0]);
@@ -1130,6 +1271,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		}
 	}
 	tp_log(1, "gather: %s", fs.gather_note);
+	advise_sources(&fs);
 	start_watching(&fs);
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, o->threads ? o->threads : 16);
@@ -1176,6 +1318,7 @@ out:
 	free(fs.hdr);
 	free((void *)fs.bad);
 	free(fs.rs);
+	free((void *)fs.win);
 	if (log_file)
 		fclose(log_file);
 	log_file = NULL;

@@ -1,6 +1,7 @@
 /* fs.h: the FUSE filesystem over a planned model (the thin shell's lower half).
  *
- * Layout of a mount: MNT/rank{r}/<every path of SRC> for r < T, and MNT/.tpfs-stats (counters).
+ * Layout of a mount: MNT/rank{r}/<every path of SRC> for each served r < T (all, or --ranks), and
+ * MNT/.tpfs-stats (counters).
  * This is the only layer that speaks errno and libfuse; it reads the model and never changes
  * the plan. See fs.c for the read path and the caching policy.
  */
@@ -25,6 +26,11 @@ typedef struct tp_fs_opts {
 	unsigned max_background; /* FUSE background requests (readahead in flight); 0: tpfs default */
 	int release_pages;       /* drop the daemon's page-table entries of source pages after each
 	                          * reply (keeps RSS flat); -1 auto (on), 0 off, 1 on */
+	const uint8_t *serve;    /* [T]: 1 for each rank folder served (--ranks), or NULL: all */
+	uint32_t nserve;         /* ranks served when serve is set */
+	int source_io;           /* how source pages are fetched: 0 exact (no readahead on the source
+	                          * mappings, the next runs prefetched, the default), 1 the kernel's
+	                          * readahead, 2 no readahead and no prefetch (for measuring) */
 } tp_fs_opts;
 
 /* Mounts m at o->mnt and serves it until unmounted (fusermount3 -u, tpfs umount, SIGTERM,
