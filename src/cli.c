@@ -58,7 +58,10 @@ static const char *usage_mount =
 	"                      any N dividing the padded size works; padded rows read as zeros\n"
 	"  -f, --foreground    stay in the foreground (log to stderr)\n"
 	"  -d, --debug         libfuse debug output; counters at unmount (implies -f)\n"
-	"  -o OPTIONS          extra FUSE mount options (comma separated)\n"
+	"  -o OPTIONS          extra FUSE mount options (comma separated); the mount is always\n"
+	"                      ro and default_permissions: each file keeps the owner, group and\n"
+	"                      read/execute bits of its source; other users reach the mount only\n"
+	"                      with -o allow_other\n"
 	"  --readahead KB      readahead window set on the mount (default 4096: reads arrive as\n"
 	"                      1 MiB requests, several in flight; 0 leaves the kernel's 128)\n"
 	"  --threads N         worker threads (default 16)\n"
@@ -311,6 +314,7 @@ static int cmd_mount(int argc, char **argv)
 		return 1;
 	}
 	mo.src = rsrc;
+	mo.mnt = rmnt;
 	fo.mnt = rmnt;
 	fo.fuse_opts = fuse_opts[0] ? fuse_opts : NULL;
 	if (strcmp(fo.gather, "cuda") == 0) {

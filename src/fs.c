@@ -223,31 +223,37 @@ static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
 	st->st_ino = ino;
-	st->st_uid = getuid();
-	st->st_gid = getgid();
+	/* Owner, group and permission bits are those of the file (or folder) actually read, a link's
+	 * target, with write, set-id and sticky bits cleared; the kernel checks them
+	 * (default_permissions). The top folder and the stats file take the source folder's. */
+	const tp_node *top = &fs->m->n[0];
+	st->st_uid = top->uid;
+	st->st_gid = top->gid;
 	st->st_blksize = 1 << 20;
 	uint32_t r, i;
 	if (ino == FUSE_ROOT_ID) {
-		st->st_mode = S_IFDIR | 0555;
+		st->st_mode = S_IFDIR | (top->mode & 0555);
 		st->st_nlink = 2 + fs->T;
 		st->st_size = 4096;
 		st->st_mtim = fs->m->n[0].mtime;
 	} else if (ino == fs->stats_ino) {
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG | (top->mode & 0444);
 		st->st_nlink = 1;
 		st->st_size = 0; /* generated on open, read with direct_io */
 		st->st_mtim = fs->started;
 	} else if (decode(fs, ino, &r, &i) == 0) {
 		const tp_node *n = &fs->m->n[i];
 		st->st_mtim = n->mtime;
+		st->st_uid = n->uid;
+		st->st_gid = n->gid;
 		if (n->kind == TN_DIR) {
-			st->st_mode = S_IFDIR | 0555;
+			st->st_mode = S_IFDIR | (n->mode & 0555);
 			st->st_nlink = 2;
 			for (uint32_t k = 0; k < n->nchild; k++)
 				st->st_nlink += fs->m->n[n->child[k]].kind == TN_DIR;
 			st->st_size = 4096;
 		} else {
-			st->st_mode = S_IFREG | 0444;
+			st->st_mode = S_IFREG | (n->mode & 0555);
 			st->st_nlink = 1;
 			st->st_size = (off_t)tp_node_size(fs->m, i, r);
 		}
@@ -286,7 +292,7 @@ static void mark_bad(tp_fs *fs, uint32_t i, const char *why)
 static int differs(const tp_node *n, int fd, char *why, size_t len)
 {
 	struct stat st;
-	if ((fd >= 0 ? fstat(fd, &st) : stat(n->abspath, &st)) < 0) {
+	if ((fd >= 0 ? fstat(fd, &st) : stat(n->real, &st)) < 0) {
 		tp_fmt(why, len, "%s", strerror(errno));
 		return 1;
 	}
@@ -583,7 +589,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
-		h->fd = open(n->abspath, O_RDONLY | O_CLOEXEC);
+		h->fd = open(n->real, O_RDONLY | O_CLOEXEC);
 		if (h->fd < 0 || source_changed(fs, i, h->fd)) {
 			int err = h->fd < 0 ? errno : EIO;
 			if (h->fd >= 0)
@@ -1081,9 +1087,12 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		daemon_fd = pipefd[1];
 	}
 
+	/* The user's options first, then ours: a later option wins, so "-o rw" cannot undo "ro".
+	 * default_permissions always (the kernel checks the source's owner and mode bits);
+	 * allow_other only when asked for. */
 	char opts[4096];
-	snprintf(opts, sizeof opts, "ro,fsname=tpfs,subtype=tpfs,default_permissions%s%s%s",
-		 geteuid() == 0 ? ",allow_other" : "", o->fuse_opts ? "," : "", o->fuse_opts ? o->fuse_opts : "");
+	snprintf(opts, sizeof opts, "%s%sro,fsname=tpfs,subtype=tpfs,default_permissions",
+		 o->fuse_opts ? o->fuse_opts : "", o->fuse_opts ? "," : "");
 	char *argv[] = {"tpfs", "-o", opts, o->debug ? "-d" : NULL, NULL};
 	struct fuse_args args = FUSE_ARGS_INIT(o->debug ? 4 : 3, argv);
 	fs.se = fuse_session_new(&args, &ops, sizeof ops, &fs);
