@@ -219,7 +219,7 @@ static int cmd_mount(int argc, char **argv)
 		{"cuda-min-bytes", required_argument, 0, 'B'},
 		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 	tp_model_opts mo = {.log = tp_log_model};
-	tp_fs_opts fo = {.readahead_kb = 4096, .threads = 16, .gather = "auto", .release_pages = -1};
+	tp_fs_opts fo = {.readahead_kb = 4096, .threads = 16, .gather = TP_GATHER_AUTO, .release_pages = -1};
 	int have_t = 0, c;
 	char fuse_opts[4096] = "";
 	uint32_t v;
@@ -249,7 +249,7 @@ static int cmd_mount(int argc, char **argv)
 		case 'g':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
 				return die_usage(usage_mount, "--gather: auto, cpu or cuda");
-			fo.gather = optarg;
+			fo.gather = !strcmp(optarg, "cpu") ? TP_GATHER_CPU : !strcmp(optarg, "cuda") ? TP_GATHER_CUDA : TP_GATHER_AUTO;
 			break;
 		case 'y':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "iov") && strcmp(optarg, "copy"))
@@ -317,7 +317,7 @@ static int cmd_mount(int argc, char **argv)
 	mo.mnt = rmnt;
 	fo.mnt = rmnt;
 	fo.fuse_opts = fuse_opts[0] ? fuse_opts : NULL;
-	if (strcmp(fo.gather, "cuda") == 0) {
+	if (fo.gather == TP_GATHER_CUDA) {
 		char why[512];
 		if (tp_cuda_available(why, sizeof why) < 0) {
 			fprintf(stderr, "tpfs: --gather cuda: %s; use --gather auto or cpu\n", why);

@@ -10,6 +10,13 @@
 #include "model.h"
 #include "tp_err.h"
 
+/* Which gather backend copies the source bytes of fragmented reads. */
+typedef enum tp_gather_mode {
+	TP_GATHER_AUTO, /* CPU, and CUDA only past cuda_min_runs and cuda_min_bytes when both are set */
+	TP_GATHER_CPU,  /* CPU only */
+	TP_GATHER_CUDA, /* CUDA for every strided gather; mounting fails without a usable device */
+} tp_gather_mode;
+
 typedef struct tp_fs_opts {
 	const char *mnt;         /* mountpoint, absolute */
 	int foreground;          /* stay attached (else fork; return once the mount answers) */
@@ -18,7 +25,7 @@ typedef struct tp_fs_opts {
 	unsigned readahead_kb;   /* bdi read_ahead_kb to set after mounting; 0 leaves it */
 	unsigned threads;        /* max worker threads */
 	const char *log_path;    /* background mode: log file (default: syslog) */
-	const char *gather;      /* "auto", "cpu" or "cuda" */
+	tp_gather_mode gather;
 	unsigned cuda_min_runs;  /* auto: use CUDA for gathers of at least this many source runs ... */
 	unsigned long long cuda_min_bytes; /* ... and bytes; 0 (the default): never, until measured */
 	int reply;               /* 0 auto, 1 always iovec into the mapping, 2 always copy (tuning) */
