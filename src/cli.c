@@ -115,8 +115,10 @@ static int parse_u32(const char *s, uint32_t *out)
 {
 	char *end;
 	errno = 0;
+	if (s[0] < '0' || s[0] > '9') /* strtoul would accept a sign and leading blanks */
+		return -1;
 	unsigned long v = strtoul(s, &end, 10);
-	if (errno || *end || !*s || s[0] == '-' || v > UINT32_MAX)
+	if (errno || *end || v > UINT32_MAX)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;
@@ -327,8 +329,15 @@ static int cmd_mount(int argc, char **argv)
 	tp_model m;
 	tp_err e;
 	tp_err_clear(&e);
-	if (tp_model_open(&m, &mo, &e) < 0) {
+	int orc = tp_model_open(&m, &mo, &e);
+	tp_log_repeats();
+	if (orc < 0) {
 		fprintf(stderr, "tpfs: %s\n", e.msg);
+		return 1;
+	}
+	if (tp_fs_nofile(m.ntensor_files + 64, &e) < 0) {
+		fprintf(stderr, "tpfs: %s\n", e.msg);
+		tp_model_close(&m);
 		return 1;
 	}
 	int parent = 0;
@@ -393,7 +402,7 @@ static int cmd_umount(int argc, char **argv)
 static void quiet_log(void *ctx, int level, const char *msg)
 {
 	(void)ctx;
-	if (level == 0)
+	if (level == 0 && tp_log_shown(msg))
 		fprintf(stderr, "tpfs: warning: %s\n", msg);
 }
 
@@ -413,7 +422,9 @@ static int cmd_check(int argc, char **argv)
 	tp_model_opts mo = {.src = argv[optind], .T = 1, .check_only = 1, .log = quiet_log};
 	tp_model m;
 	tp_err e;
-	if (tp_model_open(&m, &mo, &e) < 0) {
+	int orc = tp_model_open(&m, &mo, &e);
+	tp_log_repeats();
+	if (orc < 0) {
 		fprintf(stderr, "tpfs: %s\n", e.msg);
 		return 1;
 	}
@@ -485,7 +496,8 @@ static void on_tensor(void *vctx, const struct tp_model *m, uint32_t node, uint3
 static void plan_log(void *ctx, int level, const char *msg)
 {
 	(void)ctx;
-	fprintf(stderr, "tpfs: %s: %s\n", level == 0 ? "warning" : level == 2 ? "error" : "info", msg);
+	if (level != 0 || tp_log_shown(msg))
+		fprintf(stderr, "tpfs: %s: %s\n", level == 0 ? "warning" : level == 2 ? "error" : "info", msg);
 }
 
 static void shape_str(char *b, size_t n, uint32_t nd, const uint64_t *s)
@@ -625,6 +637,7 @@ static int cmd_plan(int argc, char **argv)
 	tp_model m;
 	tp_err e;
 	int rc = tp_model_open(&m, &mo, &e);
+	tp_log_repeats();
 	if (rc < 0) {
 		fprintf(stderr, "tpfs: %s\n", e.msg);
 		goto out;
@@ -759,6 +772,8 @@ int main(int argc, char **argv)
 	}
 	argc--;
 	argv++;
+	tp_err le;
+	tp_fs_nofile(0, &le); /* every safetensors file is held open: the soft limit is raised to the hard one */
 	if (!strcmp(cmd, "mount"))
 		return cmd_mount(argc, argv);
 	if (!strcmp(cmd, "umount") || !strcmp(cmd, "unmount"))

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/sysmacros.h>
@@ -105,7 +106,67 @@ static void log_fuse(enum fuse_log_level level, const char *fmt, va_list ap)
 void tp_log_model(void *ctx, int level, const char *msg)
 {
 	(void)ctx;
-	tp_log(level, "%s", msg);
+	if (level != 0 || tp_log_shown(msg))
+		tp_log(level, "%s", msg);
+}
+
+#define LOG_KINDS 64
+static struct {
+	uint64_t key, count;
+	char first[160];
+} log_kinds[LOG_KINDS];
+static uint64_t log_unkinded; /* warnings past LOG_KINDS kinds */
+
+int tp_log_shown(const char *msg)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a of the message without quoted text and digits */
+	int quoted = 0;
+	for (const unsigned char *c = (const unsigned char *)msg; *c; c++) {
+		if (*c == '\'')
+			quoted = !quoted;
+		else if (!quoted && (*c < '0' || *c > '9'))
+			h = (h ^ *c) * 1099511628211ull;
+	}
+	for (int k = 0; k < LOG_KINDS; k++) {
+		if (!log_kinds[k].count) {
+			log_kinds[k].key = h;
+			tp_fmt(log_kinds[k].first, sizeof log_kinds[k].first, "%s", msg);
+		}
+		if (log_kinds[k].key == h)
+			return ++log_kinds[k].count <= TP_LOG_REPEAT;
+	}
+	return ++log_unkinded <= TP_LOG_REPEAT;
+}
+
+void tp_log_repeats(void)
+{
+	for (int k = 0; k < LOG_KINDS && log_kinds[k].count; k++) {
+		if (log_kinds[k].count > TP_LOG_REPEAT)
+			tp_log(0, "... and %llu more warnings like \"%s\"",
+			       (unsigned long long)(log_kinds[k].count - TP_LOG_REPEAT), log_kinds[k].first);
+		log_kinds[k].count = 0;
+	}
+	if (log_unkinded > TP_LOG_REPEAT)
+		tp_log(0, "... and %llu more warnings of other kinds", (unsigned long long)(log_unkinded - TP_LOG_REPEAT));
+	log_unkinded = 0;
+}
+
+int tp_fs_nofile(uint64_t need, tp_err *e)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return tp_fail(e, TP_EIO, "getrlimit: %s", strerror(errno));
+	if (rl.rlim_cur < rl.rlim_max) {
+		struct rlimit want = {rl.rlim_max, rl.rlim_max};
+		if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+			rl.rlim_cur = rl.rlim_max;
+	}
+	if (need && need > rl.rlim_cur)
+		return tp_fail(e, TP_ELIMIT, "%llu open files are needed (one per safetensors file, and a few more) but the "
+			       "open-file limit is %llu (hard limit %llu): raise the hard limit (ulimit -Hn, or "
+			       "LimitNOFILE= for a service)", (unsigned long long)need, (unsigned long long)rl.rlim_cur,
+			       (unsigned long long)rl.rlim_max);
+	return 0;
 }
 
 /* ---- state ---- */
@@ -1213,6 +1274,10 @@ static void ready_helper(tp_fs *fs, int report_fd)
 {
 	struct stat st;
 	char msg[512];
+	/* Not a holder of the FUSE connection: when the daemon goes away (or quits without
+	 * answering, as libfuse does with requests read after exit), the connection ends and this
+	 * stat with it, instead of waiting for ever on a connection it keeps open itself. */
+	close(fuse_session_fd(fs->se));
 	if (stat(fs->o->mnt, &st) < 0) {
 		snprintf(msg, sizeof msg, "E%s: the new mount does not answer: %s", fs->o->mnt, strerror(errno));
 	} else {
@@ -1426,10 +1491,10 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	if (fs.gpu.ops)
 		fs.gpu.ops->destroy(fs.gpu.self);
 out_helper:
-	if (waitpid(helper, NULL, WNOHANG) == 0) { /* still waiting for a mount that is going away */
-		kill(helper, SIGKILL);
-		waitpid(helper, NULL, 0);
-	}
+	if (waitpid(helper, NULL, WNOHANG) == 0) /* still waiting for a mount that is going away */
+		kill(helper, SIGKILL); /* reaped once the connection has ended (its stat may wait on it) */
+	else
+		helper = -1;
 out_inval:
 	stop_inval(&fs);
 out_signals:
@@ -1438,6 +1503,8 @@ out_unmount:
 	fuse_session_unmount(fs.se);
 out_session:
 	fuse_session_destroy(fs.se);
+	if (helper > 0)
+		waitpid(helper, NULL, 0);
 out_report:
 	if (rc < 0 && !o->foreground) {
 		/* the log, and the parent if it still waits: the reason and the first error logged */

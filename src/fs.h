@@ -40,6 +40,17 @@ typedef struct tp_fs_opts {
  * unmounted (*parent = 0). Returns 0 or -1 with e set. */
 int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e);
 
+/* Raises the soft limit on open files to the hard limit (a daemon holds one descriptor per
+ * safetensors file). With need > 0, fails, naming both limits, when the limit is below need. */
+int tp_fs_nofile(uint64_t need, tp_err *e);
+
+/* Repeated warnings: of each kind (messages equal once quoted text and numbers are left out)
+ * the first TP_LOG_REPEAT are shown; tp_log_shown says whether msg is one of them (and counts
+ * it), tp_log_repeats then logs "... and N more like ..." for each kind that had more. */
+#define TP_LOG_REPEAT 5
+int tp_log_shown(const char *msg);
+void tp_log_repeats(void);
+
 /* Log sink of the filesystem and the CLI: "tpfs: LEVEL: message" on stderr, or in the log file
  * or syslog once daemonized. level: 0 warn, 1 info, 2 error, 3 debug. */
 void tp_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

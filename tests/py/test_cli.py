@@ -140,5 +140,33 @@ for how in ("fusermount3", "SIGTERM", "SIGINT", "umount"):
     if tt.is_mounted(mnt):
         subprocess.run(["fusermount3", "-u", "-z", mnt])
 
+# issue 11: --tp parsed strictly; background mode reports the daemon's own reason
+for bad in ("+2", " 2", "2 ", "0x2", "-2", ""):
+    p = tt.tpfs("plan", src, "--tp", bad)
+    F.check(p.returncode == 2 and "--tp" in p.stderr, "--tp %r refused with usage (exit %d)" % (bad, p.returncode))
+F.check(tt.tpfs("plan", src, "--tp", "2").returncode == 0, "--tp 2 accepted")
+p = tt.tpfs("mount", src, mnt, "--tp", "2", "-o", "max_read=1")
+F.check(p.returncode == 1 and "maximum read size" in p.stderr and "Connection refused" not in p.stderr,
+        "background mount with -o max_read=1: the daemon's reason (exit %d, %r)" % (p.returncode, p.stderr.strip()))
+F.check(not tt.is_mounted(mnt), "max_read=1: nothing left mounted")
+p = tt.tpfs("mount", src, mnt, "--tp", "2", "-o", "no_such_option")
+F.check(p.returncode == 1 and "no_such_option" in p.stderr and p.stderr.count("\n") == 1,
+        "background mount with an unknown option: one line naming it (%r)" % p.stderr)
+if tt.is_mounted(mnt):
+    subprocess.run(["fusermount3", "-u", "-z", mnt])
+
+# tpfs check refuses numbers with leading zeros, as the safetensors package does
+lz = os.path.join(work, "lz")
+os.makedirs(lz)
+for what, hdr in (("shape", '{"w":{"dtype":"F32","shape":[001],"data_offsets":[0,4]}}'),
+                  ("offset", '{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,04]}}')):
+    h = hdr.encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(os.path.join(lz, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"\0" * 4)
+    p = tt.tpfs("check", lz)
+    F.check(p.returncode == 1 and "leading zero" in p.stdout + p.stderr,
+            "check: a %s with a leading zero is refused (exit %d, %r)" % (what, p.returncode, (p.stdout + p.stderr)[-300:]))
+
 shutil.rmtree(work)
 F.done("test_cli")
