@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -314,6 +315,17 @@ static void mark_needed(tp_model *m, uint32_t idx, const cJSON *j)
 static int load_tensors(tp_model *m, tp_node *n, tp_err *e)
 {
 	n->fd = open(n->real, O_RDONLY | O_CLOEXEC);
+	if (n->fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+		int err = errno;
+		uint32_t files = 0;
+		for (uint32_t i = 0; i < m->nn; i++)
+			files += m->n[i].kind == TN_TENSORS;
+		struct rlimit rl = {0, 0};
+		getrlimit(RLIMIT_NOFILE, &rl);
+		return tp_fail(e, TP_ELIMIT, "%s: cannot open: %s: the checkpoint has %u safetensors files, each held "
+			       "open, and the open-file limit is %llu (hard limit %llu): raise the hard limit (ulimit -Hn)",
+			       n->path, strerror(err), files, (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+	}
 	if (n->fd < 0)
 		return tp_fail(e, TP_EIO, "%s: cannot open: %s", n->path, strerror(errno));
 	struct stat st;
