@@ -50,6 +50,15 @@ int tp_layout_build(const st_header *h, const tp_spec *specs, const char *const 
 		    uint32_t r, const char *fname, tp_layout *L, tp_err *e);
 void tp_layout_free(tp_layout *L);
 
+/* The same, with order[] the tensors of h in the writer's order (tp_layout_order), computed once
+ * for all ranks of a file instead of sorting per rank. */
+int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char *const *why, const uint32_t *order,
+			    uint32_t T, uint32_t r, const char *fname, tp_layout *L, tp_err *e);
+
+/* The indexes of h's tensors in the writer's order (dtype size descending, then name); NULL when
+ * out of memory. The caller frees it. */
+uint32_t *tp_layout_order(const st_header *h);
+
 /* Writes the local header (L->hdr_size bytes) into buf. Deterministic: the same layout always
  * gives the same bytes. */
 void tp_layout_header(const tp_layout *L, char *buf);

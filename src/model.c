@@ -624,8 +624,12 @@ static int plan_file(tp_model *m, uint32_t idx, lookup_ctx *lc, tp_err *e)
 		if (!n->lay)
 			rc = tp_fail(e, TP_ENOMEM, "out of memory");
 	}
+	uint32_t *order = rc == 0 ? tp_layout_order(&n->h) : NULL; /* the same for every rank */
+	if (rc == 0 && !order)
+		rc = tp_fail(e, TP_ENOMEM, "out of memory");
 	for (uint32_t r = 0; r < m->T && rc == 0; r++)
-		rc = tp_layout_build(&n->h, specs, whyp, m->T, r, n->path, &n->lay[r], e);
+		rc = tp_layout_build_ordered(&n->h, specs, whyp, order, m->T, r, n->path, &n->lay[r], e);
+	free(order);
 	free(specs);
 	free(why);
 	free(whyp);
