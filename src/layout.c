@@ -15,9 +15,11 @@ static int cmp_writer(const void *a, const void *b, void *ctx)
 
 void tp_layout_free(tp_layout *L)
 {
-	free(L->t);
+	if (!L->borrowed) {
+		free(L->t);
+		free(L->loc);
+	}
 	free(L->pieces);
-	free(L->loc);
 	memset(L, 0, sizeof *L);
 }
 
@@ -71,11 +73,11 @@ uint32_t *tp_layout_order(const st_header *h)
 int tp_layout_build(const st_header *h, const tp_spec *specs, const char *const *why, uint32_t T,
 		    uint32_t r, const char *fname, tp_layout *L, tp_err *e)
 {
-	return tp_layout_build_ordered(h, specs, why, NULL, T, r, fname, L, e);
+	return tp_layout_build_ordered(h, specs, why, NULL, NULL, T, r, fname, L, e);
 }
 
 int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char *const *why, const uint32_t *order,
-			    uint32_t T, uint32_t r, const char *fname, tp_layout *L, tp_err *e)
+			    const tp_layout *like, uint32_t T, uint32_t r, const char *fname, tp_layout *L, tp_err *e)
 {
 	memset(L, 0, sizeof *L);
 	L->h = h;
@@ -151,6 +153,27 @@ int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char
 		L->loc[L->t[i].src] = (uint32_t)i;
 	}
 	L->data_size = off;
+	if (like && !like->borrowed && like->h == h && like->n == L->n && like->data_size == L->data_size &&
+	    !memcmp(like->t, L->t, L->n * sizeof *L->t)) {
+		/* the same local tensors (names, shapes, places, programs): borrow them and the header
+		 * size; keep only this rank's pieces, trimmed to size */
+		free(L->t);
+		free(L->loc);
+		L->t = like->t;
+		L->loc = like->loc;
+		L->borrowed = 1;
+		L->hdr_size = like->hdr_size;
+		L->size = like->size;
+		L->split_bytes = like->split_bytes;
+		L->repl_bytes = like->repl_bytes;
+		tp_piece *np = realloc(L->pieces, (L->npieces ? L->npieces : 1) * sizeof *np);
+		if (np)
+			L->pieces = np;
+		return 0;
+	}
+	tp_piece *np = realloc(L->pieces, (L->npieces ? L->npieces : 1) * sizeof *np);
+	if (np)
+		L->pieces = np;
 	st_wbuf count = {.p = NULL};
 	L->hdr_size = write_header(L, &count);
 	if (L->hdr_size - ST_PREFIX > ST_HEADER_MAX) {

@@ -628,7 +628,8 @@ static int plan_file(tp_model *m, uint32_t idx, lookup_ctx *lc, tp_err *e)
 	if (rc == 0 && !order)
 		rc = tp_fail(e, TP_ENOMEM, "out of memory");
 	for (uint32_t r = 0; r < m->T && rc == 0; r++)
-		rc = tp_layout_build_ordered(&n->h, specs, whyp, order, m->T, r, n->path, &n->lay[r], e);
+		rc = tp_layout_build_ordered(&n->h, specs, whyp, order, r ? &n->lay[0] : NULL, m->T, r, n->path,
+					     &n->lay[r], e);
 	free(order);
 	free(specs);
 	free(why);
@@ -770,8 +771,8 @@ void tp_model_close(tp_model *m)
 {
 	for (uint32_t i = 0; i < m->nn; i++) {
 		tp_node *n = &m->n[i];
-		if (n->lay)
-			for (uint32_t r = 0; r < m->T; r++)
+		if (n->lay) /* rank 0 last: the others may borrow from it */
+			for (uint32_t r = m->T; r-- > 0;)
 				tp_layout_free(&n->lay[r]);
 		free(n->lay);
 		if (n->gen)

@@ -85,5 +85,38 @@ more = [l for l in lines if "and 9995 more warnings like" in l]
 F.check(p.returncode == 0 and len(lines) <= 20 and len(more) == 1,
         "10,000 missing index entries: %d warning lines, one saying 'and 9995 more' (%r)" % (len(lines), lines[-2:]))
 
+# memory per tensor per rank: 20,000 tensors (half replicated norms, half q_proj split evenly) at
+# T=1 and T=128; the daemon's peak memory may grow by at most 32 bytes per tensor per extra rank
+# (only the pieces saying where each rank's slice lies; before: about 84 bytes)
+src = os.path.join(work, "wide")
+os.makedirs(src)
+cfg = json.load(open(os.path.join(base, "config.json")))
+cfg.update(hidden_size=256, num_attention_heads=128, num_key_value_heads=128, head_dim=2)
+json.dump(cfg, open(os.path.join(src, "config.json"), "w"))
+N = 20000
+hdr, off = {}, 0
+for i in range(N):
+    name, shape = (("model.layers.%d.self_attn.q_proj.weight" % i, [256, 64]) if i % 2
+                   else ("model.layers.%d.input_layernorm.weight" % i, [64]))
+    nb = 2 * (shape[0] * (shape[1] if len(shape) > 1 else 1))
+    hdr[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + nb]}
+    off += nb
+h = json.dumps(hdr, separators=(",", ":")).encode()
+h += b" " * ((8 - len(h) % 8) % 8)
+with open(os.path.join(src, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    f.truncate(8 + len(h) + off)  # header only: the data is a hole
+
+
+def peak(T):
+    with tt.Mount(src, T) as m:
+        return int([l for l in open("/proc/%d/status" % m.proc.pid) if l.startswith("VmHWM")][0].split()[1]) * 1024
+
+
+p1, p128 = peak(1), peak(128)
+per = (p128 - p1) / (N * 127)
+print("daemon peak: T=1 %.1f MiB, T=128 %.1f MiB: %.1f bytes per tensor per extra rank" % (p1 / 2**20, p128 / 2**20, per))
+F.check(per < 32, "memory per tensor per rank: %.1f bytes (want < 32)" % per)
+
 shutil.rmtree(work)
 F.done("resources")
