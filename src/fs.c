@@ -548,6 +548,12 @@ static void on_event(tp_fs *fs, uint32_t i, const struct inotify_event *ev)
 {
 	char why[96];
 	const tp_node *n = &fs->m->n[i];
+	if (ev->len && n->kind == TN_DIR) {
+		/* a folder renamed, removed or replaced: the names under it may now mean other files */
+		if (ev->mask & (IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_MOVED_FROM))
+			recheck_all(fs);
+		return;
+	}
 	if (ev->len) { /* a name in a watched folder: the name now means another file, or none */
 		if (ev->mask & (IN_MOVED_TO | IN_CREATE))
 			mark_bad(fs, i, "replaced");
