@@ -425,7 +425,8 @@ static int differs(tp_fs *fs, uint32_t i, int fd, int accept, char *why, size_t 
 {
 	const tp_node *n = &fs->m->n[i];
 	struct stat st;
-	if ((fd >= 0 ? fstat(fd, &st) : stat(n->real, &st)) < 0) {
+	/* the resolved path is not followed if it has become a link since (it may lead into the mount) */
+	if ((fd >= 0 ? fstat(fd, &st) : fstatat(AT_FDCWD, n->real, &st, AT_SYMLINK_NOFOLLOW)) < 0) {
 		tp_fmt(why, len, "%s", strerror(errno));
 		return 1;
 	}
@@ -844,7 +845,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
-		h->fd = open(n->real, O_RDONLY | O_CLOEXEC);
+		h->fd = open(n->real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		if (h->fd < 0 || source_changed(fs, i, h->fd) < 0) {
 			int err = h->fd < 0 ? errno : EIO;
 			if (h->fd >= 0)

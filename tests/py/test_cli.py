@@ -140,6 +140,23 @@ for how in ("fusermount3", "SIGTERM", "SIGINT", "umount"):
     if tt.is_mounted(mnt):
         subprocess.run(["fusermount3", "-u", "-z", mnt])
 
+# SIGTERM as soon as the mount exists, before it has answered anything: the daemon must not wait
+# for the ready helper, whose stat of the mount it will never answer (10 times: it is a race)
+for k in range(10):
+    proc = subprocess.Popen([tt.TPFS, "mount", src, mnt, "--tp", "2", "-f"], stderr=subprocess.DEVNULL)
+    tt.wait_for(lambda: tt.is_mounted(mnt) or proc.poll() is not None, what="mount")
+    proc.send_signal(signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        rc = "hung"
+    F.check(rc == 0, "SIGTERM at once (%d): the daemon exits 0 (got %s)" % (k, rc))
+    if tt.is_mounted(mnt):
+        subprocess.run(["fusermount3", "-u", "-z", mnt])
+    if rc == "hung":
+        proc.kill()
+        break
+
 # issue 11: --tp parsed strictly; background mode reports the daemon's own reason
 for bad in ("+2", " 2", "2 ", "0x2", "-2", ""):
     p = tt.tpfs("plan", src, "--tp", bad)

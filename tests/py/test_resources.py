@@ -113,10 +113,13 @@ def peak(T):
         return int([l for l in open("/proc/%d/status" % m.proc.pid) if l.startswith("VmHWM")][0].split()[1]) * 1024
 
 
-p1, p128 = peak(1), peak(128)
-per = (p128 - p1) / (N * 127)
-print("daemon peak: T=1 %.1f MiB, T=128 %.1f MiB: %.1f bytes per tensor per extra rank" % (p1 / 2**20, p128 / 2**20, per))
-F.check(per < 32, "memory per tensor per rank: %.1f bytes (want < 32)" % per)
+if b"__asan_init" in open(tt.TPFS, "rb").read():
+    print("not measured: a sanitized binary (ASan keeps freed memory in quarantine and pads every allocation)")
+else:
+    p1, p128 = peak(1), peak(128)
+    per = (p128 - p1) / (N * 127)
+    print("daemon peak: T=1 %.1f MiB, T=128 %.1f MiB: %.1f bytes per tensor per extra rank" % (p1 / 2**20, p128 / 2**20, per))
+    F.check(per < 32, "memory per tensor per rank: %.1f bytes (want < 32)" % per)
 
 shutil.rmtree(work)
 F.done("resources")
