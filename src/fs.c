@@ -4,14 +4,22 @@
  * model as rank r sees it (node 0 is the rank folder), and 2 + T * nn is .tpfs-stats. Every
  * inode lives as long as the mount, so lookup counts are not tracked.
  *
- * Read path (no allocation, no parsing, no name lookup per request): decode the inode, check
- * that the source has not changed (one fstat), map the range to runs (tp_map), and reply with
- * an iovec that points into the read-only mapping of the source, the rank's header bytes and a
- * static zero page. The kernel copies from the mapping, so a truncated source gives EFAULT
- * there, not SIGBUS here. When the runs are too many or too small for an iovec, they are copied
- * into a per-thread buffer under a SIGBUS guard. Attributes and entries are cached for a long
- * time and file pages are kept across opens (keep_cache): the files never change while
+ * Read path (no parsing, no name lookup per request): decode the inode, check that the source
+ * has not changed (the watcher's mark, one fstat), map the range to runs (tp_map), copy the runs
+ * into a per-thread buffer (the chosen gather backend; only its copies of source bytes run under
+ * the SIGBUS guard), check the source again, and reply. Replies without source bytes (header,
+ * padding) are iovecs into the header and a zero page. Attributes and entries are cached for a
+ * long time and file pages are kept across opens (keep_cache): the files never change while
  * mounted; a source that does change makes its rank files fail with EIO.
+ *
+ * Changed sources: every source file is watched itself and through its folders (inotify, a
+ * watcher thread); a change marks the node and queues the invalidation of its cached pages, which
+ * a separate thread sends to the kernel: no request handler ever waits on the kernel (an
+ * invalidation waits for pages a READ in flight holds). Owner, group and mode are the source's.
+ *
+ * tp_fs_main acquires in order (the note page, per-node state, the background fork, the FUSE
+ * session, the mount, signal handlers, the invalidation thread, the ready helper, the gather
+ * backend, the watcher) and releases in reverse, one label per resource.
  */
 #define FUSE_USE_VERSION 312
 #include "fs.h"
@@ -498,12 +506,25 @@ static void *inval_thread(void *p)
 	return NULL;
 }
 
+/* Starts a thread of our own with every signal blocked (as libfuse starts its workers): SIGTERM
+ * and SIGINT must reach the thread that waits for the FUSE loop to end, not one that would take
+ * the signal and go back to waiting while the loop never learns of it. */
+static int start_thread(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	int rc = pthread_create(t, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
+}
+
 static int start_inval(tp_fs *fs)
 {
 	if (pipe2(fs->inval, O_CLOEXEC) < 0)
 		return -1;
 	fcntl(fs->inval[1], F_SETFL, O_NONBLOCK);
-	if (pthread_create(&fs->invalidator, NULL, inval_thread, fs) != 0) {
+	if (start_thread(&fs->invalidator, inval_thread, fs) != 0) {
 		close(fs->inval[0]);
 		close(fs->inval[1]);
 		fs->inval[0] = fs->inval[1] = -1;
@@ -671,7 +692,7 @@ static void start_watching(tp_fs *fs)
 			  "mtime checks on each read only", failed, fs->nn, strerror(err),
 		       err == ENOSPC ? "; raise fs.inotify.max_user_watches" : "");
 	qsort(fs->w, fs->nw, sizeof *fs->w, cmp_watch);
-	fs->watching = pthread_create(&fs->watcher, NULL, watch_thread, fs) == 0;
+	fs->watching = start_thread(&fs->watcher, watch_thread, fs) == 0;
 }
 
 static void stop_watching(tp_fs *fs)
