@@ -533,8 +533,20 @@ static int start_inval(tp_fs *fs)
 	return 0;
 }
 
+/* Ends the FUSE connection (before the session is destroyed) and stops the invalidation thread.
+ * The connection goes first: an invalidation may be waiting for a page that a READ holds locked,
+ * and once the loop has ended nobody answers that READ. Replacing the /dev/fuse descriptor by
+ * /dev/null drops the last reference to it (the ready helper holds none), the kernel ends every
+ * pending request, and the invalidation returns; fuse_session_destroy later closes /dev/null. */
 static void stop_inval(tp_fs *fs)
 {
+	struct pollfd pfd = {.fd = fuse_session_fd(fs->se), .events = 0};
+	int gone = poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLERR); /* unmounted already */
+	int nul = gone ? -1 : open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (nul >= 0) {
+		dup3(nul, pfd.fd, O_CLOEXEC);
+		close(nul);
+	}
 	int w = fs->inval[1];
 	fs->inval[1] = -1;
 	close(w);
@@ -1306,6 +1318,8 @@ static void ready_helper(tp_fs *fs, int report_fd)
 	 * answering, as libfuse does with requests read after exit), the connection ends and this
 	 * stat with it, instead of waiting for ever on a connection it keeps open itself. */
 	close(fuse_session_fd(fs->se));
+	close(fs->inval[0]); /* nor of the invalidation pipe: its end is how the thread learns to stop */
+	close(fs->inval[1]);
 	if (stat(fs->o->mnt, &st) < 0) {
 		snprintf(msg, sizeof msg, "E%s: the new mount does not answer: %s", fs->o->mnt, strerror(errno));
 	} else {

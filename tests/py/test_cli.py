@@ -8,6 +8,7 @@
 - `tpfs umount`, `fusermount3 -u`, SIGTERM and SIGINT all unmount cleanly;
 - `tpfs check` passes a good checkpoint and names the file and the rule of a bad one.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -150,6 +151,13 @@ for k in range(10):
         rc = proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         rc = "hung"
+        for t in sorted(os.listdir("/proc/%d/task" % proc.pid)):  # where it waits, for the log
+            with contextlib.suppress(OSError):
+                print("thread", t, open("/proc/%d/task/%s/comm" % (proc.pid, t)).read().strip(),
+                      open("/proc/%d/task/%s/wchan" % (proc.pid, t)).read().strip(),
+                      open("/proc/%d/task/%s/stat" % (proc.pid, t)).read().split()[2])
+        print(subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:30,args", "--ppid", str(proc.pid)],
+                             capture_output=True, text=True).stdout)
     F.check(rc == 0, "SIGTERM at once (%d): the daemon exits 0 (got %s)" % (k, rc))
     if tt.is_mounted(mnt):
         subprocess.run(["fusermount3", "-u", "-z", mnt])
