@@ -182,6 +182,9 @@ with tt.Mount(src, 2, allow_stderr=ALLOW) as m:
     wrong = [x for x in log if x[2] not in ("same", "eio")]
     late = [x for x in log if x[2] != "eio" and x[1] >= changed[x[0]] + 0.1]
     before = [x for x in log if x[2] == "same" and x[1] < changed[x[0]]]
+    print("rewrites under load: %d reads, %d original bytes, %d EIO, %d issued 100 ms or more after a rewrite"
+          % (len(log), sum(x[2] == "same" for x in log), sum(x[2] == "eio" for x in log),
+             sum(x[1] >= changed[x[0]] + 0.1 for x in log)))
     F.check(len(log) > 2000, "readers made %d reads" % len(log))
     F.check(not wrong, "%d of %d reads returned neither the original bytes nor EIO: %s" % (len(wrong), len(log), wrong[:5]))
     F.check(not late, "%d reads issued 100 ms after a rewrite did not fail with EIO: %s" % (len(late), late[:5]))
