@@ -18,7 +18,7 @@
  * invalidation waits for pages a READ in flight holds). Owner, group and mode are the source's.
  *
  * tp_fs_main acquires in order (the note page, per-node state, the background fork, the FUSE
- * session, the mount, signal handlers, the invalidation thread, the ready helper, the gather
+ * session, signal handlers, the mount, the invalidation thread, the ready helper, the gather
  * backend, the watcher) and releases in reverse, one label per resource.
  */
 #define FUSE_USE_VERSION 312
@@ -1485,18 +1485,20 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		tp_fail(e, TP_EINVAL, "libfuse refused the mount options '%s'", opts);
 		goto out_report;
 	}
-	if (fuse_session_mount(fs.se, o->mnt) != 0) {
-		tp_fail(e, TP_EIO, "%s: mounting failed (see the message above; is /dev/fuse usable?)", o->mnt);
-		goto out_session;
-	}
+	/* the handlers before the mount: a SIGTERM from the moment the mount exists ends the loop
+	 * (and unmounts) instead of killing the daemon with the mount left behind */
 	if (fuse_set_signal_handlers(fs.se) != 0) {
 		tp_fail(e, TP_EIO, "cannot install signal handlers");
-		goto out_unmount;
+		goto out_session;
+	}
+	if (fuse_session_mount(fs.se, o->mnt) != 0) {
+		tp_fail(e, TP_EIO, "%s: mounting failed (see the message above; is /dev/fuse usable?)", o->mnt);
+		goto out_signals;
 	}
 	tp_guard_install();
 	if (start_inval(&fs) < 0) {
 		tp_fail(e, TP_EIO, "cannot start the invalidation thread: %s", strerror(errno));
-		goto out_signals;
+		goto out_unmount;
 	}
 
 	fflush(NULL);
@@ -1539,10 +1541,10 @@ out_helper:
 		helper = -1;
 out_inval:
 	stop_inval(&fs);
-out_signals:
-	fuse_remove_signal_handlers(fs.se);
 out_unmount:
 	fuse_session_unmount(fs.se);
+out_signals:
+	fuse_remove_signal_handlers(fs.se);
 out_session:
 	fuse_session_destroy(fs.se);
 	if (helper > 0)

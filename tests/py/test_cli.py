@@ -159,6 +159,7 @@ for k in range(10):
         print(subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:30,args", "--ppid", str(proc.pid)],
                              capture_output=True, text=True).stdout)
     F.check(rc == 0, "SIGTERM at once (%d): the daemon exits 0 (got %s)" % (k, rc))
+    F.check(rc == "hung" or not tt.is_mounted(mnt), "SIGTERM at once (%d): nothing left mounted" % k)
     if tt.is_mounted(mnt):
         subprocess.run(["fusermount3", "-u", "-z", mnt])
     if rc == "hung":
