@@ -65,7 +65,10 @@ static const char *usage_mount =
 	"                      index. Everything else is split as without --ep. N must divide E\n"
 	"  -f, --foreground    stay in the foreground (log to stderr)\n"
 	"  -d, --debug         libfuse debug output; counters at unmount (implies -f)\n"
-	"  -o OPTIONS          extra FUSE mount options (comma separated)\n"
+	"  -o OPTIONS          extra FUSE mount options (comma separated); the mount is always\n"
+	"                      ro and default_permissions: each file keeps the owner, group and\n"
+	"                      read/execute bits of its source; other users reach the mount only\n"
+	"                      with -o allow_other\n"
 	"  --readahead KB      readahead window set on the mount (default 4096: reads arrive as\n"
 	"                      1 MiB requests, several in flight; 0 leaves the kernel's 128)\n"
 	"  --threads N         worker threads (default 16)\n"
@@ -75,8 +78,10 @@ static const char *usage_mount =
 	"                      gathers past --cuda-min-runs N and --cuda-min-bytes B, which are unset\n"
 	"                      (so: the CPU) until measurements on a GPU machine give them values\n"
 	"tuning (docs/PERFORMANCE.md has the measurements behind the defaults):\n"
-	"  --reply MODE        auto (default), iov (replies point into the source mapping) or copy\n"
-	"                      (replies are gathered into a buffer first)\n"
+	"  --reply MODE        auto or copy (default: source bytes are copied into a buffer, then the\n"
+	"                      source is checked again before the reply), or iov (replies point into\n"
+	"                      the source mapping: the kernel copies after the check, so a read that\n"
+	"                      overlaps a write of the source may return a mix of old and new bytes)\n"
 	"  --max-background N  FUSE requests in flight for readahead (default 64; the kernel's is 12)\n"
 	"  --release-pages on|off  drop the daemon's mapping of source pages after each reply so its\n"
 	"                      RSS stays flat (default on; the pages stay in the page cache)\n"
@@ -127,8 +132,10 @@ static int parse_u32(const char *s, uint32_t *out)
 {
 	char *end;
 	errno = 0;
+	if (s[0] < '0' || s[0] > '9') /* strtoul would accept a sign and leading blanks */
+		return -1;
 	unsigned long v = strtoul(s, &end, 10);
-	if (errno || *end || !*s || s[0] == '-' || v > UINT32_MAX)
+	if (errno || *end || v > UINT32_MAX)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;
@@ -236,7 +243,7 @@ static int cmd_mount(int argc, char **argv)
 		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 	tp_model_opts mo = {.log = tp_log_model};
 	const char *ranks = NULL;
-	tp_fs_opts fo = {.readahead_kb = 4096, .threads = 16, .gather = "auto", .release_pages = -1};
+	tp_fs_opts fo = {.readahead_kb = 4096, .threads = 16, .gather = TP_GATHER_AUTO, .release_pages = -1};
 	int have_t = 0, c;
 	char fuse_opts[4096] = "";
 	uint32_t v;
@@ -266,7 +273,7 @@ static int cmd_mount(int argc, char **argv)
 		case 'g':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
 				return die_usage(usage_mount, "--gather: auto, cpu or cuda");
-			fo.gather = optarg;
+			fo.gather = !strcmp(optarg, "cpu") ? TP_GATHER_CPU : !strcmp(optarg, "cuda") ? TP_GATHER_CUDA : TP_GATHER_AUTO;
 			break;
 		case 'y':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "iov") && strcmp(optarg, "copy"))
@@ -344,9 +351,10 @@ static int cmd_mount(int argc, char **argv)
 		return 1;
 	}
 	mo.src = rsrc;
+	mo.mnt = rmnt;
 	fo.mnt = rmnt;
 	fo.fuse_opts = fuse_opts[0] ? fuse_opts : NULL;
-	if (strcmp(fo.gather, "cuda") == 0) {
+	if (fo.gather == TP_GATHER_CUDA) {
 		char why[512];
 		if (tp_cuda_available(why, sizeof why) < 0) {
 			fprintf(stderr, "tpfs: --gather cuda: %s; use --gather auto or cpu\n", why);
@@ -356,8 +364,15 @@ static int cmd_mount(int argc, char **argv)
 	tp_model m;
 	tp_err e;
 	tp_err_clear(&e);
-	if (tp_model_open(&m, &mo, &e) < 0) {
+	int orc = tp_model_open(&m, &mo, &e);
+	tp_log_repeats();
+	if (orc < 0) {
 		fprintf(stderr, "tpfs: %s\n", e.msg);
+		return 1;
+	}
+	if (tp_fs_nofile(m.ntensor_files + 64, &e) < 0) {
+		fprintf(stderr, "tpfs: %s\n", e.msg);
+		tp_model_close(&m);
 		return 1;
 	}
 	int parent = 0;
@@ -422,7 +437,7 @@ static int cmd_umount(int argc, char **argv)
 static void quiet_log(void *ctx, int level, const char *msg)
 {
 	(void)ctx;
-	if (level == 0)
+	if (level == 0 && tp_log_shown(msg))
 		fprintf(stderr, "tpfs: warning: %s\n", msg);
 }
 
@@ -442,7 +457,9 @@ static int cmd_check(int argc, char **argv)
 	tp_model_opts mo = {.src = argv[optind], .T = 1, .check_only = 1, .log = quiet_log};
 	tp_model m;
 	tp_err e;
-	if (tp_model_open(&m, &mo, &e) < 0) {
+	int orc = tp_model_open(&m, &mo, &e);
+	tp_log_repeats();
+	if (orc < 0) {
 		fprintf(stderr, "tpfs: %s\n", e.msg);
 		return 1;
 	}
@@ -515,7 +532,8 @@ static void on_tensor(void *vctx, const struct tp_model *m, uint32_t node, uint3
 static void plan_log(void *ctx, int level, const char *msg)
 {
 	(void)ctx;
-	fprintf(stderr, "tpfs: %s: %s\n", level == 0 ? "warning" : level == 2 ? "error" : "info", msg);
+	if (level != 0 || tp_log_shown(msg))
+		fprintf(stderr, "tpfs: %s: %s\n", level == 0 ? "warning" : level == 2 ? "error" : "info", msg);
 }
 
 static void shape_str(char *b, size_t n, uint32_t nd, const uint64_t *s)
@@ -776,6 +794,7 @@ static int cmd_plan(int argc, char **argv)
 	tp_model m;
 	tp_err e;
 	int rc = tp_model_open(&m, &mo, &e);
+	tp_log_repeats();
 	if (rc < 0) {
 		fprintf(stderr, "tpfs: %s\n", e.msg);
 		goto out;
@@ -919,6 +938,8 @@ int main(int argc, char **argv)
 	}
 	argc--;
 	argv++;
+	tp_err le;
+	tp_fs_nofile(0, &le); /* every safetensors file is held open: the soft limit is raised to the hard one */
 	if (!strcmp(cmd, "mount"))
 		return cmd_mount(argc, argv);
 	if (!strcmp(cmd, "umount") || !strcmp(cmd, "unmount"))
