@@ -12,6 +12,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 
 import fixtures
 import tpfs_test as tt
@@ -119,5 +120,35 @@ p = subprocess.run([tt.TPFS, "mount", src2, mnt, "--tp", "2"], capture_output=Tr
 F.check(p.returncode == 1 and "sub: leads into the mount point" in p.stderr,
         "folder link into MNT: refused (exit %d, %r)" % (p.returncode, p.stderr.strip()))
 shutil.rmtree(mnt)
+
+# SRC replaced, after mounting, by a link into the mount itself (or a folder on a source's path
+# by one): the daemon never follows it (a handler would wait on its own mount; with every worker
+# waiting, even SIGTERM could not end it); reads fail with EIO and the daemon unmounts
+src3 = os.path.join(work, "src3")
+shutil.copytree(src, src3, symlinks=True)
+with tt.Mount(src3, 2, allow_stderr=[r"the source changed since it was mounted"]) as m:
+    F.check(open(os.path.join(m.rank(0), "public.txt")).read() == "anyone\n", "link swap: served before")
+    dev = os.stat(m.path).st_dev
+    os.rename(src3, src3 + ".old")
+    os.symlink(m.rank(0), src3)
+    time.sleep(0.3)
+    for name in ("rank0/public.txt", "rank1/config.json", "rank1/model.safetensors.index.json"):
+        # not subprocess.run(timeout=): a reader waiting on a hung FUSE request survives SIGKILL
+        p = subprocess.Popen(["cat", os.path.join(m.path, name)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        end = time.time() + 10
+        while p.poll() is None and time.time() < end:
+            time.sleep(0.05)
+        if p.poll() is None:
+            F.check(False, "SRC replaced by a link into MNT: reading %s hangs (the daemon reads its own mount)" % name)
+            with open("/sys/fs/fuse/connections/%d/abort" % os.minor(dev), "w") as f:
+                f.write("1\n")
+            p.wait()
+            break
+        err = p.stderr.read()
+        F.check(p.returncode != 0 and "Input/output error" in err,
+                "SRC replaced by a link into MNT: %s fails with EIO (exit %d, %r)" % (name, p.returncode, err.strip()))
+    os.remove(src3)
+    os.rename(src3 + ".old", src3)
 shutil.rmtree(work)
 F.done("perms")
