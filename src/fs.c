@@ -1645,8 +1645,13 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	/* The user's options first, then ours: a later option wins, so "-o rw" cannot undo "ro".
 	 * default_permissions always (the kernel checks the source's owner and mode bits);
 	 * allow_other only when asked for. */
-	snprintf(opts, sizeof opts, "%s%sro,fsname=tpfs,subtype=tpfs,default_permissions",
-		 o->fuse_opts ? o->fuse_opts : "", o->fuse_opts ? "," : "");
+	if (snprintf(opts, sizeof opts, "%s%sro,fsname=tpfs,subtype=tpfs,default_permissions",
+		     o->fuse_opts ? o->fuse_opts : "", o->fuse_opts ? "," : "") >= (int)sizeof opts) {
+		/* cut short, ours would be lost: a mount without ro or default_permissions */
+		tp_fail(e, TP_EINVAL, "-o: the mount options are too long (at most %zu characters)",
+			sizeof opts - sizeof ",ro,fsname=tpfs,subtype=tpfs,default_permissions");
+		goto out_report;
+	}
 	fs.se = fuse_session_new(&args, &ops, sizeof ops, &fs);
 	if (!fs.se) {
 		tp_fail(e, TP_EINVAL, "libfuse refused the mount options '%s'", opts);

@@ -99,6 +99,24 @@ with tt.Mount(src, 2, "-o", "rw") as m:
     except OSError as e:
         F.check(e.errno == 30, "-o rw: opening for write fails with EROFS (got %s)" % e)
 
+# -o options long enough to cut ours (ro, default_permissions) short are refused, not mounted
+# wide open (as root with allow_other, another user read a 0600 file)
+longo = "allow_other,fsname=" + "a" * (4067 - len("allow_other,fsname="))
+mnt = tempfile.mkdtemp(prefix="tpfs-perms-mnt-")
+for mode in (["-f"], []):
+    try:
+        p = subprocess.run([tt.TPFS, "mount", src, mnt, "--tp", "2", "-o", longo] + mode, capture_output=True,
+                           text=True, timeout=3 if mode else 30)
+        out = (p.returncode, p.stderr.strip()[-200:])
+    except subprocess.TimeoutExpired:
+        out = ("still running", "")
+    F.check(out[0] == 1 and "too long" in out[1], "-o of 4067 characters %s: refused (%s, %r)" % (mode, *out))
+    if tt.is_mounted(mnt):
+        p = as_nobody("cat", os.path.join(mnt, "rank0", "secret.txt"))
+        F.check(not p.stdout, "-o of 4067 characters: another user read a 0600 file: %r" % p.stdout)
+        subprocess.run(["fusermount3", "-u", "-z", mnt])
+os.rmdir(mnt)
+
 # a link into the mount point is refused before mounting (the issue's own example)
 mnt = tempfile.mkdtemp(prefix="tpfs-perms-mnt-")
 with open(os.path.join(mnt, "leftover.txt"), "w") as f:
