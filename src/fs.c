@@ -648,6 +648,10 @@ static void *inval_thread(void *p)
 				atomic_store(&fs->ns[i].pend, 0);
 			for (uint32_t r = 0; r < fs->T && atomic_load(&fs->ready); r++)
 				fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, r, i), v[k] & INVAL_ATTR ? -1 : 0, 0);
+			if (i == 0 && atomic_load(&fs->ready)) { /* the top folder and the stats file take SRC's too */
+				fuse_lowlevel_notify_inval_inode(fs->se, FUSE_ROOT_ID, -1, 0);
+				fuse_lowlevel_notify_inval_inode(fs->se, fs->stats_ino, -1, 0);
+			}
 		}
 		if (atomic_exchange(&fs->inval_lost, 0))
 			for (uint32_t i = 0; i < fs->nn; i++)

@@ -89,6 +89,19 @@ with tt.Mount(src, 2) as m:
     F.check(p.returncode != 0 and not p.stdout, "no allow_other: another user is refused (exit %d)" % p.returncode)
     F.check(open(os.path.join(m.rank(0), "public.txt")).read() == "anyone\n", "no allow_other: root reads")
 
+# SRC's mode tightened after mounting: the top folder follows at once, as the rank folders do
+src4 = os.path.join(work, "src4")
+shutil.copytree(src, src4, symlinks=True)
+os.chmod(src4, 0o755)
+with tt.Mount(src4, 2, "--ranks", "0", "-o", "allow_other") as m:
+    F.check(stat.S_IMODE(os.stat(m.path).st_mode) == 0o555, "top folder 0555 before the chmod")
+    os.chmod(src4, 0o700)
+    time.sleep(0.3)
+    modes = [stat.S_IMODE(os.stat(p).st_mode) for p in (m.path, m.rank(0), os.path.join(m.path, ".tpfs-stats"))]
+    F.check(modes == [0o500, 0o500, 0o400], "chmod 700 SRC: top folder, rank folder, stats file %s" % [oct(x) for x in modes])
+    p = as_nobody("ls", m.path)
+    F.check(p.returncode != 0 and not p.stdout, "chmod 700 SRC: another user cannot list the mount (%r)" % p.stdout)
+
 # -o rw cannot make the mount writable
 with tt.Mount(src, 2, "-o", "rw") as m:
     opts = [l.split()[5] for l in open("/proc/self/mountinfo") if l.split()[4] == os.path.realpath(m.path)]
