@@ -37,9 +37,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/openat2.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/sysmacros.h>
@@ -555,6 +557,21 @@ static void mark_bad(tp_fs *fs, uint32_t i, const char *why)
 	queue_inval(fs, i, 0);
 }
 
+/* Opens a source's resolved path (which holds no link) without following any link on the way:
+ * a link met means a folder on the path was replaced since mounting, perhaps by a link into the
+ * mount itself, where this thread would wait on its own mount (with every worker waiting, even
+ * SIGTERM cannot end the daemon). Fails with ELOOP then. */
+static int open_real(const char *real, int flags)
+{
+#ifdef SYS_openat2
+	struct open_how how = {.flags = (uint64_t)(flags | O_NOFOLLOW), .resolve = RESOLVE_NO_SYMLINKS};
+	int fd = (int)syscall(SYS_openat2, AT_FDCWD, real, &how, sizeof how);
+	if (fd >= 0 || (errno != ENOSYS && errno != EPERM))
+		return fd;
+#endif
+	return open(real, flags | O_NOFOLLOW);
+}
+
 /* Compares the file behind fd (or, with fd < 0, node i's resolved path) with what was planned.
  * Returns 0 (the same), 1 (changed: why says how) or 2 (only the ctime moved: an attribute
  * change the watcher has not accepted yet; with accept, it is accepted now). */
@@ -562,8 +579,13 @@ static int differs(tp_fs *fs, uint32_t i, int fd, int accept, char *why, size_t 
 {
 	const tp_node *n = &fs->m->n[i];
 	struct stat st;
-	/* the resolved path is not followed if it has become a link since (it may lead into the mount) */
-	if ((fd >= 0 ? fstat(fd, &st) : fstatat(AT_FDCWD, n->real, &st, AT_SYMLINK_NOFOLLOW)) < 0) {
+	/* the resolved path is not followed if it, or a folder on it, has become a link since (it may
+	 * lead into the mount) */
+	int own = fd < 0 ? open_real(n->real, O_PATH | O_CLOEXEC) : fd;
+	int rc = own < 0 ? -1 : fstat(own, &st);
+	if (fd < 0 && own >= 0)
+		close(own);
+	if (rc < 0) {
 		tp_fmt(why, len, "%s", strerror(errno));
 		return 1;
 	}
@@ -626,6 +648,10 @@ static void *inval_thread(void *p)
 				atomic_store(&fs->ns[i].pend, 0);
 			for (uint32_t r = 0; r < fs->T && atomic_load(&fs->ready); r++)
 				fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, r, i), v[k] & INVAL_ATTR ? -1 : 0, 0);
+			if (i == 0 && atomic_load(&fs->ready)) { /* the top folder and the stats file take SRC's too */
+				fuse_lowlevel_notify_inval_inode(fs->se, FUSE_ROOT_ID, -1, 0);
+				fuse_lowlevel_notify_inval_inode(fs->se, fs->stats_ino, -1, 0);
+			}
 		}
 		if (atomic_exchange(&fs->inval_lost, 0))
 			for (uint32_t i = 0; i < fs->nn; i++)
@@ -1013,9 +1039,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
-		h->fd = open(n->real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		h->fd = open_real(n->real, O_RDONLY | O_CLOEXEC);
+		int oerr = h->fd < 0 ? errno : 0;
+		if (oerr == ELOOP)
+			mark_bad(fs, i, "a link on its path");
 		if (h->fd < 0 || source_changed(fs, i, h->fd) < 0) {
-			int err = h->fd < 0 ? errno : EIO;
+			int err = oerr && oerr != ELOOP ? oerr : EIO;
 			if (h->fd >= 0)
 				close(h->fd);
 			free(h);
@@ -1620,8 +1649,13 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	/* The user's options first, then ours: a later option wins, so "-o rw" cannot undo "ro".
 	 * default_permissions always (the kernel checks the source's owner and mode bits);
 	 * allow_other only when asked for. */
-	snprintf(opts, sizeof opts, "%s%sro,fsname=tpfs,subtype=tpfs,default_permissions",
-		 o->fuse_opts ? o->fuse_opts : "", o->fuse_opts ? "," : "");
+	if (snprintf(opts, sizeof opts, "%s%sro,fsname=tpfs,subtype=tpfs,default_permissions",
+		     o->fuse_opts ? o->fuse_opts : "", o->fuse_opts ? "," : "") >= (int)sizeof opts) {
+		/* cut short, ours would be lost: a mount without ro or default_permissions */
+		tp_fail(e, TP_EINVAL, "-o: the mount options are too long (at most %zu characters)",
+			sizeof opts - sizeof ",ro,fsname=tpfs,subtype=tpfs,default_permissions");
+		goto out_report;
+	}
 	fs.se = fuse_session_new(&args, &ops, sizeof ops, &fs);
 	if (!fs.se) {
 		tp_fail(e, TP_EINVAL, "libfuse refused the mount options '%s'", opts);

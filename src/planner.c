@@ -69,14 +69,15 @@ static int listed(const cJSON *l, const cJSON *v)
 	return 0;
 }
 
-static int detect_one(const cJSON *det, const cJSON *cfg)
+/* Does plan detection det know cfg's model_type (by_arch 0) or one of its architectures (1)? */
+static int detect_one(const cJSON *det, const cJSON *cfg, int by_arch)
 {
 	if (!cJSON_IsObject(cfg))
 		return 0;
 	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(det, "model_type");
 	const cJSON *ar = cJSON_GetObjectItemCaseSensitive(det, "architectures");
-	if (listed(mt, cJSON_GetObjectItemCaseSensitive(cfg, "model_type")))
-		return 1;
+	if (!by_arch)
+		return listed(mt, cJSON_GetObjectItemCaseSensitive(cfg, "model_type"));
 	const cJSON *a;
 	cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(cfg, "architectures")) if (listed(ar, a)) return 1;
 	return 0;
@@ -86,14 +87,15 @@ int tp_builtin_detect(const cJSON *config)
 {
 	if (!config)
 		return -1;
-	/* top-level model_type first for every plan, then text_config */
-	for (int pass = 0; pass < 2; pass++) {
-		const cJSON *cfg = pass ? cJSON_GetObjectItemCaseSensitive(config, "text_config") : config;
+	/* the top level before text_config, and at each a model_type any plan knows before the
+	 * architectures (a plan listing an architecture must not win over the plan of the model_type) */
+	for (int pass = 0; pass < 4; pass++) {
+		const cJSON *cfg = pass / 2 ? cJSON_GetObjectItemCaseSensitive(config, "text_config") : config;
 		for (int i = 0; i < tp_builtin_count(); i++) {
 			size_t len;
 			const char *text = tp_builtin_text(i, &len);
 			cJSON *p = cJSON_ParseWithLength(text, len);
-			int hit = p && detect_one(cJSON_GetObjectItemCaseSensitive(p, "detect"), cfg);
+			int hit = p && detect_one(cJSON_GetObjectItemCaseSensitive(p, "detect"), cfg, pass % 2);
 			cJSON_Delete(p);
 			if (hit)
 				return i;

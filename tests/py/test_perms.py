@@ -12,6 +12,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 
 import fixtures
 import tpfs_test as tt
@@ -88,6 +89,19 @@ with tt.Mount(src, 2) as m:
     F.check(p.returncode != 0 and not p.stdout, "no allow_other: another user is refused (exit %d)" % p.returncode)
     F.check(open(os.path.join(m.rank(0), "public.txt")).read() == "anyone\n", "no allow_other: root reads")
 
+# SRC's mode tightened after mounting: the top folder follows at once, as the rank folders do
+src4 = os.path.join(work, "src4")
+shutil.copytree(src, src4, symlinks=True)
+os.chmod(src4, 0o755)
+with tt.Mount(src4, 2, "--ranks", "0", "-o", "allow_other") as m:
+    F.check(stat.S_IMODE(os.stat(m.path).st_mode) == 0o555, "top folder 0555 before the chmod")
+    os.chmod(src4, 0o700)
+    time.sleep(0.3)
+    modes = [stat.S_IMODE(os.stat(p).st_mode) for p in (m.path, m.rank(0), os.path.join(m.path, ".tpfs-stats"))]
+    F.check(modes == [0o500, 0o500, 0o400], "chmod 700 SRC: top folder, rank folder, stats file %s" % [oct(x) for x in modes])
+    p = as_nobody("ls", m.path)
+    F.check(p.returncode != 0 and not p.stdout, "chmod 700 SRC: another user cannot list the mount (%r)" % p.stdout)
+
 # -o rw cannot make the mount writable
 with tt.Mount(src, 2, "-o", "rw") as m:
     opts = [l.split()[5] for l in open("/proc/self/mountinfo") if l.split()[4] == os.path.realpath(m.path)]
@@ -97,6 +111,24 @@ with tt.Mount(src, 2, "-o", "rw") as m:
         F.check(False, "-o rw: opening for write fails")
     except OSError as e:
         F.check(e.errno == 30, "-o rw: opening for write fails with EROFS (got %s)" % e)
+
+# -o options long enough to cut ours (ro, default_permissions) short are refused, not mounted
+# wide open (as root with allow_other, another user read a 0600 file)
+longo = "allow_other,fsname=" + "a" * (4067 - len("allow_other,fsname="))
+mnt = tempfile.mkdtemp(prefix="tpfs-perms-mnt-")
+for mode in (["-f"], []):
+    try:
+        p = subprocess.run([tt.TPFS, "mount", src, mnt, "--tp", "2", "-o", longo] + mode, capture_output=True,
+                           text=True, timeout=3 if mode else 30)
+        out = (p.returncode, p.stderr.strip()[-200:])
+    except subprocess.TimeoutExpired:
+        out = ("still running", "")
+    F.check(out[0] == 1 and "too long" in out[1], "-o of 4067 characters %s: refused (%s, %r)" % (mode, *out))
+    if tt.is_mounted(mnt):
+        p = as_nobody("cat", os.path.join(mnt, "rank0", "secret.txt"))
+        F.check(not p.stdout, "-o of 4067 characters: another user read a 0600 file: %r" % p.stdout)
+        subprocess.run(["fusermount3", "-u", "-z", mnt])
+os.rmdir(mnt)
 
 # a link into the mount point is refused before mounting (the issue's own example)
 mnt = tempfile.mkdtemp(prefix="tpfs-perms-mnt-")
@@ -119,5 +151,35 @@ p = subprocess.run([tt.TPFS, "mount", src2, mnt, "--tp", "2"], capture_output=Tr
 F.check(p.returncode == 1 and "sub: leads into the mount point" in p.stderr,
         "folder link into MNT: refused (exit %d, %r)" % (p.returncode, p.stderr.strip()))
 shutil.rmtree(mnt)
+
+# SRC replaced, after mounting, by a link into the mount itself (or a folder on a source's path
+# by one): the daemon never follows it (a handler would wait on its own mount; with every worker
+# waiting, even SIGTERM could not end it); reads fail with EIO and the daemon unmounts
+src3 = os.path.join(work, "src3")
+shutil.copytree(src, src3, symlinks=True)
+with tt.Mount(src3, 2, allow_stderr=[r"the source changed since it was mounted"]) as m:
+    F.check(open(os.path.join(m.rank(0), "public.txt")).read() == "anyone\n", "link swap: served before")
+    dev = os.stat(m.path).st_dev
+    os.rename(src3, src3 + ".old")
+    os.symlink(m.rank(0), src3)
+    time.sleep(0.3)
+    for name in ("rank0/public.txt", "rank1/config.json", "rank1/model.safetensors.index.json"):
+        # not subprocess.run(timeout=): a reader waiting on a hung FUSE request survives SIGKILL
+        p = subprocess.Popen(["cat", os.path.join(m.path, name)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        end = time.time() + 10
+        while p.poll() is None and time.time() < end:
+            time.sleep(0.05)
+        if p.poll() is None:
+            F.check(False, "SRC replaced by a link into MNT: reading %s hangs (the daemon reads its own mount)" % name)
+            with open("/sys/fs/fuse/connections/%d/abort" % os.minor(dev), "w") as f:
+                f.write("1\n")
+            p.wait()
+            break
+        err = p.stderr.read()
+        F.check(p.returncode != 0 and "Input/output error" in err,
+                "SRC replaced by a link into MNT: %s fails with EIO (exit %d, %r)" % (name, p.returncode, err.strip()))
+    os.remove(src3)
+    os.rename(src3 + ".old", src3)
 shutil.rmtree(work)
 F.done("perms")

@@ -591,6 +591,9 @@ static void test_choice(void **state)
 		{"{\"model_type\": \"kimi_linear\"}", "kda"},
 		{"{\"model_type\": \"glm5_next\", \"text_config\": {\"model_type\": \"glm5_next_text\"}}", "kda"},
 		{"{\"model_type\": \"wrapper\", \"text_config\": {\"model_type\": \"qwen3_5_moe_text\"}}", "qwen3-next"},
+		/* the model_type wins over an architecture another plan lists */
+		{"{\"model_type\": \"phi3\", \"architectures\": [\"LlamaForCausalLM\"]}", "phi3"},
+		{"{\"model_type\": \"mixtral\", \"architectures\": [\"LlamaForCausalLM\"]}", "mixtral"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		cJSON *c = cJSON_Parse(cases[i].config);
