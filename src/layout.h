@@ -41,6 +41,8 @@ typedef struct tp_layout {
 	uint64_t split_bytes;/* local bytes of tensors whose spec splits them */
 	uint64_t repl_bytes; /* local bytes of replicated tensors */
 	uint32_t *loc;       /* for each source tensor, its index in t[], or UINT32_MAX if absent */
+	const st_meta *xmeta;/* extra __metadata__ entries (borrowed; tp_layout_set_meta), or NULL */
+	size_t nxmeta;
 } tp_layout;
 
 /* Builds rank r's layout of the file whose header is h, with specs[i] the spec of h->t[i]
@@ -49,6 +51,10 @@ typedef struct tp_layout {
 int tp_layout_build(const st_header *h, const tp_spec *specs, const char *const *why, uint32_t T,
 		    uint32_t r, const char *fname, tp_layout *L, tp_err *e);
 void tp_layout_free(tp_layout *L);
+
+/* Adds n extra __metadata__ entries (after the source's; an extra key replaces the source's
+ * entry of that key) and updates hdr_size and size. x is borrowed: it must outlive L. */
+void tp_layout_set_meta(tp_layout *L, const st_meta *x, size_t n);
 
 /* Writes the local header (L->hdr_size bytes) into buf. Deterministic: the same layout always
  * gives the same bytes. */

@@ -123,7 +123,7 @@ static int object(scan *c, int depth)
 			k++;
 		if (k < c->nset) {
 			char ch = v0 < c->n ? c->s[v0] : 0;
-			if (ch != '-' && (ch < '0' || ch > '9'))
+			if (ch != '-' && (ch < '0' || ch > '9') && strncmp(c->s + v0, "null", 4))
 				return tp_fail(c->e, TP_EINVAL, "%s: \"%s\" is not a number, so it cannot hold a rank's count",
 					       c->fname, c->set[k].path);
 			c->seen[k]++;

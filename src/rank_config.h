@@ -23,7 +23,7 @@ typedef struct tp_cfg_set {
 } tp_cfg_set;
 
 /* Writes src (len bytes of JSON, an object) with every key of set[] holding its new value.
- * Paths are distinct; every occurrence of a path is rewritten; each must hold a JSON number in src, or be missing
+ * Paths are distinct; every occurrence of a path is rewritten; each must hold a JSON number (or null) in src, or be missing
  * with add set. On success returns 0 with *out (malloc'd, NUL-terminated, free it) of *outlen
  * bytes; on failure -1 with a message naming fname, the key and the reason. */
 int tp_rank_config(const char *src, size_t len, const tp_cfg_set *set, size_t nset, const char *fname,
