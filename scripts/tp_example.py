@@ -37,12 +37,15 @@ import time
 
 import torch
 import torch.distributed as dist
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import torch.nn.functional as F
 
 # ---- tiny checkpoints, built by transformers itself ----
 
 _BASE = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, max_position_embeddings=128,
-             tie_word_embeddings=False)
+             tie_word_embeddings=False, initializer_range=0.1)
 
 FAMILIES = {
     # family: (config class name, config arguments)
@@ -61,7 +64,7 @@ FAMILIES = {
                                              q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8,
                                              qk_rope_head_dim=8, v_head_dim=8, n_routed_experts=4,
                                              n_shared_experts=1, num_experts_per_tok=2, n_group=1, topk_group=1,
-                                             first_k_dense_replace=1, moe_intermediate_size=32)),
+                                             first_k_dense_replace=1, moe_intermediate_size=48)),
     "glm4_moe": ("Glm4MoeConfig", dict(intermediate_size=96, num_attention_heads=8, num_key_value_heads=4,
                                        head_dim=16, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
                                        n_group=1, topk_group=1, first_k_dense_replace=1, moe_intermediate_size=32,
@@ -158,6 +161,8 @@ def make_tensor_parallel(model, rank, vocab):
 def load_rank(folder, dtype=torch.float32):
     """from_pretrained(folder) with nothing but stock options; returns (model, loading info)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+    logging.disable_progress_bar()
     # pad_token_id only marks a row for training; a rank may not hold that row
     model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, output_loading_info=True,
                                                        pad_token_id=None)
@@ -213,6 +218,34 @@ def _example_worker(rank, world, port, mnt, vocab, prompt, n, results):
     if rank == 0:
         results.put(toks)
     dist.destroy_process_group()
+
+
+def check_worker(rank, world, port, jobs, results, dtype=torch.float32):
+    """For tests: for each job (name, mount point, unsplit vocab, token ids) loads MNT/rank{rank},
+    runs the tensor-parallel forward, and puts (name, rank, loading info, logits or None) on
+    results (logits from rank 0 only). A failure is put as (name, rank, "error: ...", None)."""
+    device = init_process(rank, world, port)
+    for name, mnt, vocab, ids in jobs:
+        try:
+            logits, info = tp_logits(os.path.join(mnt, "rank%d" % rank), rank, vocab, ids, device, dtype)
+            info = {k: sorted(map(str, v)) for k, v in info.items()}
+            results.put((name, rank, info, logits.numpy() if rank == 0 else None))
+        except Exception as e:  # report and go on: the other ranks of this job fail the same way or hang
+            results.put((name, rank, "error: %s: %s" % (type(e).__name__, e), None))
+            raise
+    dist.destroy_process_group()
+
+
+def run_ranks(world, jobs, dtype=torch.float32):
+    """Runs check_worker in world processes (spawned once for every job); returns their results."""
+    ctx = torch.multiprocessing.get_context("spawn")
+    results = ctx.SimpleQueue()
+    torch.multiprocessing.start_processes(check_worker, nprocs=world, start_method="spawn",
+                                          args=(world, free_port(), jobs, results, dtype))
+    out = []
+    while not results.empty():
+        out.append(results.get())
+    return out
 
 
 def free_port():

@@ -527,6 +527,8 @@ static void print_json_plan(const tp_model *m, plan_ctx *pc)
 	snprintf(desc, sizeof desc, "Resolved from plan %s for %s: one exact rule per tensor, T-independent.",
 		 m->plan_origin, m->src);
 	cJSON_AddStringToObject(o, "description", desc);
+	if (m->plan.nprefix) /* where the per_rank keys are (each rank's config.json) */
+		cJSON_AddItemToObject(o, "config_prefix", cJSON_CreateStringArray(m->plan.prefix, m->plan.nprefix));
 	if (m->plan.nper_rank) {
 		cJSON *pr = cJSON_AddArrayToObject(o, "per_rank");
 		for (int i = 0; i < m->plan.nper_rank; i++) {

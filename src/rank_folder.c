@@ -77,29 +77,20 @@ void tp_resolved_keep(tp_model *m, uint32_t idx, cJSON **rule)
 char *tp_resolved_plan_text(tp_model *m)
 {
 	cJSON *o = cJSON_CreateObject();
-	char name[300], desc[600];
-	snprintf(name, sizeof name, "%s-resolved", m->plan.name);
-	cJSON_AddNumberToObject(o, "tpfs_plan", 1);
-	cJSON_AddStringToObject(o, "name", name);
-	snprintf(desc, sizeof desc, "Resolved from plan %s for %s: one exact rule per tensor, T-independent.",
-		 m->plan_origin, m->src);
-	cJSON_AddStringToObject(o, "description", desc);
-	if (m->plan.nper_rank) {
-		cJSON *pr = cJSON_AddArrayToObject(o, "per_rank");
-		for (int i = 0; i < m->plan.nper_rank; i++) {
-			const tp_per_rank *p = &m->plan.per_rank[i];
-			cJSON *q = cJSON_CreateObject();
-			cJSON_AddStringToObject(q, "key", p->key);
-			if (p->groups)
-				cJSON_AddTrueToObject(q, "groups");
-			if (p->uneven)
-				cJSON_AddTrueToObject(q, "uneven");
-			if (p->vocab)
-				cJSON_AddTrueToObject(q, "vocab");
-			if (p->value)
-				cJSON_AddStringToObject(q, "value", p->value);
-			cJSON_AddItemToArray(pr, q);
-		}
+	cJSON *pr = cJSON_AddArrayToObject(o, "per_rank");
+	for (int i = 0; i < m->plan.nper_rank; i++) {
+		const tp_per_rank *p = &m->plan.per_rank[i];
+		cJSON *q = cJSON_CreateObject();
+		cJSON_AddStringToObject(q, "key", p->key);
+		if (p->groups)
+			cJSON_AddTrueToObject(q, "groups");
+		if (p->uneven)
+			cJSON_AddTrueToObject(q, "uneven");
+		if (p->vocab)
+			cJSON_AddTrueToObject(q, "vocab");
+		if (p->value)
+			cJSON_AddStringToObject(q, "value", p->value);
+		cJSON_AddItemToArray(pr, q);
 	}
 	cJSON *rules = cJSON_AddArrayToObject(o, "rules");
 	for (uint32_t i = m->nn; i-- > 0 && m->resolved;) {
@@ -113,17 +104,9 @@ char *tp_resolved_plan_text(tp_model *m)
 		cJSON_Delete(b);
 		m->resolved[i] = NULL;
 	}
-	char *s = m->resolved_failed ? NULL : cJSON_Print(o);
+	char *s = m->resolved_failed || !rules ? NULL : cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
-	size_t l = s ? strlen(s) : 0;
-	char *t = s ? realloc(s, l + 2) : NULL;
-	if (!t) {
-		free(s);
-		return NULL;
-	}
-	t[l] = '\n';
-	t[l + 1] = 0;
-	return t;
+	return s;
 }
 
 /* ---- config.json ---- */
@@ -183,9 +166,13 @@ static int rank_value(const tp_model *m, const cJSON *loc, const char *where, co
 	tp_fmt(ctx, sizeof ctx, "config.json: \"%s%s%s\" (a per_rank count of plan '%s')", where, *where ? "." : "",
 	       pr->key, m->plan.name);
 	if (tp_share_of(units, &s, m->T, r, &sh, ctx, e) < 0) {
-		size_t l = strlen(e->msg);
-		tp_fmt(e->msg + l, sizeof e->msg - l, "; --config global serves config.json unchanged");
-		return -1;
+		/* no tensor is split by it (or planning would have refused the model): keep it */
+		if (m->o->log && r == 0) {
+			char msg[TP_ERR_MSG + 64];
+			tp_fmt(msg, sizeof msg, "%s; every rank's config.json keeps it", e->msg);
+			m->o->log(m->o->ctx, 1, msg);
+		}
+		return 1;
 	}
 	*out = (int64_t)(sh.count + sh.zeros);
 	return 0;

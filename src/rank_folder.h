@@ -2,8 +2,8 @@
  *
  * A TP=1 loader pointed at MNT/rank{r} must build exactly the served shapes and be able to tell
  * which split it holds. After planning, this module
- *   - writes the resolved plan (the JSON `tpfs plan --json` prints, one exact rule per tensor)
- *     and its SHA-256, and gives every rank file's header the __metadata__ entries
+ *   - digests the resolved plan (the rules `tpfs plan --json` prints, one exact rule per
+ *     tensor, and the per_rank keys) with SHA-256, and gives every rank file's header the __metadata__ entries
  *     tpfs.tp_size, tpfs.tp_rank and tpfs.plan ("<plan name> sha256:<hex>"), the source's own
  *     entries kept;
  *   - writes each rank's config.json (unless the model was opened with config_global): every
@@ -27,8 +27,15 @@ struct cJSON *tp_resolved_rule(const tp_plan *pl, const st_tensor *t, const tp_r
  * order `tpfs plan --json` lists them (names descending), for the digest. Frees rule[]. */
 void tp_resolved_keep(tp_model *m, uint32_t idx, struct cJSON **rule);
 
-/* The resolved plan, as `tpfs plan --json` prints it (with its final newline). Consumes the
- * rules kept by tp_resolved_keep. Returns a malloc'd string, or NULL when out of memory. */
+/* The content of the resolved plan, whose SHA-256 is the digest in tpfs.plan: the compact JSON
+ * (no spaces, members in the order `tpfs plan --json` prints them) of {"per_rank": [...],
+ * "rules": [...]} as that output holds them. The name, description and source path are left
+ * out, so the same split of the same tensors has the same digest wherever it is mounted from
+ * and whichever plan file (a built-in or its resolved copy) produced it. In Python:
+ *   json.dumps({"per_rank": p.get("per_rank", []), "rules": p["rules"]},
+ *              separators=(",", ":"), ensure_ascii=False)
+ * Consumes the rules kept by tp_resolved_keep. Returns a malloc'd string, or NULL when out of
+ * memory. */
 char *tp_resolved_plan_text(tp_model *m);
 
 /* After planning: the plan digest, the rank metadata of every layout, and (unless
