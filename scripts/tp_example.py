@@ -82,6 +82,7 @@ FAMILIES = {
 def make_checkpoint(family, out, seed=0):
     """Saves a tiny random model of family into folder out (config.json + safetensors)."""
     import transformers
+    transformers.utils.logging.disable_progress_bar()
     cls_name, kw = FAMILIES[family]
     torch.manual_seed(seed)
     cfg = getattr(transformers, cls_name)(**{**_BASE, **kw})
@@ -236,13 +237,28 @@ def check_worker(rank, world, port, jobs, results, dtype=torch.float32):
     dist.destroy_process_group()
 
 
-def run_ranks(world, jobs, dtype=torch.float32):
-    """Runs check_worker in world processes (spawned once for every job); returns their results."""
+def run_ranks(world, jobs, dtype=torch.float32, timeout=600):
+    """Runs check_worker in world processes (spawned once for every job); returns their results,
+    read while the ranks run (a full pipe would otherwise stop them). A rank that fails ends the
+    others; its error is among the results."""
     ctx = torch.multiprocessing.get_context("spawn")
     results = ctx.SimpleQueue()
-    torch.multiprocessing.start_processes(check_worker, nprocs=world, start_method="spawn",
-                                          args=(world, free_port(), jobs, results, dtype))
-    out = []
+    pc = torch.multiprocessing.start_processes(check_worker, nprocs=world, start_method="spawn", join=False,
+                                               args=(world, free_port(), jobs, results, dtype))
+    out, end = [], time.time() + timeout
+    try:
+        while True:
+            while not results.empty():
+                out.append(results.get())
+            if pc.join(timeout=0.05):
+                break
+            if time.time() > end:
+                raise RuntimeError("the ranks did not finish within %d s" % timeout)
+    except Exception as e:
+        for p in pc.processes:
+            if p.is_alive():
+                p.kill()
+        out.append(("?", -1, "error: %s" % e, None))
     while not results.empty():
         out.append(results.get())
     return out
