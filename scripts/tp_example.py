@@ -75,8 +75,29 @@ FAMILIES = {
                                            linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
                                            moe_intermediate_size=32, shared_expert_intermediate_size=48,
                                            layer_types=["linear_attention", "full_attention"])),
-    "glm5_next": ("Glm5NextConfig", dict()),  # a GLM-5.3-like model (KDA linear attention, DSA, MoE)
+    # GLM-5.3-like: KDA linear attention and MLA + DSA indexer layers, hyper-connections, a dense
+    # and an MoE layer, a (replicated) vision tower; transformers builds it for image-text-to-text
+    "glm5_next": ("Glm5NextConfig", dict(
+        text_config=dict(intermediate_size=96, moe_intermediate_size=32, num_attention_heads=8,
+                         num_key_value_heads=8, n_shared_experts=1, n_routed_experts=4, kv_lora_rank=16,
+                         q_lora_rank=32, qk_rope_head_dim=0, v_head_dim=8, qk_nope_head_dim=8,
+                         num_experts_per_tok=2, index_topk=4, index_head_dim=16, index_n_heads=2,
+                         linear_head_dim=8, linear_num_heads=8, index_kpool=2, pad_token_id=None,
+                         layer_types=["linear_attention", "full_attention"],
+                         mlp_layer_types=["dense", "sparse"]),
+        vision_config=dict(depth=1, hidden_size=32, num_heads=2, out_hidden_size=64, intermediate_size=32,
+                           projection_intermediate_size=32))),
 }
+
+
+def auto_class(config):
+    """The transformers Auto class that builds a language model for config: AutoModelForCausalLM,
+    or AutoModelForImageTextToText for a vision-language wrapper (glm5_next)."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+    if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING:
+        return transformers.AutoModelForCausalLM
+    return transformers.AutoModelForImageTextToText
 
 
 def make_checkpoint(family, out, seed=0):
@@ -85,8 +106,11 @@ def make_checkpoint(family, out, seed=0):
     transformers.utils.logging.disable_progress_bar()
     cls_name, kw = FAMILIES[family]
     torch.manual_seed(seed)
-    cfg = getattr(transformers, cls_name)(**{**_BASE, **kw})
-    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    if "text_config" in kw:
+        cfg = getattr(transformers, cls_name)(**dict(kw, text_config={**_BASE, **kw["text_config"]}))
+    else:
+        cfg = getattr(transformers, cls_name)(**{**_BASE, **kw})
+    model = auto_class(cfg).from_config(cfg)
     # a random model: lift norms and biases off their constant init so that a mix-up shows
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -161,12 +185,15 @@ def make_tensor_parallel(model, rank, vocab):
 
 def load_rank(folder, dtype=torch.float32):
     """from_pretrained(folder) with nothing but stock options; returns (model, loading info)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig
     from transformers.utils import logging
     logging.disable_progress_bar()
+    config = AutoConfig.from_pretrained(folder)
     # pad_token_id only marks a row for training; a rank may not hold that row
-    model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, output_loading_info=True,
-                                                       pad_token_id=None)
+    for c in (config, getattr(config, "text_config", None)):
+        if c is not None and getattr(c, "pad_token_id", None) is not None:
+            c.pad_token_id = None
+    model, info = auto_class(config).from_pretrained(folder, config=config, dtype=dtype, output_loading_info=True)
     model.eval()
     return model, info
 
@@ -183,6 +210,16 @@ def init_process(rank, world, port):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     return torch.device("cpu")
+
+
+def finish():
+    """Ends a rank process once every rank is done. Tearing the gloo group down at interpreter
+    exit sometimes aborts ("terminate called without an active exception") after all the work
+    is done; the results are already in the queue's pipe, so the process leaves at once."""
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def tp_logits(folder_of_rank, rank, vocab, ids, device, dtype=torch.float32):
@@ -218,7 +255,7 @@ def _example_worker(rank, world, port, mnt, vocab, prompt, n, results):
     toks = greedy(step, prompt, n)
     if rank == 0:
         results.put(toks)
-    dist.destroy_process_group()
+    finish()
 
 
 def check_worker(rank, world, port, jobs, results, dtype=torch.float32):
@@ -234,7 +271,7 @@ def check_worker(rank, world, port, jobs, results, dtype=torch.float32):
         except Exception as e:  # report and go on: the other ranks of this job fail the same way or hang
             results.put((name, rank, "error: %s: %s" % (type(e).__name__, e), None))
             raise
-    dist.destroy_process_group()
+    finish()
 
 
 def run_ranks(world, jobs, dtype=torch.float32, timeout=600):
@@ -307,6 +344,7 @@ def main():
     ap.add_argument("--src", help="an existing checkpoint folder (default: a tiny random one of --family)")
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--plan", help="a plan for tpfs mount (--plan NAME|FILE)")
     ap.add_argument("--tpfs", default=os.environ.get("TPFS_BIN") or shutil.which("tpfs") or "build/src/tpfs")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="tpfs-example-")
@@ -322,7 +360,7 @@ def main():
             with torch.no_grad():
                 return full(torch.tensor([ids]), use_cache=False).logits[0]
         want = greedy(step, prompt, a.tokens)
-        with tpfs_mount(a.tpfs, src, a.tp) as mnt:
+        with tpfs_mount(a.tpfs, src, a.tp, *(["--plan", a.plan] if a.plan else [])) as mnt:
             ctx = torch.multiprocessing.get_context("spawn")
             results = ctx.SimpleQueue()
             torch.multiprocessing.start_processes(_example_worker, nprocs=a.tp, start_method="spawn",

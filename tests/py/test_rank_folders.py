@@ -58,6 +58,10 @@ EXPECT = {
     "glm4_moe": dict(SHARED, moe_intermediate_size="even"),
     "qwen3_next": dict(SHARED, moe_intermediate_size="even", shared_expert_intermediate_size="even",
                        linear_num_key_heads="even", linear_num_value_heads="even"),
+    # GLM-5.3-like (under text_config): KDA and MLA heads, MoE; runs where the kda plan knows
+    # transformers' glm5_next keys (issue 13)
+    "glm5_next": dict(SHARED, num_attention_heads="uneven", num_key_value_heads="uneven",
+                      moe_intermediate_size="even", linear_num_heads="even"),
 }
 
 
@@ -83,10 +87,15 @@ def expected_config(src_text, fam, T, r, pad=0):
     cfg = json.loads(src_text)
     if fam in ADDS_HEAD_DIM and cfg.get("head_dim") is None:
         cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
-    for k, how in EXPECT[fam].items():
-        if k in cfg and cfg[k] is not None:
-            cfg[k] = share(cfg[k], how, T, r, pad)
+    for c in (cfg, cfg.get("text_config")):
+        for k, how in EXPECT[fam].items():
+            if c and k in c and c[k] is not None:
+                c[k] = share(c[k], how, T, r, pad)
     return cfg
+
+
+def text(cfg):
+    return cfg.get("text_config", cfg)
 
 
 def digest_of(src):
@@ -111,7 +120,7 @@ def check_folder(fam, src, mnt, T, pad=0, config_global=False):
             want = expected_config(src_cfg, fam, T, r, pad)
             gj = json.loads(got)
             F.check(gj == want, "%s T=%d r=%d: rank config %s, want %s" % (
-                fam, T, r, {k: gj.get(k) for k in EXPECT[fam]}, {k: want.get(k) for k in EXPECT[fam]}))
+                fam, T, r, {k: text(gj).get(k) for k in EXPECT[fam]}, {k: text(want).get(k) for k in EXPECT[fam]}))
             F.check(list(gj) == list(want), "%s T=%d r=%d: key order kept" % (fam, T, r))
             # only the changed values' lines differ
             lines = re.sub(rb',\n  "head_dim": [0-9]+\n}', b"\n}", got).splitlines() if "head_dim" not in json.loads(
@@ -166,16 +175,24 @@ def main():
     t0 = time.time()
     try:
         ids[:] = [int(x) for x in torch.randint(0, 256, (7,), generator=torch.Generator().manual_seed(3))]
+        fams = list(EXPECT)
         for fam in EXPECT:
             srcs[fam] = ex.make_checkpoint(fam, os.path.join(work, fam), seed=len(srcs))
-            vocab[fam] = json.load(open(os.path.join(srcs[fam], "config.json")))["vocab_size"]
+            vocab[fam] = text(json.load(open(os.path.join(srcs[fam], "config.json"))))["vocab_size"]
+            p = tt.tpfs("plan", srcs[fam], "--tp", 2)
+            if fam == "glm5_next" and p.returncode != 0:  # the only family allowed to wait for its plan
+                print("glm5_next: not run: its built-in plan does not know transformers' config keys yet "
+                      "(issue 13): %s" % p.stderr.strip().splitlines()[-1], flush=True)
+                fams.remove(fam)
+                continue
+            F.check(p.returncode == 0, "%s: tpfs plan at T=2: %s" % (fam, p.stderr))
             model, _ = ex.load_rank(srcs[fam])
             with torch.no_grad():
                 ref[fam] = model(torch.tensor([ids]), use_cache=False).logits[0].float()
             del model
         print("checkpoints and unsplit logits: %.0f s" % (time.time() - t0), flush=True)
         for T in (2, 4):
-            run(T, list(EXPECT))
+            run(T, fams)
             print("T=%d: %.0f s" % (T, time.time() - t0), flush=True)
         # uneven heads (8 over 3: 3/3/2) and a padded vocabulary (256 rows padded to 258: 86 a rank)
         run(3, ["deepseek_v3"], ("--pad-vocab=3",), pad=3)
