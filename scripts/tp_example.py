@@ -47,6 +47,11 @@ import torch.nn.functional as F
 _BASE = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, max_position_embeddings=128,
              tie_word_embeddings=False, initializer_range=0.1)
 
+# MLA attention + MoE, as DeepSeek-V2/V3 and GLM-5 (glm_moe_dsa) write it
+_MLA = dict(intermediate_size=96, num_attention_heads=8, num_key_value_heads=8, q_lora_rank=32, kv_lora_rank=16,
+            qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, n_routed_experts=4, n_shared_experts=1,
+            num_experts_per_tok=2, n_group=1, topk_group=1, moe_intermediate_size=48)
+
 FAMILIES = {
     # family: (config class name, config arguments)
     "llama": ("LlamaConfig", dict(intermediate_size=96, num_attention_heads=8, num_key_value_heads=2,
@@ -75,6 +80,27 @@ FAMILIES = {
                                            linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
                                            moe_intermediate_size=32, shared_expert_intermediate_size=48,
                                            layer_types=["linear_attention", "full_attention"])),
+    "mistral": ("MistralConfig", dict(intermediate_size=96, num_attention_heads=8, num_key_value_heads=2,
+                                      head_dim=8)),
+    "deepseek_v2": ("DeepseekV2Config", dict(_MLA, first_k_dense_replace=1)),
+    "deepseek_v32": ("DeepseekV32Config", dict(_MLA, index_topk=4, index_head_dim=16, index_n_heads=2,
+                                               first_k_dense_replace=1)),
+    "glm_moe_dsa": ("GlmMoeDsaConfig", dict(_MLA, index_topk=4, index_head_dim=16, index_n_heads=2,
+                                            mlp_layer_types=["dense", "sparse"])),
+    "kimi_linear": ("KimiLinearConfig", dict(pad_token_id=None, bos_token_id=None, eos_token_id=None,
+                                             intermediate_size=96, moe_intermediate_size=32, num_attention_heads=8,
+                                             num_key_value_heads=8, q_lora_rank=None, kv_lora_rank=16,
+                                             qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+                                             num_experts_per_tok=2, num_local_experts=4, n_shared_experts=1,
+                                             linear_head_dim=8, linear_num_heads=8,
+                                             layer_types=["linear_attention", "full_attention"],
+                                             mlp_layer_types=["dense", "sparse"])),
+    "qwen3_5_moe": ("Qwen3_5MoeConfig", dict(
+        text_config=dict(num_attention_heads=8, num_key_value_heads=4, head_dim=16, linear_num_key_heads=4,
+                         linear_num_value_heads=8, linear_key_head_dim=16, linear_value_head_dim=16,
+                         linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                         shared_expert_intermediate_size=48, layer_types=["linear_attention", "full_attention"]),
+        vision_config=dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=32, out_hidden_size=64))),
     # GLM-5.3-like: KDA linear attention and MLA + DSA indexer layers, hyper-connections, a dense
     # and an MoE layer, a (replicated) vision tower; transformers builds it for image-text-to-text
     "glm5_next": ("Glm5NextConfig", dict(

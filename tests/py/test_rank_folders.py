@@ -58,11 +58,23 @@ EXPECT = {
     "glm4_moe": dict(SHARED, moe_intermediate_size="even"),
     "qwen3_next": dict(SHARED, moe_intermediate_size="even", shared_expert_intermediate_size="even",
                        linear_num_key_heads="even", linear_num_value_heads="even"),
-    # GLM-5.3-like (under text_config): KDA and MLA heads, MoE; runs where the kda plan knows
-    # transformers' glm5_next keys (issue 13)
+    "mistral": SHARED,
+    "deepseek_v2": dict(SHARED, num_attention_heads="uneven", num_key_value_heads="uneven",
+                        moe_intermediate_size="even"),
+    "deepseek_v32": dict(SHARED, num_attention_heads="uneven", num_key_value_heads="uneven",
+                         moe_intermediate_size="even"),
+    "glm_moe_dsa": dict(SHARED, num_attention_heads="uneven", num_key_value_heads="uneven",
+                        moe_intermediate_size="even"),
+    "qwen3_5_moe": dict(SHARED, moe_intermediate_size="even", shared_expert_intermediate_size="even",
+                        linear_num_key_heads="even", linear_num_value_heads="even"),
+    # KDA hybrids: GLM-5.3-like (under text_config) and Kimi Linear; they run where the kda plan
+    # knows transformers' keys (linear_num_heads, linear_head_dim: issue 13)
     "glm5_next": dict(SHARED, num_attention_heads="uneven", num_key_value_heads="uneven",
                       moe_intermediate_size="even", linear_num_heads="even"),
+    "kimi_linear": dict(SHARED, num_attention_heads="uneven", num_key_value_heads="uneven",
+                        moe_intermediate_size="even", linear_num_heads="even"),
 }
+WAITING_FOR_PLAN = {"glm5_next", "kimi_linear"}
 
 
 def share(n, how, T, r, pad=0):
@@ -79,7 +91,7 @@ def share(n, how, T, r, pad=0):
 
 # plans whose attention falls back to hidden_size / num_attention_heads for head_dim: a rank's
 # config states it (with the unsplit value) where the source leaves it out
-ADDS_HEAD_DIM = {"llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}
+ADDS_HEAD_DIM = {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}
 
 
 def expected_config(src_text, fam, T, r, pad=0):
@@ -180,9 +192,9 @@ def main():
             srcs[fam] = ex.make_checkpoint(fam, os.path.join(work, fam), seed=len(srcs))
             vocab[fam] = text(json.load(open(os.path.join(srcs[fam], "config.json"))))["vocab_size"]
             p = tt.tpfs("plan", srcs[fam], "--tp", 2)
-            if fam == "glm5_next" and p.returncode != 0:  # the only family allowed to wait for its plan
-                print("glm5_next: not run: its built-in plan does not know transformers' config keys yet "
-                      "(issue 13): %s" % p.stderr.strip().splitlines()[-1], flush=True)
+            if fam in WAITING_FOR_PLAN and p.returncode != 0:  # the only families allowed to wait
+                print("%s: not run: its built-in plan does not know transformers' config keys yet "
+                      "(issue 13): %s" % (fam, p.stderr.strip().splitlines()[-1]), flush=True)
                 fams.remove(fam)
                 continue
             F.check(p.returncode == 0, "%s: tpfs plan at T=2: %s" % (fam, p.stderr))
