@@ -12,7 +12,7 @@
 #include <string.h>
 
 #define MAX_PATH 1024
-#define MAX_NEST 64
+#define MAX_NEST 1000 /* as cJSON */
 
 typedef struct edit {
 	size_t at, end;      /* replace src[at, end) (at == end: insert) */
