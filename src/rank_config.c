@@ -27,7 +27,8 @@ typedef struct edit {
 typedef struct scan {
 	const char *s;
 	size_t n, i;
-	char path[MAX_PATH];
+	char path[MAX_PATH];       /* the dotted path of the current key ("" at the top) */
+	int lost;                  /* > 0 inside a key whose path does not fit: nothing there matches */
 	size_t plen;
 	const tp_cfg_set *set;
 	size_t nset;
@@ -108,18 +109,20 @@ static int object(scan *c, int depth)
 		col1 = c->i;
 		size_t klen = k1 - k0, at = plen0 + (plen0 ? 1 : 0);
 		int named = !memchr(c->s + k0, '\\', klen);
-		if (at + (named ? klen : 1) + 1 > MAX_PATH)
-			return tp_fail(c->e, TP_ELIMIT, "%s: a key path longer than %d bytes", c->fname, MAX_PATH);
+		int lost = at + (named ? klen : 1) + 1 > MAX_PATH; /* longer than any set path */
+		c->lost += lost;
+		if (lost)
+			at = plen0, named = 0, klen = 0;
 		if (plen0)
 			c->path[plen0] = '.';
 		if (named)
 			memcpy(c->path + at, c->s + k0, klen);
-		else
+		else if (!lost)
 			c->path[at] = '\\'; /* a key with an escape: no set path names it (or what it holds) */
-		c->plen = at + (named ? klen : 1);
+		c->plen = at + (named ? klen : !lost);
 		c->path[c->plen] = 0;
 		size_t v0 = c->i, k = 0;
-		while (k < c->nset && strcmp(c->set[k].path, c->path))
+		while (k < c->nset && (c->lost || strcmp(c->set[k].path, c->path)))
 			k++;
 		if (k < c->nset) {
 			char ch = v0 < c->n ? c->s[v0] : 0;
@@ -134,13 +137,14 @@ static int object(scan *c, int depth)
 			return -1;
 		last_end = c->i;
 		members++;
+		c->lost -= lost;
 		c->plen = plen0;
 		c->path[plen0] = 0;
 	}
 	/* add the missing keys whose object this is */
 	for (size_t k = 0; k < c->nset; k++) {
 		const char *key;
-		if (!c->set[k].add || c->seen[k] || !parent_is(c, k, &key))
+		if (c->lost || !c->set[k].add || c->seen[k] || !parent_is(c, k, &key))
 			continue;
 		edit ed = {.at = members ? last_end : c->i, .set = k, .first = !members};
 		ed.end = ed.at;
@@ -171,13 +175,13 @@ static int value(scan *c, int depth)
 		return 0;
 	}
 	if (ch == '[') {
-		size_t plen0 = c->plen;
-		char save[MAX_PATH];
-		memcpy(save, c->path, plen0 + 1);
-		if (plen0 + 3 > MAX_PATH)
-			return tp_fail(c->e, TP_ELIMIT, "%s: key path longer than %d bytes", c->fname, MAX_PATH);
-		memcpy(c->path + plen0, "[]", 3); /* elements have no name a set can give */
-		c->plen = plen0 + 2;
+		size_t plen0 = c->plen; /* deeper levels write only past it */
+		int lost = plen0 + 3 > MAX_PATH;
+		c->lost += lost;
+		if (!lost) {
+			memcpy(c->path + plen0, "[]", 3); /* elements have no name a set can give */
+			c->plen = plen0 + 2;
+		}
 		c->i++;
 		for (;;) {
 			ws(c);
@@ -193,7 +197,8 @@ static int value(scan *c, int depth)
 				return -1;
 		}
 		c->i++;
-		memcpy(c->path, save, plen0 + 1);
+		c->lost -= lost;
+		c->path[plen0] = 0;
 		c->plen = plen0;
 		return 0;
 	}

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,6 +94,34 @@ static void test_refusals(void **state)
 	refuse("{\"num_attention\\u005fheads\": 64}", s, 1, "no key");
 }
 
+/* Deep nesting and key paths longer than any set path: nothing inside them is matched, the rest
+ * is rewritten as usual, and nothing is added inside them. */
+static void test_deep(void **state)
+{
+	(void)state;
+	size_t cap = 200000, n = 0;
+	char *src = malloc(cap), *want = malloc(cap);
+	n += (size_t)snprintf(src + n, cap - n, "{\"x\":");
+	for (int i = 0; i < 450; i++)
+		n += (size_t)snprintf(src + n, cap - n, "[{\"k\":");
+	n += (size_t)snprintf(src + n, cap - n, "{}");
+	for (int i = 0; i < 450; i++)
+		n += (size_t)snprintf(src + n, cap - n, "}]");
+	n += (size_t)snprintf(src + n, cap - n, ",\"");
+	memset(src + n, 'y', 3000);
+	n += 3000;
+	n += (size_t)snprintf(src + n, cap - n, "\":{\"b\":{}},\"a\":{\"b\":5}}");
+	memcpy(want, src, n + 1);
+	memcpy(strstr(want, "\"b\":5") + 4, "2", 1);
+	tp_cfg_set s[] = {{"a.b", 2, 0}};
+	expect(src, s, 1, want);
+	tp_cfg_set t[] = {{"a.b", 2, 0}, {"c", 7, 1}};
+	memcpy(want + strlen(want) - 1, ",\"c\":7}", 8);
+	expect(src, t, 2, want);
+	free(src);
+	free(want);
+}
+
 static void test_sha256(void **state)
 {
 	(void)state;
@@ -127,7 +156,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_values_only), cmocka_unit_test(test_nested), cmocka_unit_test(test_add),
-		cmocka_unit_test(test_refusals), cmocka_unit_test(test_sha256),
+		cmocka_unit_test(test_refusals), cmocka_unit_test(test_deep), cmocka_unit_test(test_sha256),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
