@@ -2,8 +2,12 @@
 # scripts/setup.sh [BUILD_DIR]: installs what tpfs needs to build and test, idempotently.
 #
 # Debian packages (apt-get, only those missing; `apt-get update` first when any is missing) and,
-# in a virtual environment at BUILD_DIR/venv (default build/venv), the Python packages the
-# loader-compatibility tests use (safetensors and numpy, from PyPI). Downloads nothing else.
+# in a virtual environment, the Python packages the tests use (scripts/requirements-test.txt:
+# safetensors, numpy, and torch + transformers for the real-model tests, from PyPI). torch is
+# several GB, so the environment lives outside the checkout, in TPFS_TEST_VENV (default
+# $XDG_CACHE_HOME/tpfs/venv-<hash of the requirements>, i.e. under ~/.cache), where a second run on
+# the same machine, from any clone, reuses it; BUILD_DIR/venv (default build/venv) links to it.
+# Downloads nothing else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -22,10 +26,20 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-venv="$build/venv"
-if ! "$venv/bin/python" -c "import safetensors, numpy" 2>/dev/null; then
-  echo "setup: creating $venv with safetensors and numpy" >&2
-  mkdir -p "$build"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check "safetensors>=0.4" "numpy>=1.24"
+req=scripts/requirements-test.txt
+tag=$(sha256sum "$req" | cut -c1-12)
+venv_real=${TPFS_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tpfs/venv-$tag}
+if ! [ -f "$venv_real/.tpfs-complete" ]; then
+  echo "setup: creating $venv_real with $(grep -v '^#' "$req" | tr '\n' ' ')(torch is large: minutes)" >&2
+  rm -rf "$venv_real"
+  mkdir -p "$(dirname "$venv_real")"
+  python3 -m venv "$venv_real"
+  "$venv_real/bin/pip" install -q --disable-pip-version-check -r "$req"
+  "$venv_real/bin/python" -c "import safetensors, numpy, torch, transformers"
+  touch "$venv_real/.tpfs-complete"
+fi
+mkdir -p "$build"
+if [ "$(readlink "$build/venv" 2>/dev/null)" != "$venv_real" ]; then
+  rm -rf "$build/venv"
+  ln -s "$venv_real" "$build/venv"
 fi

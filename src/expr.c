@@ -1,9 +1,18 @@
 /* expr.c: a recursive-descent evaluator for plan expressions (see expr.h). Expressions are
- * short and evaluated at mount time only, so they are parsed and evaluated in one pass. */
+ * short and evaluated at mount time only, so they are parsed and evaluated in one pass.
+ *
+ * The untaken side of `&&`, `||` and `?:` is parsed but not evaluated: while P.skip is non-zero
+ * no key is looked up, no arithmetic is done and no value error is raised (syntax errors, unknown
+ * functions and the depth limit still are). Every recursion (a nested expression in parentheses,
+ * an argument, an index, a branch of ?:, a unary operator) passes through expr() or unary(), which
+ * count it against TP_EXPR_MAX_DEPTH, so no input can exhaust the stack. Arithmetic is checked:
+ * overflow (INT64_MIN / -1 and % -1 included), division by zero, inexact division and integer
+ * literals that do not fit in 64 bits are errors. Every error is TP_ERULE. */
 #include "expr.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +34,7 @@ typedef struct P {
 	tp_err *e;
 	int err;
 	int depth;
+	int skip;               /* > 0: inside an untaken branch: parse only */
 } P;
 
 static int perr(P *p, const char *fmt, const char *arg)
@@ -32,7 +42,9 @@ static int perr(P *p, const char *fmt, const char *arg)
 	if (!p->err) {
 		char m[512];
 		tp_fmt(m, sizeof m, fmt, arg);
-		tp_fail(p->e, TP_EPLAN, "expression '%s': %s", p->src, m);
+		size_t n = strlen(p->src);
+		/* a long expression is quoted by its start: the reason must fit in the message */
+		tp_fail(p->e, TP_ERULE, "expression '%.*s%s': %s", n > 200 ? 200 : (int)n, p->src, n > 200 ? "..." : "", m);
 	}
 	p->err = 1;
 	return -1;
@@ -59,9 +71,17 @@ static int accept(P *p, const char *tok)
 	return 0;
 }
 
+/* Counts one level of recursion; every recursive path passes here (expr and unary). */
+static int enter(P *p)
+{
+	if (++p->depth > TP_EXPR_MAX_DEPTH)
+		return perr(p, "nested more than %s levels deep", TP_EXPR_MAX_DEPTH_S);
+	return 0;
+}
+
 static int need_int(P *p, const val *v, const char *what)
 {
-	if (v->k == V_INT)
+	if (v->k == V_INT || p->skip)
 		return 0;
 	if (v->k == V_MISSING)
 		return perr(p, "key '%s' is missing from config.json", v->name);
@@ -123,7 +143,8 @@ static int from_json(P *p, const cJSON *n, const char *name, val *out)
 		out->i = cJSON_IsTrue(n);
 	} else if (cJSON_IsNumber(n)) {
 		double d = n->valuedouble;
-		if (d != (double)(int64_t)d || d > 9007199254740992.0 || d < -9007199254740992.0)
+		/* the range first: converting a double outside int64 is undefined */
+		if (!(d <= 9007199254740992.0 && d >= -9007199254740992.0) || d != (double)(int64_t)d)
 			return perr(p, "config value '%s' is not an integer", name);
 		out->k = V_INT;
 		out->i = (int64_t)d;
@@ -159,6 +180,18 @@ static int call(P *p, const char *fn, val *out)
 	}
 	memset(out, 0, sizeof *out);
 	out->k = V_INT;
+	static const struct {
+		const char *name;
+		int min, max;
+	} fns[] = {{"has", 1, 1}, {"first", 1, 8}, {"cdiv", 2, 2}, {"min", 2, 2}, {"max", 2, 2},
+		   {"len", 1, 1}, {"in", 2, 2}};
+	int known = 0;
+	for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
+		known |= strcmp(fn, fns[i].name) == 0 && n >= fns[i].min && n <= fns[i].max;
+	if (!known)
+		return perr(p, "unknown function or wrong number of arguments: %s()", fn);
+	if (p->skip)
+		return 0; /* parsed, not evaluated */
 	if (strcmp(fn, "has") == 0 && n == 1) {
 		out->i = a[0].k != V_MISSING;
 	} else if (strcmp(fn, "first") == 0 && n >= 1) {
@@ -174,7 +207,10 @@ static int call(P *p, const char *fn, val *out)
 		if (fn[0] == 'c') {
 			if (a[1].i <= 0)
 				return perr(p, "%s: division by a non-positive number", fn);
-			out->i = (a[0].i + a[1].i - 1) / a[1].i;
+			int64_t s;
+			if (__builtin_add_overflow(a[0].i, a[1].i - 1, &s))
+				return perr(p, "%s: overflows", fn);
+			out->i = s / a[1].i;
 		} else if (fn[1] == 'i') {
 			out->i = a[0].i < a[1].i ? a[0].i : a[1].i;
 		} else {
@@ -209,7 +245,13 @@ static int primary(P *p, val *out)
 	const char *s = p->p;
 	if (isdigit((unsigned char)*s)) {
 		char *end;
+		errno = 0;
 		long long v = strtoll(s, &end, 10);
+		if (errno == ERANGE) {
+			char lit[32];
+			tp_fmt(lit, sizeof lit, "%.*s%s", (int)(end - s > 24 ? 24 : end - s), s, end - s > 24 ? "..." : "");
+			return perr(p, "the literal %s does not fit in a signed 64-bit integer", lit);
+		}
 		p->p = end;
 		out->k = V_INT;
 		out->i = v;
@@ -250,6 +292,11 @@ static int primary(P *p, val *out)
 			out->i = name[0] == 't';
 			return 0;
 		}
+		if (p->skip) { /* not evaluated: no lookup, nothing noted as used */
+			out->k = V_MISSING;
+			tp_fmt(out->name, sizeof out->name, "%s", name);
+			return 0;
+		}
 		for (int i = 0; i < p->c->nvar; i++) {
 			if (strcmp(p->c->var[i], name) == 0) {
 				out->k = V_INT;
@@ -275,7 +322,7 @@ static int postfix(P *p, val *out)
 			return -1;
 		if (!accept(p, "]"))
 			return perr(p, "%s", "expected ']'");
-		if (out->k == V_MISSING)
+		if (out->k == V_MISSING || p->skip)
 			continue; /* missing[i] stays missing */
 		if (out->k != V_LIST)
 			return perr(p, "%s", "indexing something that is not a list");
@@ -296,8 +343,8 @@ static int postfix(P *p, val *out)
 
 static int unary(P *p, val *out)
 {
-	if (++p->depth > 64)
-		return perr(p, "%s", "nested too deeply");
+	if (enter(p) < 0)
+		return -1;
 	int rc;
 	if (accept(p, "!")) {
 		rc = unary(p, out);
@@ -310,8 +357,12 @@ static int unary(P *p, val *out)
 		rc = unary(p, out);
 		if (rc == 0 && need_int(p, out, "the operand of '-'") < 0)
 			rc = -1;
-		if (rc == 0)
-			out->i = -out->i;
+		if (rc == 0 && p->skip) {
+			out->k = V_INT;
+			out->i = 0;
+		} else if (rc == 0 && __builtin_sub_overflow((int64_t)0, out->i, &out->i)) {
+			rc = perr(p, "%s", "negation overflows");
+		}
 	} else {
 		rc = postfix(p, out);
 	}
@@ -330,12 +381,19 @@ static int mul(P *p, val *out)
 		val b;
 		if (unary(p, &b) < 0 || need_int(p, out, "the left operand") < 0 || need_int(p, &b, "the right operand") < 0)
 			return -1;
+		if (p->skip) {
+			out->k = V_INT;
+			out->i = 0;
+			continue;
+		}
 		if (op == '*') {
 			if (__builtin_mul_overflow(out->i, b.i, &out->i))
 				return perr(p, "%s", "multiplication overflows");
 		} else {
 			if (b.i == 0)
 				return perr(p, "%s", "division by zero");
+			if (b.i == -1 && out->i == INT64_MIN)
+				return perr(p, "%s", op == '/' ? "division overflows" : "remainder overflows");
 			if (op == '/' && out->i % b.i) {
 				char m[96];
 				tp_fmt(m, sizeof m, "%lld / %lld is not exact", (long long)out->i, (long long)b.i);
@@ -357,6 +415,11 @@ static int add(P *p, val *out)
 		val b;
 		if (mul(p, &b) < 0 || need_int(p, out, "the left operand") < 0 || need_int(p, &b, "the right operand") < 0)
 			return -1;
+		if (p->skip) {
+			out->k = V_INT;
+			out->i = 0;
+			continue;
+		}
 		if (op == '+' ? __builtin_add_overflow(out->i, b.i, &out->i) : __builtin_sub_overflow(out->i, b.i, &out->i))
 			return perr(p, "%s", "addition overflows");
 	}
@@ -373,8 +436,10 @@ static int cmp(P *p, val *out)
 		val b;
 		if (add(p, &b) < 0)
 			return -1;
-		int r;
-		if (out->k == V_STR && b.k == V_STR && k < 2) {
+		int r = 0;
+		if (p->skip) {
+			/* not evaluated */
+		} else if (out->k == V_STR && b.k == V_STR && k < 2) {
 			r = out->slen == b.slen && memcmp(out->s, b.s, b.slen) == 0;
 			r = k == 0 ? r : !r;
 		} else if ((out->k == V_MISSING || b.k == V_MISSING) && k < 2) {
@@ -398,15 +463,25 @@ static int truth(const val *v)
 	return v->k == V_INT ? v->i != 0 : v->k == V_MISSING ? 0 : 1;
 }
 
+/* Parses the right operand of && or ||; evaluates it only when `taken`. */
+static int branch(P *p, int taken, int (*parse)(P *, val *), val *out)
+{
+	p->skip += !taken;
+	int rc = parse(p, out);
+	p->skip -= !taken;
+	return rc;
+}
+
 static int logic_and(P *p, val *out)
 {
 	if (cmp(p, out) < 0)
 		return -1;
 	while (accept(p, "&&")) {
 		val b;
-		if (cmp(p, &b) < 0)
+		int t = truth(out);
+		if (branch(p, t, cmp, &b) < 0)
 			return -1;
-		int r = truth(out) && truth(&b);
+		int r = t && truth(&b);
 		memset(out, 0, sizeof *out);
 		out->i = r;
 	}
@@ -419,9 +494,10 @@ static int logic_or(P *p, val *out)
 		return -1;
 	while (accept(p, "||")) {
 		val b;
-		if (logic_and(p, &b) < 0)
+		int t = truth(out);
+		if (branch(p, !t, logic_and, &b) < 0)
 			return -1;
-		int r = truth(out) || truth(&b);
+		int r = t || truth(&b);
 		memset(out, 0, sizeof *out);
 		out->i = r;
 	}
@@ -430,16 +506,20 @@ static int logic_or(P *p, val *out)
 
 static int expr(P *p, val *out)
 {
-	if (logic_or(p, out) < 0)
+	if (enter(p) < 0)
 		return -1;
-	if (accept(p, "?")) {
+	int rc = logic_or(p, out);
+	if (rc == 0 && accept(p, "?")) {
 		val a, b;
 		int t = truth(out);
-		if (expr(p, &a) < 0 || !accept(p, ":") || expr(p, &b) < 0)
-			return p->err ? -1 : perr(p, "%s", "expected ':' in a ?: expression");
-		*out = t ? a : b;
+		if (branch(p, t, expr, &a) < 0 || (!accept(p, ":") && perr(p, "%s", "expected ':' in a ?: expression")) ||
+		    branch(p, !t, expr, &b) < 0)
+			rc = -1;
+		else
+			*out = t ? a : b;
 	}
-	return 0;
+	p->depth--;
+	return rc;
 }
 
 static int eval(tp_expr_ctx *c, const char *src, val *out, tp_err *e)
@@ -460,11 +540,12 @@ int tp_expr_int(tp_expr_ctx *c, const char *src, int64_t *out, tp_err *e)
 	if (eval(c, src, &v, e) < 0)
 		return -1;
 	if (v.k == V_MISSING) {
-		tp_fail(e, TP_EPLAN, "expression '%s': key '%s' is missing from config.json", src, v.name);
+		tp_fail(e, TP_ERULE, "expression '%.200s%s': key '%s' is missing from config.json", src,
+			strlen(src) > 200 ? "..." : "", v.name);
 		return 1;
 	}
 	if (v.k != V_INT)
-		return tp_fail(e, TP_EPLAN, "expression '%s' is not an integer", src);
+		return tp_fail(e, TP_ERULE, "expression '%.200s%s' is not an integer", src, strlen(src) > 200 ? "..." : "");
 	*out = v.i;
 	return 0;
 }

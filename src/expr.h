@@ -6,7 +6,11 @@
  * && || !, the ternary ?:, and the functions has(x), first(a, b, ...), cdiv(a, b), min, max,
  * len(list), in(x, list). Division must be exact (a plan that divides 4096 by 3 is a bug).
  * A key missing from the config (or null), or a list index past the end, is a "missing" value: has() and first() test it;
- * any other use is an error that names the key.
+ * any other use is an error that names the key. `&&`, `||` and `?:` short-circuit: the untaken
+ * side is parsed (a syntax error there is still an error) but not evaluated, so
+ * `has(foo) && foo > 3` is false, not an error, when foo is missing. Arithmetic is checked
+ * (overflow, division by zero, inexact division), literals must fit in int64, and nesting is
+ * limited to TP_EXPR_MAX_DEPTH. Errors have the code TP_ERULE.
  *
  * Config keys are looked up first under each of the context's prefixes (e.g. "text_config" for
  * vision-language wrappers), then at the top level.
@@ -22,6 +26,8 @@ struct cJSON;
 
 #define TP_EXPR_MAX_VARS 8
 #define TP_EXPR_MAX_PREFIX 4
+#define TP_EXPR_MAX_DEPTH 100   /* nesting of (), [], arguments, ?: and unary operators together */
+#define TP_EXPR_MAX_DEPTH_S "100"
 
 typedef struct tp_expr_ctx {
 	const struct cJSON *config;          /* config.json (may be NULL: every key is missing) */

@@ -14,6 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "index_json.h"
+#include "tensor_index.h"
+
 static void logf_(tp_model *m, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void logf_(tp_model *m, int level, const char *fmt, ...)
 {
@@ -228,6 +231,11 @@ static uint32_t resolve_rel(const tp_model *m, uint32_t dir, const char *rel)
 	return cur;
 }
 
+uint32_t tp_node_resolve(const tp_model *m, uint32_t dir, const char *rel)
+{
+	return resolve_rel(m, dir, rel);
+}
+
 /* Reads a whole small file (config.json, an index) into a NUL-terminated buffer. */
 static char *slurp(const char *path, size_t *len, tp_err *e, const char *rel)
 {
@@ -328,203 +336,9 @@ static void unload_tensors(tp_node *n)
 	st_header_free(&n->h);
 }
 
-/* ---- the checkpoint-wide tensor index (for companions) ---- */
-
-typedef struct tix {
-	uint32_t dir;
-	const st_tensor *t;
-} tix;
-
-typedef struct lookup_ctx {
-	tix *ix;
-	size_t n;
-	uint32_t dir;
-} lookup_ctx;
-
-static int cmp_tix(const void *a, const void *b)
-{
-	const tix *x = a, *y = b;
-	if (x->dir != y->dir)
-		return x->dir < y->dir ? -1 : 1;
-	return strcmp(x->t->name, y->t->name);
-}
-
-static const st_tensor *lookup(void *vctx, const char *name)
-{
-	lookup_ctx *c = vctx;
-	size_t lo = 0, hi = c->n;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		const tix *x = &c->ix[mid];
-		int k = c->dir != x->dir ? (c->dir < x->dir ? -1 : 1) : strcmp(name, x->t->name);
-		if (k == 0)
-			return x->t;
-		if (k < 0)
-			hi = mid;
-		else
-			lo = mid + 1;
-	}
-	return NULL;
-}
-
-/* ---- plans ---- */
-
-static int load_plan(tp_model *m, tp_err *e)
-{
-	const tp_model_opts *o = m->o;
-	const char *want = o->plan;
-	int bi = -1;
-	if (!want) {
-		bi = tp_builtin_detect(m->config);
-		if (bi < 0) {
-			bi = tp_builtin_find("generic");
-			const cJSON *mt = m->config ? cJSON_GetObjectItemCaseSensitive(m->config, "model_type") : NULL;
-			logf_(m, 0, "no built-in plan knows %s%s%s; using the generic plan (Megatron by module name): "
-			      "check it with 'tpfs plan' or give one with --plan",
-			      m->config ? "model_type '" : "a checkpoint without config.json",
-			      cJSON_IsString(mt) ? mt->valuestring : m->config ? "(none)" : "",
-			      m->config ? "'" : "");
-			tp_fmt(m->plan_origin, sizeof m->plan_origin, "built-in generic (fallback)");
-		} else {
-			tp_fmt(m->plan_origin, sizeof m->plan_origin, "built-in %s (detected from config.json)",
-			       tp_builtin_name(bi));
-		}
-	} else if (!strchr(want, '/') && !ends_with(want, ".json")) {
-		bi = tp_builtin_find(want);
-		if (bi < 0) {
-			char list[512] = "";
-			for (int i = 0; i < tp_builtin_count(); i++) {
-				size_t l = strlen(list);
-				tp_fmt(list + l, sizeof list - l, "%s%s", i ? ", " : "", tp_builtin_name(i));
-			}
-			return tp_fail(e, TP_EINVAL, "--plan %s: no such built-in plan (built-in: %s; or give a plan file path)",
-				       want, list);
-		}
-		tp_fmt(m->plan_origin, sizeof m->plan_origin, "built-in %s (--plan)", want);
-	}
-	if (bi >= 0)
-		return tp_plan_builtin(tp_builtin_name(bi), &m->plan, e);
-	/* a user plan file */
-	size_t len;
-	char *text = slurp(want, &len, e, want);
-	if (!text)
-		return -1;
-	int rc = tp_plan_parse(text, len, want, &m->plan, e);
-	free(text);
-	if (rc < 0)
-		return -1;
-	tp_fmt(m->plan_origin, sizeof m->plan_origin, "%s", want);
-	if (m->plan.extends) {
-		tp_plan base;
-		if (tp_plan_builtin(m->plan.extends, &base, e) < 0) {
-			tp_err_prefix(e, "%s", want);
-			return -1;
-		}
-		if (tp_plan_extend(&m->plan, &base, e) < 0)
-			return -1;
-		tp_fmt(m->plan_origin, sizeof m->plan_origin, "%s (extends built-in %s)", want, m->plan.extends);
-	}
-	return 0;
-}
-
-/* ---- index rewriting ---- */
-
-static void w_str(st_wbuf *w, const char *s)
-{
-	st_w_raw(w, s, strlen(s));
-}
-
-/* Writes sep, then "key": value for the JSON member it (its value compact, as it was). */
-static void w_member(st_wbuf *w, const char *sep, const cJSON *it)
-{
-	char *v = cJSON_PrintUnformatted(it);
-	w_str(w, sep);
-	st_w_json_string(w, it->string);
-	w_str(w, ": ");
-	w_str(w, v ? v : "null");
-	free(v);
-}
-
-/* Writes (or counts) rank r's rewrite of index j: metadata keys kept, total_size replaced by
- * the local tensor bytes, weight_map restricted to the tensors the rank has. */
-static uint64_t write_index(tp_model *m, uint32_t idx, const cJSON *j, uint32_t r, st_wbuf *w)
-{
-	uint64_t total = 0;
-	const cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map"), *it;
-	cJSON_ArrayForEach(it, wm)
-	{
-		uint32_t f = cJSON_IsString(it) ? resolve_rel(m, m->n[idx].parent, it->valuestring) : UINT32_MAX;
-		if (f == UINT32_MAX || m->n[f].kind != TN_TENSORS)
-			continue;
-		const st_tensor *t = st_find(&m->n[f].h, it->string);
-		if (!t)
-			continue;
-		uint32_t li = m->n[f].lay[r].loc[t - m->n[f].h.t];
-		if (li != UINT32_MAX)
-			total += m->n[f].lay[r].t[li].size;
-	}
-	w->len = 0;
-	w_str(w, "{\n  \"metadata\": {\n    \"total_size\": ");
-	st_w_u64(w, total);
-	const cJSON *md = cJSON_GetObjectItemCaseSensitive(j, "metadata");
-	cJSON_ArrayForEach(it, md)
-		if (strcmp(it->string, "total_size"))
-			w_member(w, ",\n    ", it);
-	w_str(w, "\n  },\n  \"weight_map\": {");
-	int first = 1;
-	cJSON_ArrayForEach(it, wm)
-	{
-		uint32_t f = cJSON_IsString(it) ? resolve_rel(m, m->n[idx].parent, it->valuestring) : UINT32_MAX;
-		if (f != UINT32_MAX && m->n[f].kind == TN_TENSORS) {
-			const st_tensor *t = st_find(&m->n[f].h, it->string);
-			if (t && m->n[f].lay[r].loc[t - m->n[f].h.t] == UINT32_MAX)
-				continue; /* not on this rank */
-		}
-		w_member(w, first ? "\n    " : ",\n    ", it);
-		first = 0;
-	}
-	w_str(w, first ? "}" : "\n  }");
-	cJSON_ArrayForEach(it, j)
-		if (strcmp(it->string, "metadata") && strcmp(it->string, "weight_map"))
-			w_member(w, ",\n  ", it);
-	w_str(w, "\n}\n");
-	return w->len;
-}
-
-static int build_index(tp_model *m, uint32_t idx, const cJSON *j, tp_err *e)
-{
-	tp_node *n = &m->n[idx];
-	const cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map"), *it;
-	cJSON_ArrayForEach(it, wm)
-	{
-		uint32_t f = cJSON_IsString(it) ? resolve_rel(m, n->parent, it->valuestring) : UINT32_MAX;
-		if (f == UINT32_MAX || m->n[f].kind == TN_DIR)
-			logf_(m, 0, "%s: weight_map lists '%s' in '%s', which is not in the checkpoint", n->path,
-			      it->string, cJSON_IsString(it) ? it->valuestring : "(not a string)");
-		else if (m->n[f].kind == TN_TENSORS && !st_find(&m->n[f].h, it->string))
-			logf_(m, 0, "%s: weight_map lists '%s' in '%s', whose header has no such tensor", n->path,
-			      it->string, it->valuestring);
-	}
-	n->gen = calloc(m->T, sizeof *n->gen);
-	n->gen_len = calloc(m->T, sizeof *n->gen_len);
-	if (!n->gen || !n->gen_len)
-		return tp_fail(e, TP_ENOMEM, "out of memory");
-	for (uint32_t r = 0; r < m->T; r++) {
-		st_wbuf w = {.p = NULL};
-		uint64_t len = write_index(m, idx, j, r, &w);
-		n->gen[r] = malloc(len + 1);
-		if (!n->gen[r])
-			return tp_fail(e, TP_ENOMEM, "out of memory");
-		w.p = n->gen[r];
-		write_index(m, idx, j, r, &w);
-		n->gen_len[r] = len;
-	}
-	return 0;
-}
-
 /* ---- resolving and laying out one file ---- */
 
-static int plan_file(tp_model *m, uint32_t idx, lookup_ctx *lc, tp_err *e)
+static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 {
 	tp_node *n = &m->n[idx];
 	tp_resolve_opts ro = {.T = m->T, .pad_vocab = m->o->pad_vocab};
@@ -538,7 +352,7 @@ static int plan_file(tp_model *m, uint32_t idx, lookup_ctx *lc, tp_err *e)
 	lc->dir = n->parent;
 	for (size_t i = 0; i < n->h.n && rc == 0; i++) {
 		tp_resolved res;
-		if (tp_plan_resolve(&m->plan, &m->cfg, &n->h.t[i], lookup, lc, &ro, n->path, &res, e) < 0) {
+		if (tp_plan_resolve(&m->plan, &m->cfg, &n->h.t[i], tp_tindex_lookup, lc, &ro, n->path, &res, e) < 0) {
 			if (!m->o->keep_going || e->code != TP_EPLAN) {
 				rc = -1;
 				break;
@@ -558,21 +372,14 @@ static int plan_file(tp_model *m, uint32_t idx, lookup_ctx *lc, tp_err *e)
 		whyp[i] = why[i];
 		if (m->o->keep_going && res.spec.kind == TP_SPLIT) {
 			/* try every rank now, so that every unservable tensor is reported */
-			for (uint32_t r = 0; r < m->T; r++) {
-				tp_cut c;
-				tp_err ce;
-				char ctx[TP_ERR_MSG];
-				tp_fmt(ctx, sizeof ctx, "%s: tensor '%s' (%s)", n->path, n->h.t[i].name, why[i]);
-				if (tp_cut_tensor(&n->h.t[i], &res.spec, m->T, r, &c, ctx, &ce) == 0)
-					continue;
-				char ts[96];
-				tp_spec_working_ts(&n->h.t[i], &res.spec, 64, ts, sizeof ts);
-				logf_(m, 2, "%s; this tensor can be split for T = %s%s", ce.msg, ts,
-				      strstr(n->h.t[i].name, "experts.") ? "; or serve the experts with expert parallelism" : "");
+			tp_err ce;
+			char ctx[TP_ERR_MSG];
+			tp_fmt(ctx, sizeof ctx, "%s: tensor '%s' (%s)", n->path, n->h.t[i].name, why[i]);
+			if (tp_plan_check_ranks(&n->h.t[i], &res.spec, m->T, ctx, &ce) < 0) {
+				logf_(m, 2, "%s", ce.msg);
 				m->nrefused++;
 				specs[i] = res.spec = tp_spec_replicate();
 				tp_fmt(res.why, sizeof res.why, "REFUSED at T=%u (see the errors)", m->T);
-				break;
 			}
 		}
 		if (res.rule == -1) {
@@ -611,12 +418,20 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 	if (o->T < 1 || o->T > TP_MAX_T)
 		return tp_fail(e, TP_ELIMIT, "--tp %u: T must be between 1 and %d", o->T, TP_MAX_T);
 	m->src = strdup(o->src);
+	if (!m->src) {
+		tp_fail(e, TP_ENOMEM, "out of memory");
+		goto fail;
+	}
 	struct stat st;
-	if (stat(o->src, &st) < 0)
-		return tp_fail(e, TP_EINVAL, "%s: %s", o->src, strerror(errno));
-	if (!S_ISDIR(st.st_mode))
-		return tp_fail(e, TP_EINVAL, "%s: not a folder (give the folder that holds config.json and the .safetensors files)",
-			       o->src);
+	if (stat(o->src, &st) < 0) {
+		tp_fail(e, TP_EINVAL, "%s: %s", o->src, strerror(errno));
+		goto fail;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		tp_fail(e, TP_EINVAL, "%s: not a folder (give the folder that holds config.json and the .safetensors files)",
+			o->src);
+		goto fail;
+	}
 	uint32_t root;
 	if (add_node(m, 0, "", o->src, TN_DIR, &st, &root, e) < 0)
 		goto fail;
@@ -684,7 +499,7 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 			}
 		}
 		if (rc == 0)
-			rc = load_plan(m, e);
+			rc = tp_plan_choose(m->config, o->plan, &m->plan, m->plan_origin, sizeof m->plan_origin, e);
 		if (rc == 0) {
 			m->cfg.config = m->config;
 			m->cfg.nprefix = m->plan.nprefix;
@@ -692,36 +507,16 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 				m->cfg.prefix[i] = m->plan.prefix[i];
 		}
 		/* the tensor index for companions */
-		lookup_ctx lc = {0};
-		if (rc == 0) {
-			lc.ix = malloc((m->ntensors ? m->ntensors : 1) * sizeof *lc.ix);
-			if (!lc.ix)
-				rc = tp_fail(e, TP_ENOMEM, "out of memory");
-			for (uint32_t i = 0; i < m->nn && rc == 0; i++)
-				if (m->n[i].kind == TN_TENSORS)
-					for (size_t k = 0; k < m->n[i].h.n; k++)
-						lc.ix[lc.n++] = (tix){m->n[i].parent, &m->n[i].h.t[k]};
-			if (rc == 0) {
-				qsort(lc.ix, lc.n, sizeof *lc.ix, cmp_tix);
-				for (size_t k = 1; k < lc.n; k++) {
-					if (lc.ix[k].dir == lc.ix[k - 1].dir && !strcmp(lc.ix[k].t->name, lc.ix[k - 1].t->name)) {
-						if (o->strict) {
-							rc = tp_fail(e, TP_EINVAL, "tensor '%s' appears in two files of one folder (--strict)",
-								     lc.ix[k].t->name);
-							break;
-						}
-						logf_(m, 0, "tensor '%s' appears in two files of one folder", lc.ix[k].t->name);
-					}
-				}
-			}
-		}
+		tp_tindex lc = {0};
+		if (rc == 0)
+			rc = tp_tindex_build(&lc, m, o->strict, e);
 		for (uint32_t i = 0; i < m->nn && rc == 0; i++)
 			if (m->n[i].kind == TN_TENSORS)
 				rc = plan_file(m, i, &lc, e);
-		free(lc.ix);
+		tp_tindex_free(&lc);
 		for (uint32_t i = 0; i < m->nn && rc == 0; i++)
 			if (m->n[i].kind == TN_INDEX && idx_json[i])
-				rc = build_index(m, i, idx_json[i], e);
+				rc = tp_index_rewrite(m, i, idx_json[i], e);
 		if (rc == 0)
 			rc = tp_rank_folder_build(m, e);
 	}

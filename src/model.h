@@ -115,6 +115,10 @@ uint64_t tp_node_size(const tp_model *m, uint32_t i, uint32_t r);
 /* The child of folder node dir called name, or UINT32_MAX. O(log n). */
 uint32_t tp_node_child(const tp_model *m, uint32_t dir, const char *name);
 
+/* The node a relative path (as an index's weight_map gives it: "a/b.safetensors", "../x") leads
+ * to from folder dir, or UINT32_MAX. */
+uint32_t tp_node_resolve(const tp_model *m, uint32_t dir, const char *rel);
+
 /* Per-rank value of a config count the plan lists under per_rank; -1 if missing. */
 int64_t tp_model_rank_count(const tp_model *m, const tp_per_rank *pr, uint32_t r);
 

@@ -1,19 +1,33 @@
-/* plan.c: plan files, name patterns, and per-tensor resolution (see plan.h).
- *
- * Resolution works on the MODULE a rule names: its reference tensor (`weight`, or
- * `weight_packed`, or the tensor itself when the rule names a bare parameter such as A_log)
- * fixes the split axis and the logical length L of that axis. Every tensor of the module is then
- * cut at the same logical indices: a companion whose axis has S stored elements covers L / S
- * logical features per element (2 for packed FP4, 16 for NVFP4 group scales, 128 for FP8 block
- * scales, with ceil for a partial last block), a companion whose axis has 1 element is
- * broadcast (kept whole), and scalars are replicated. A row-parallel rule keeps 1-D tensors
- * (biases) whole. */
+/* plan.c: plan files as data (see plan.h): the split kinds table, parsing and validating a plan
+ * file (every field checked, unknown fields refused), extending a plan by a built-in, and
+ * name patterns. Resolution against a checkpoint is planner.c's. */
 #include "plan.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- split kinds ---- */
+
+static const tp_split_kind_def kinds[PL_NKINDS] = {
+#define TP_KIND_DEF(id, name, label, ref, comp, lower, needs) [PL_##id] = {name, label, ref, comp, lower, needs},
+	TP_SPLIT_KINDS(TP_KIND_DEF)
+#undef TP_KIND_DEF
+};
+
+const tp_split_kind_def *tp_split_kind(int k)
+{
+	return k >= 0 && k < PL_NKINDS ? &kinds[k] : NULL;
+}
+
+int tp_split_kind_find(const char *name)
+{
+	for (int k = 0; name && k < PL_NKINDS; k++)
+		if (strcmp(name, kinds[k].name) == 0)
+			return k;
+	return -1;
+}
 
 /* ---- parsing ---- */
 
@@ -33,6 +47,10 @@ static int expr_field(const cJSON *o, const char *k, const char **out, const cha
 		return 0;
 	if (cJSON_IsNumber(v)) {
 		char buf[32];
+		if (!(v->valuedouble <= 9007199254740992.0 && v->valuedouble >= -9007199254740992.0) ||
+		    v->valuedouble != (double)(long long)v->valuedouble)
+			return tp_fail(e, TP_EINVAL, "%s: rule '%s': '%s' must be an integer of at most 2^53", origin,
+				       rname, k);
 		tp_fmt(buf, sizeof buf, "%lld", (long long)v->valuedouble);
 		cJSON *s = cJSON_CreateString(buf);
 		if (!s)
@@ -62,7 +80,7 @@ static int bool_field(const cJSON *o, const char *k, int *out, const char *origi
 }
 
 static const char *rule_keys[] = {"name", "match", "when", "split", "axis", "heads", "unit", "size",
-				  "segments", "uneven", "groups", "vocab", "bias", "div", "comment", NULL};
+				  "segments", "uneven", "groups", "vocab", "bias", "div", "reason", "comment", NULL};
 
 static int parse_rule(cJSON *o, int idx, const char *origin, tp_rule *r, tp_err *e)
 {
@@ -105,20 +123,22 @@ static int parse_rule(cJSON *o, int idx, const char *origin, tp_rule *r, tp_err 
 			       origin, rname);
 	r->when = str_field(o, "when");
 	const char *split = str_field(o, "split");
-	static const char *kinds[] = {"replicate", "column", "row", "axis", "heads_axis"};
-	r->split = -1;
-	for (int i = 0; i < 5 && split; i++)
-		if (strcmp(split, kinds[i]) == 0)
-			r->split = i;
-	if (r->split < 0)
-		return tp_fail(e, TP_EINVAL,
-			       "%s: rule '%s': 'split' must be one of replicate, column, row, axis, heads_axis",
-			       origin, rname);
+	r->split = tp_split_kind_find(split);
+	if (r->split < 0) {
+		char list[256] = "";
+		for (int k = 0; k < PL_NKINDS; k++) {
+			size_t l = strlen(list);
+			tp_fmt(list + l, sizeof list - l, "%s%s", k ? ", " : "", kinds[k].name);
+		}
+		return tp_fail(e, TP_EINVAL, "%s: rule '%s': 'split' must be one of %s", origin, rname, list);
+	}
+	const tp_split_kind_def *kd = &kinds[r->split];
 	const cJSON *ax = cJSON_GetObjectItemCaseSensitive(o, "axis");
-	if (r->split == PL_AXIS) {
-		if (!cJSON_IsNumber(ax))
-			return tp_fail(e, TP_EINVAL, "%s: rule '%s': split 'axis' needs an integer 'axis'",
-				       origin, rname);
+	if (kd->needs & TK_NEED_AXIS) {
+		if (!cJSON_IsNumber(ax) || !(ax->valuedouble < ST_MAX_DIMS && ax->valuedouble >= -ST_MAX_DIMS) ||
+		    ax->valuedouble != (double)(int)ax->valuedouble)
+			return tp_fail(e, TP_EINVAL, "%s: rule '%s': split '%s' needs an integer 'axis' (-%d to %d)",
+				       origin, rname, kd->name, ST_MAX_DIMS, ST_MAX_DIMS - 1);
 		r->axis = (int)ax->valuedouble;
 	}
 	if (expr_field(o, "heads", &r->heads, origin, rname, e) < 0 ||
@@ -127,8 +147,12 @@ static int parse_rule(cJSON *o, int idx, const char *origin, tp_rule *r, tp_err 
 		return -1;
 	if (r->heads && r->unit)
 		return tp_fail(e, TP_EINVAL, "%s: rule '%s': give 'heads' or 'unit', not both", origin, rname);
-	if (r->split == PL_HEADS_AXIS && !r->heads)
-		return tp_fail(e, TP_EINVAL, "%s: rule '%s': split 'heads_axis' needs 'heads'", origin, rname);
+	if ((kd->needs & TK_NEED_HEADS) && !r->heads)
+		return tp_fail(e, TP_EINVAL, "%s: rule '%s': split '%s' needs 'heads'", origin, rname, kd->name);
+	r->reason = str_field(o, "reason");
+	if ((kd->needs & TK_NEED_REASON) && !r->reason)
+		return tp_fail(e, TP_EINVAL, "%s: rule '%s': split '%s' needs a 'reason' (shown in the refusal)", origin,
+			       rname, kd->name);
 	cJSON *segs = cJSON_GetObjectItemCaseSensitive(o, "segments");
 	if (segs) {
 		if (!cJSON_IsArray(segs) || cJSON_GetArraySize(segs) < 1 || cJSON_GetArraySize(segs) > TP_MAX_SEG)
@@ -139,6 +163,10 @@ static int parse_rule(cJSON *o, int idx, const char *origin, tp_rule *r, tp_err 
 		{
 			if (cJSON_IsNumber(s)) {
 				char buf[32];
+				if (!(s->valuedouble <= 9007199254740992.0 && s->valuedouble >= -9007199254740992.0) ||
+				    s->valuedouble != (double)(long long)s->valuedouble)
+					return tp_fail(e, TP_EINVAL, "%s: rule '%s': segments must be integers of at most 2^53",
+						       origin, rname);
 				tp_fmt(buf, sizeof buf, "%lld", (long long)s->valuedouble);
 				cJSON *ns = cJSON_CreateString(buf);
 				cJSON_ReplaceItemViaPointer(segs, s, ns);
@@ -173,7 +201,8 @@ static int parse_rule(cJSON *o, int idx, const char *origin, tp_rule *r, tp_err 
 	}
 	const cJSON *div = cJSON_GetObjectItemCaseSensitive(o, "div");
 	if (div) {
-		if (!cJSON_IsNumber(div) || div->valuedouble < 1)
+		if (!cJSON_IsNumber(div) || !(div->valuedouble >= 1 && div->valuedouble <= 4294967296.0) ||
+		    div->valuedouble != (double)(int64_t)div->valuedouble)
 			return tp_fail(e, TP_EINVAL, "%s: rule '%s': 'div' must be a positive integer", origin, rname);
 		r->div = (int64_t)div->valuedouble;
 	}
@@ -311,45 +340,6 @@ int tp_plan_extend(tp_plan *p, tp_plan *base, tp_err *e)
 	return 0;
 }
 
-int tp_plan_builtin(const char *name, tp_plan *p, tp_err *e)
-{
-	int depth = 0;
-	const char *want = name;
-	tp_plan cur;
-	memset(p, 0, sizeof *p);
-	/* load the chain top-down, then fold each base into the plan above it */
-	tp_plan chain[5];
-	int n = 0;
-	while (want) {
-		int i = tp_builtin_find(want);
-		if (i < 0 || depth == 5) {
-			for (int k = 0; k < n; k++)
-				tp_plan_free(&chain[k]);
-			return tp_fail(e, TP_EINVAL, "plan '%s' extends '%s', which is not a built-in plan", name, want);
-		}
-		size_t len;
-		const char *text = tp_builtin_text(i, &len);
-		char origin[128];
-		tp_fmt(origin, sizeof origin, "built-in plan %s", want);
-		if (tp_plan_parse(text, len, origin, &cur, e) < 0) {
-			for (int k = 0; k < n; k++)
-				tp_plan_free(&chain[k]);
-			return -1;
-		}
-		chain[n++] = cur;
-		want = cur.extends;
-		depth++;
-	}
-	for (int k = n - 1; k > 0; k--)
-		if (tp_plan_extend(&chain[k - 1], &chain[k], e) < 0) {
-			for (int j = 0; j < k; j++)
-				tp_plan_free(&chain[j]);
-			return -1;
-		}
-	*p = chain[0];
-	return 0;
-}
-
 /* ---- patterns ---- */
 
 #define MAX_COMP 64
@@ -453,354 +443,3 @@ int tp_pattern_match(const char *pat, const char *name, tp_expr_ctx *cfg)
 	return (int)(nc.s[k - 1] - name + (ptrdiff_t)nc.l[k - 1]);
 }
 
-/* ---- resolution ---- */
-
-static int is_scalar(const st_tensor *t)
-{
-	return st_numel(t) == 1;
-}
-
-/* Evaluates an expression that must be a positive integer. */
-static int eval_pos(tp_expr_ctx *cfg, const char *src, int64_t *v, const char *what, const char *ctx,
-		    const tp_rule *r, tp_err *e)
-{
-	int rc = tp_expr_int(cfg, src, v, e);
-	if (rc == 0 && *v <= 0)
-		rc = tp_fail(e, TP_EPLAN, "expression '%s' is %lld, not positive", src, (long long)*v);
-	if (rc != 0) {
-		tp_err_prefix(e, "%s (rule '%s', %s)", ctx, r->name, what);
-		return -1;
-	}
-	return 0;
-}
-
-/* The block size the config gives for an axis of a block-quantized weight (FP8
- * weight_block_size [n, k]); 0 if none. */
-static int64_t config_block(tp_expr_ctx *cfg, int last_axis)
-{
-	const cJSON *q = tp_config_get(cfg, "quantization_config.weight_block_size");
-	if (!cJSON_IsArray(q) || cJSON_GetArraySize(q) != 2)
-		return 0;
-	const cJSON *v = cJSON_GetArrayItem(q, last_axis ? 1 : 0);
-	return cJSON_IsNumber(v) && v->valuedouble >= 1 ? (int64_t)v->valuedouble : 0;
-}
-
-/* The NVFP4 group size the config gives (quantization_config.group_size, or the weights of the
- * first compressed-tensors config group); 16, NVFP4's, when it gives none. */
-static int64_t config_group(tp_expr_ctx *cfg)
-{
-	const cJSON *q = tp_config_get(cfg, "quantization_config.group_size");
-	if (cJSON_IsNumber(q) && q->valuedouble >= 1)
-		return (int64_t)q->valuedouble;
-	const cJSON *groups = tp_config_get(cfg, "quantization_config.config_groups"), *g;
-	cJSON_ArrayForEach(g, groups)
-	{
-		const cJSON *w = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(g, "weights"), "group_size");
-		if (cJSON_IsNumber(w) && w->valuedouble >= 1)
-			return (int64_t)w->valuedouble;
-	}
-	return 16;
-}
-
-/* Is the module's reference weight packed FP4 (two values per U8 along the last axis)? NVFP4
- * (ModelOpt and compressed-tensors) stores it as U8 next to an F8_E4M3 weight_scale. */
-static int packed_fp4(const st_tensor *ref, const char *module, tp_lookup_fn lookup, void *lctx)
-{
-	if (ref->dtype != ST_U8 && ref->dtype != ST_I8)
-		return 0;
-	char nm[ST_MAX_NAME + 32];
-	tp_fmt(nm, sizeof nm, "%s.weight_scale", module);
-	const st_tensor *s = lookup(lctx, nm);
-	return s && s->dtype == ST_F8_E4M3 && s->ndim == ref->ndim && ref->ndim >= 1;
-}
-
-static int resolve_axis(const tp_rule *r, const st_tensor *t, int64_t heads, const char *ctx, tp_err *e)
-{
-	switch (r->split) {
-	case PL_COLUMN:
-		return t->ndim >= 1 ? 0 : tp_fail(e, TP_EPLAN, "%s (rule '%s'): a scalar has no dim 0 to split", ctx, r->name);
-	case PL_ROW:
-		return t->ndim >= 1 ? (int)t->ndim - 1
-				    : tp_fail(e, TP_EPLAN, "%s (rule '%s'): a scalar has no last dim to split", ctx, r->name);
-	case PL_AXIS: {
-		int a = r->axis < 0 ? (int)t->ndim + r->axis : r->axis;
-		if (a < 0 || a >= (int)t->ndim)
-			return tp_fail(e, TP_EPLAN, "%s (rule '%s'): axis %d is out of range for %u dimensions", ctx,
-				       r->name, r->axis, t->ndim);
-		return a;
-	}
-	default: { /* PL_HEADS_AXIS: the one axis whose size is the head count */
-		int found = -1, count = 0;
-		for (uint32_t i = 0; i < t->ndim; i++)
-			if (t->shape[i] == (uint64_t)heads) {
-				found = (int)i;
-				count++;
-			}
-		if (count != 1)
-			return tp_fail(e, TP_EPLAN, "%s (rule '%s'): %s axis has size %lld (heads) in shape of %u dimensions",
-				       ctx, r->name, count ? "more than one" : "no", (long long)heads, t->ndim);
-		return found;
-	}
-	}
-}
-
-int tp_plan_resolve(const tp_plan *pl, tp_expr_ctx *cfg, const st_tensor *t, tp_lookup_fn lookup,
-		    void *lctx, const tp_resolve_opts *o, const char *ctx, tp_resolved *out, tp_err *e)
-{
-	memset(out, 0, sizeof *out);
-	out->spec = tp_spec_replicate();
-	out->rule = -1;
-	char tctx[TP_ERR_MSG];
-	tp_fmt(tctx, sizeof tctx, "%s: tensor '%s'", ctx, t->name);
-
-	const tp_rule *r = NULL;
-	int plen = -1;
-	for (int i = 0; i < pl->nrules && !r; i++) {
-		for (int k = 0; k < pl->rules[i].npat && !r; k++) {
-			cfg->nvar = 0;
-			tp_expr_bind(cfg, "T", o->T);
-			plen = tp_pattern_match(pl->rules[i].pat[k], t->name, cfg);
-			if (plen < 0)
-				continue;
-			if (pl->rules[i].when) {
-				int c = tp_expr_cond(cfg, pl->rules[i].when, e);
-				if (c < 0) {
-					tp_err_prefix(e, "%s (rule '%s', when)", tctx, pl->rules[i].name);
-					return -1;
-				}
-				if (!c)
-					continue;
-			}
-			r = &pl->rules[i];
-			out->rule = i;
-		}
-	}
-	if (!r) {
-		tp_fmt(out->why, sizeof out->why, "replicate (no rule matched)");
-		return 0;
-	}
-	if (r->split == PL_REPLICATE) {
-		tp_fmt(out->why, sizeof out->why, "replicate");
-		return 0;
-	}
-	if (is_scalar(t) && r->div == 0) {
-		tp_fmt(out->why, sizeof out->why, "replicate (scalar)");
-		return 0;
-	}
-
-	/* The module and its reference tensor. */
-	char module[ST_MAX_NAME + 1];
-	tp_fmt(module, sizeof module, "%.*s", plen, t->name);
-	const char *role = t->name[plen] == '.' ? t->name + plen + 1 : "";
-	const st_tensor *ref = t;
-	if (*role) {
-		static const char *refs[] = {"weight", "weight_packed", "qweight"};
-		for (int i = 0; i < 3; i++) {
-			char nm[ST_MAX_NAME + 32];
-			tp_fmt(nm, sizeof nm, "%s.%s", module, refs[i]);
-			const st_tensor *c = lookup(lctx, nm);
-			if (c) {
-				ref = c;
-				break;
-			}
-		}
-	}
-
-	int64_t heads = 0;
-	if (r->heads && eval_pos(cfg, r->heads, &heads, "heads", tctx, r, e) < 0)
-		return -1;
-	int axis_ref = resolve_axis(r, ref, heads, tctx, e);
-	if (axis_ref < 0)
-		return -1;
-	uint64_t S_ref = ref->shape[axis_ref];
-	int packed = packed_fp4(ref, module, lookup, lctx) && axis_ref == (int)ref->ndim - 1;
-	uint64_t L = packed ? 2 * S_ref : S_ref;
-	if (r->div) {
-		/* an explicit divisor (resolved plans): size gives L, default S * div */
-		int64_t sz = (int64_t)(S_ref * (uint64_t)r->div);
-		if (r->size && eval_pos(cfg, r->size, &sz, "size", tctx, r, e) < 0)
-			return -1;
-		L = (uint64_t)sz;
-	} else if (r->size) {
-		int64_t sz;
-		if (eval_pos(cfg, r->size, &sz, "size", tctx, r, e) < 0)
-			return -1;
-		if ((uint64_t)sz != L)
-			return tp_fail(e, TP_EPLAN,
-				       "%s (rule '%s'): axis %d of '%s' holds %llu features but '%s' = %lld (%s)",
-				       tctx, r->name, axis_ref, ref->name, (unsigned long long)L, r->size,
-				       (long long)sz, cfg->used[0] ? cfg->used : "no config keys");
-	}
-
-	/* Units and segments, in logical features. */
-	int64_t unit = 1;
-	if (r->heads) {
-		if (L % (uint64_t)heads)
-			return tp_fail(e, TP_EPLAN,
-				       "%s (rule '%s'): axis %d of '%s' holds %llu features, not a multiple of %lld heads ('%s'; %s)",
-				       tctx, r->name, axis_ref, ref->name, (unsigned long long)L, (long long)heads,
-				       r->heads, cfg->used[0] ? cfg->used : "no config keys");
-		unit = (int64_t)(L / (uint64_t)heads);
-	} else if (r->unit && eval_pos(cfg, r->unit, &unit, "unit", tctx, r, e) < 0) {
-		return -1;
-	}
-	tp_spec s = tp_spec_replicate();
-	s.kind = TP_SPLIT;
-	s.unit = (uint64_t)unit;
-	s.flags = (r->uneven ? TP_UNEVEN : 0) | (r->groups ? TP_GROUPS : 0);
-	if (r->nseg) {
-		uint64_t sum = 0;
-		for (int i = 0; i < r->nseg; i++) {
-			int64_t v, u = unit;
-			if (eval_pos(cfg, r->seg[i], &v, "segments", tctx, r, e) < 0)
-				return -1;
-			if (r->seg_heads[i]) {
-				int64_t h;
-				if (eval_pos(cfg, r->seg_heads[i], &h, "segment heads", tctx, r, e) < 0)
-					return -1;
-				if (v % h)
-					return tp_fail(e, TP_EPLAN,
-						       "%s (rule '%s'): segment %d ('%s' = %lld) is not a multiple of %lld heads ('%s')",
-						       tctx, r->name, i, r->seg[i], (long long)v, (long long)h, r->seg_heads[i]);
-				u = v / h;
-			} else if (r->seg_unit[i] && eval_pos(cfg, r->seg_unit[i], &u, "segment unit", tctx, r, e) < 0) {
-				return -1;
-			}
-			if (v % u)
-				return tp_fail(e, TP_EPLAN,
-					       "%s (rule '%s'): segment %d ('%s' = %lld) is not a whole number of units of %lld",
-					       tctx, r->name, i, r->seg[i], (long long)v, (long long)u);
-			s.seg[i] = (uint64_t)(v / u);
-			s.segu[i] = u == unit ? 0 : (uint64_t)u;
-			sum += (uint64_t)v;
-		}
-		s.nseg = (uint32_t)r->nseg;
-		if (sum != L)
-			return tp_fail(e, TP_EPLAN,
-				       "%s (rule '%s'): segments sum to %llu but axis %d of '%s' holds %llu features",
-				       tctx, r->name, (unsigned long long)sum, axis_ref, ref->name,
-				       (unsigned long long)L);
-	} else {
-		if (L % (uint64_t)unit)
-			return tp_fail(e, TP_EPLAN,
-				       "%s (rule '%s'): axis %d of '%s' holds %llu features, not a multiple of the unit %lld",
-				       tctx, r->name, axis_ref, ref->name, (unsigned long long)L, (long long)unit);
-		s.nseg = 1;
-		s.seg[0] = L / (uint64_t)unit;
-	}
-	if (r->vocab) {
-		if (o->pad_vocab > 1) {
-			s.pad_to = o->pad_vocab;
-		} else if (L / (uint64_t)unit % o->T) {
-			uint64_t rows = L / (uint64_t)unit, padded = (rows + 63) / 64 * 64;
-			return tp_fail(e, TP_EPLAN, "%s (rule '%s'): the vocabulary of %llu rows does not divide over %u ranks%s",
-				       tctx, r->name, (unsigned long long)rows, o->T,
-				       padded % o->T ? " (nor does it padded to a multiple of 64: choose another T)"
-						     : "; pass --pad-vocab to pad it to a multiple of 64 as vLLM does");
-		}
-	}
-	out->logical = L;
-
-	/* This tensor's axis and divisor. */
-	int axis = axis_ref;
-	if (t != ref) {
-		if (r->split == PL_ROW || (r->split != PL_COLUMN && t->ndim != ref->ndim)) {
-			if (t->ndim < 2 && !(r->bias == 1)) {
-				tp_fmt(out->why, sizeof out->why, "replicate (1-D companion of a %s split)",
-				       r->split == PL_ROW ? "row-parallel" : "non-column");
-				return 0;
-			}
-			axis = r->split == PL_ROW ? (int)t->ndim - 1 : axis_ref;
-			if (axis >= (int)t->ndim)
-				return tp_fail(e, TP_EPLAN, "%s (rule '%s'): has %u dimensions, its module's weight %u",
-					       tctx, r->name, t->ndim, ref->ndim);
-		} else {
-			axis = r->split == PL_COLUMN ? 0 : axis_ref;
-		}
-		if (r->bias == 0 && t->ndim == 1) {
-			tp_fmt(out->why, sizeof out->why, "replicate (bias kept whole by the rule)");
-			return 0;
-		}
-	}
-	uint64_t S = t->shape[axis];
-	uint64_t div = 1;
-	int last = axis == (int)t->ndim - 1 && t->ndim > 1;
-	if (r->div) {
-		div = (uint64_t)r->div;
-	} else if (t == ref) {
-		div = packed ? 2 : 1;
-	} else if (!strcmp(role, "weight_scale_inv")) {
-		/* FP8 block scales: one element per block of the config's block size (ceil for a
-		 * partial last block); never a broadcast, even when one block covers the axis */
-		int64_t b = config_block(cfg, last);
-		if (b > 0 && S != (L + (uint64_t)b - 1) / (uint64_t)b)
-			return tp_fail(e, TP_EPLAN,
-				       "%s (rule '%s'): axis %d has %llu blocks but ceil(%llu / %lld) = %llu "
-				       "(quantization_config.weight_block_size)",
-				       tctx, r->name, axis, (unsigned long long)S, (unsigned long long)L, (long long)b,
-				       (unsigned long long)((L + (uint64_t)b - 1) / (uint64_t)b));
-		if (b > 0)
-			div = (uint64_t)b;
-		else if (S && L % S == 0)
-			div = L / S;
-		else
-			return tp_fail(e, TP_EPLAN,
-				       "%s (rule '%s'): axis %d has %llu blocks for %llu features and config.json gives no "
-				       "quantization_config.weight_block_size",
-				       tctx, r->name, axis, (unsigned long long)S, (unsigned long long)L);
-	} else if (packed && last && !strcmp(role, "weight_scale") && t->dtype == ST_F8_E4M3) {
-		/* NVFP4 group scales: one FP8 scale per group of the config's group size along K */
-		int64_t g = config_group(cfg);
-		if (S * (uint64_t)g != L)
-			return tp_fail(e, TP_EPLAN,
-				       "%s (rule '%s'): axis %d has %llu group scales but %llu features in groups of %lld need %llu",
-				       tctx, r->name, axis, (unsigned long long)S, (unsigned long long)L, (long long)g,
-				       (unsigned long long)(L / (uint64_t)g));
-		div = (uint64_t)g;
-	} else if (S == L) {
-		div = 1;
-	} else if (S == 1) {
-		tp_fmt(out->why, sizeof out->why, "replicate (broadcast along the split axis)");
-		return 0;
-	} else if (S && L % S == 0) {
-		div = L / S;
-	} else {
-		int64_t b = config_block(cfg, last);
-		if (b > 0 && (L + (uint64_t)b - 1) / (uint64_t)b == S)
-			div = (uint64_t)b;
-		else
-			return tp_fail(e, TP_EPLAN,
-				       "%s (rule '%s'): axis %d has %llu elements, which do not relate to the %llu features of '%s' "
-				       "(neither equal, a divisor, nor ceil(%llu / block) for the config's block size)",
-				       tctx, r->name, axis, (unsigned long long)S, (unsigned long long)L, ref->name,
-				       (unsigned long long)L);
-	}
-	s.axis = (uint32_t)axis;
-	s.div = div;
-	out->spec = s;
-	static const char *kn[] = {"replicate", "column", "row", "axis", "heads"};
-	int w = 0;
-	char buf[160];
-	w = snprintf(buf, sizeof buf, "%s", kn[r->split]);
-	if (r->split == PL_AXIS || r->split == PL_HEADS_AXIS)
-		w += snprintf(buf + w, sizeof buf - (size_t)w, " axis %d", axis);
-	if (s.nseg > 1) {
-		w += snprintf(buf + w, sizeof buf - (size_t)w, ", segments");
-		for (uint32_t i = 0; i < s.nseg && w < 100; i++)
-			w += snprintf(buf + w, sizeof buf - (size_t)w, "%s%llux%llu", i ? "|" : " ", (unsigned long long)s.seg[i],
-				      (unsigned long long)(s.segu[i] ? s.segu[i] : s.unit));
-	} else {
-		w += snprintf(buf + w, sizeof buf - (size_t)w, ", %llu %s of %llu", (unsigned long long)s.seg[0],
-			      r->heads ? "heads" : "units", (unsigned long long)s.unit);
-	}
-	if (div > 1 && w < 140)
-		w += snprintf(buf + w, sizeof buf - (size_t)w, ", %llu per element", (unsigned long long)div);
-	if (s.pad_to && w < 140)
-		w += snprintf(buf + w, sizeof buf - (size_t)w, ", padded to %llu", (unsigned long long)s.pad_to);
-	if (s.flags & TP_UNEVEN && w < 150)
-		w += snprintf(buf + w, sizeof buf - (size_t)w, ", uneven");
-	if (s.flags & TP_GROUPS && w < 150)
-		snprintf(buf + w, sizeof buf - (size_t)w, ", groups");
-	memcpy(out->why, buf, sizeof out->why);
-	return 0;
-}

@@ -1,7 +1,8 @@
 /* plan.h: plans as data. A plan file (JSON) holds rules; each rule matches tensor names and
- * says how the module they belong to is split. Resolution turns (plan, config.json, one
- * tensor, the other tensors of the checkpoint) into a tp_spec, with the cross-checks against
- * the header shapes. Built-in plans are plan files compiled into the binary (the .json files of plans/).
+ * says how the module they belong to is split. This file owns the data model (tp_plan, tp_rule),
+ * the split kinds, parsing and extending plan files, and name patterns. It knows nothing of
+ * checkpoints: choosing a plan and resolving tensors against it is planner.h's; the built-in
+ * plan texts are plan_builtin.h's.
  *
  * Plan file format (docs/PLANS.md has the full reference):
  *   { "tpfs_plan": 1, "name": "llama", "description": "...",
@@ -11,11 +12,12 @@
  *     "per_rank": [{"key": "num_attention_heads", "groups": false, "uneven": false}, ...,
  *                  {"key": "vocab_size", "vocab": true}, {"key": "head_dim", "value": "expr"}],
  *     "rules": [ { "name": "...", "match": "model.layers.{i}.self_attn.q_proj" | [...],
- *                  "when": "expr", "split": "replicate|column|row|axis|heads_axis",
+ *                  "when": "expr", "split": KIND (TP_SPLIT_KINDS below),
  *                  "axis": n, "heads": "expr", "unit": "expr", "size": "expr",
  *                  "segments": ["expr" | {"size": "expr", "heads"|"unit": "expr"}, ...],
  *                  "uneven": bool, "groups": bool,
- *                  "vocab": bool, "bias": "split|replicate", "div": n }, ... ] }
+ *                  "vocab": bool, "bias": "split|replicate", "div": n,
+ *                  "reason": "why a refuse rule refuses" }, ... ] }
  *
  * Name patterns are dotted: `*` inside a component matches any text without a dot, `{i}`
  * matches an integer component and binds i for expressions, `**` matches any number of
@@ -36,7 +38,67 @@
 
 struct cJSON;
 
-enum tp_split_kind { PL_REPLICATE, PL_COLUMN, PL_ROW, PL_AXIS, PL_HEADS_AXIS };
+/* How a split kind finds the axis of its module's reference tensor. */
+typedef enum tp_ref_axis {
+	TK_AX_NONE,  /* nothing is split (replicate) */
+	TK_AX_FIRST, /* dim 0 */
+	TK_AX_LAST,  /* the last dim */
+	TK_AX_RULE,  /* the rule's "axis" (negative: from the end) */
+	TK_AX_HEADS, /* the one dim whose size is the rule's "heads" (A_log [1, 1, H, 1]) */
+	TK_AX_REFUSE,/* none: the tensor is refused, with the rule's "reason" */
+} tp_ref_axis;
+
+/* Which axis of a companion (another tensor of the module: bias, scales) is cut. */
+typedef enum tp_comp_axis {
+	TK_CA_NONE,     /* replicate */
+	TK_CA_FIRST,    /* dim 0 */
+	TK_CA_LAST,     /* the last dim */
+	TK_CA_SAME,     /* the reference's dim index */
+	TK_CA_FROM_END, /* the reference's dim counted from the end ([E, D, 2I] -> bias [E, 2I]) */
+} tp_comp_axis;
+
+/* What happens to a companion with fewer dims than the reference (or to a 1-D one). The
+ * rule's "bias" field overrides it for 1-D companions. */
+typedef enum tp_comp_lower {
+	TK_LO_SPLIT,        /* cut like the others (column biases) */
+	TK_LO_VEC_WHOLE,    /* 1-D companions whole (row-parallel biases) */
+	TK_LO_VEC_FEWER,    /* 1-D companions whole when the reference has more dims */
+	TK_LO_FEWER_WHOLE,  /* any companion with fewer dims than the reference whole */
+} tp_comp_lower;
+
+enum { TK_NEED_AXIS = 1, TK_NEED_HEADS = 2, TK_NEED_REASON = 4 }; /* fields a rule of the kind must give */
+
+/* THE list of split kinds, in one place: id, name in plan files, label in `tpfs plan`, how the
+ * reference axis is found, which companion axis is cut, lower-rank companions, required fields.
+ * Adding a kind is one line here (plus its row in docs/PLANS.md and a test); parsing, the
+ * error that lists the kinds, resolution and `tpfs plan` all read this table. */
+#define TP_SPLIT_KINDS(X)                                                                          \
+	X(REPLICATE,  "replicate",  "replicate", TK_AX_NONE,  TK_CA_NONE,  TK_LO_SPLIT,     0)           \
+	X(COLUMN,     "column",     "column",    TK_AX_FIRST, TK_CA_FIRST, TK_LO_SPLIT,     0)           \
+	X(ROW,        "row",        "row",       TK_AX_LAST,  TK_CA_LAST,  TK_LO_VEC_WHOLE, 0)           \
+	X(AXIS,       "axis",       "axis",      TK_AX_RULE,  TK_CA_SAME,  TK_LO_VEC_FEWER, TK_NEED_AXIS) \
+	X(HEADS_AXIS, "heads_axis", "heads",     TK_AX_HEADS, TK_CA_SAME,  TK_LO_VEC_FEWER, TK_NEED_HEADS) \
+	X(REFUSE,     "refuse",     "refused",   TK_AX_REFUSE, TK_CA_NONE, TK_LO_SPLIT,     TK_NEED_REASON)
+
+enum tp_split_kind {
+#define TP_KIND_ENUM(id, name, label, ref, comp, lower, needs) PL_##id,
+	TP_SPLIT_KINDS(TP_KIND_ENUM)
+#undef TP_KIND_ENUM
+	PL_NKINDS
+};
+
+typedef struct tp_split_kind_def {
+	const char *name, *label;
+	tp_ref_axis ref;
+	tp_comp_axis comp;
+	tp_comp_lower lower;
+	int needs;
+} tp_split_kind_def;
+
+/* The definition of kind k (0 <= k < PL_NKINDS). */
+const tp_split_kind_def *tp_split_kind(int k);
+/* The kind named name, or -1. */
+int tp_split_kind_find(const char *name);
 
 #define TP_MAX_PATTERNS 16
 
@@ -45,8 +107,8 @@ typedef struct tp_rule {
 	const char *pat[TP_MAX_PATTERNS];
 	int npat;
 	const char *when;
-	int split;                       /* enum tp_split_kind */
-	int axis;                        /* PL_AXIS: may be negative (from the end) */
+	int split;                       /* enum tp_split_kind (always < PL_NKINDS) */
+	int axis;                        /* kinds that need it (TK_NEED_AXIS): may be negative (from the end) */
 	const char *heads, *unit, *size; /* expressions or NULL */
 	const char *seg[TP_MAX_SEG];     /* segment sizes (logical elements), expressions */
 	const char *seg_heads[TP_MAX_SEG]; /* per-segment head count, or NULL */
@@ -55,6 +117,7 @@ typedef struct tp_rule {
 	int uneven, groups, vocab;
 	int bias;                        /* -1 default, 0 replicate, 1 split */
 	int64_t div;                     /* > 0: explicit logical elements per stored element */
+	const char *reason;              /* refuse rules: why (shown in the refusal) */
 } tp_rule;
 
 typedef struct tp_per_rank {
@@ -88,46 +151,13 @@ void tp_plan_free(tp_plan *p);
  * JSON; base is left empty). */
 int tp_plan_extend(tp_plan *p, tp_plan *base, tp_err *e);
 
-/* Loads a built-in plan by name, following "extends" through other built-ins. */
-int tp_plan_builtin(const char *name, tp_plan *p, tp_err *e);
-
-/* Built-in plans. */
-int tp_builtin_count(void);
-const char *tp_builtin_name(int i);
-const char *tp_builtin_text(int i, size_t *len);
-/* Index of the built-in plan named name, or -1. */
-int tp_builtin_find(const char *name);
-/* Index of the first built-in plan whose detect section matches config (model_type or an
- * architecture, at the top level or under text_config), or -1. */
-int tp_builtin_detect(const struct cJSON *config);
-
-/* Looks up another tensor of the checkpoint by name (for companions), or NULL. */
-typedef const st_tensor *(*tp_lookup_fn)(void *ctx, const char *name);
-
-typedef struct tp_resolve_opts {
-	uint32_t T;
-	uint64_t pad_vocab; /* 0: vocab rules must divide evenly; else pad to this multiple */
-} tp_resolve_opts;
-
-/* What resolution decided for one tensor. */
-typedef struct tp_resolved {
-	tp_spec spec;
-	int rule;            /* index into plan->rules, or -1 when no rule matched */
-	char why[160];       /* e.g. "column, 32 heads of 128", "replicate (row-parallel bias)" */
-	uint64_t logical;    /* logical axis length L (split tensors) */
-} tp_resolved;
-
-/* Resolves the spec of tensor t. cfg holds config.json and the plan's prefixes. Checks the
- * rule against the shapes (size, heads, segments, companions' divisors) and reports a mismatch
- * with the tensor, the rule, the expression, and both numbers. ctx prefixes messages (file
- * name). Distribution over T is checked later, by the layout. */
-int tp_plan_resolve(const tp_plan *pl, tp_expr_ctx *cfg, const st_tensor *t, tp_lookup_fn lookup,
-		    void *lctx, const tp_resolve_opts *o, const char *ctx, tp_resolved *out,
-		    tp_err *e);
-
 /* Matches name against one pattern. Returns the number of bytes of name the pattern covers
  * (the module prefix; the rest is "" or ".role"), or -1. Binds {var} captures into cfg (may
  * be NULL). */
 int tp_pattern_match(const char *pat, const char *name, tp_expr_ctx *cfg);
+
+/* Choosing a plan and resolving tensors (planner.h) is included here for the callers that
+ * only know plan.h. */
+#include "planner.h"
 
 #endif

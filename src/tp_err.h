@@ -18,6 +18,9 @@ typedef enum tp_code {
 	TP_ECHANGED, /* a source file changed (size, mtime, inode) since it was planned */
 	TP_ELIMIT,   /* a named tpfs limit was exceeded (tensors per file, dims, T, ...) */
 	TP_EPLAN,    /* a plan cannot be served (indivisible split, cut inside a block, ...) */
+	TP_ERULE,    /* a rule of the plan file cannot be evaluated: an expression is malformed,
+	              * overflows, or names a key config.json lacks (the plan or config is wrong,
+	              * not the tensor) */
 } tp_code;
 
 #define TP_ERR_MSG 1024

@@ -1,0 +1,84 @@
+/* planner.h: from a plan and a checkpoint to one spec per tensor.
+ *
+ * Plan choice: a built-in plan by name, a plan file, or the built-in whose "detect" section
+ * matches config.json. Resolution of one tensor is a short pipeline of named stages:
+ *
+ *   match       the first rule whose pattern covers the name and whose `when` holds
+ *   reference   the module the rule names and its reference tensor (weight, weight_packed,
+ *               qweight, or the tensor itself), and whether it is packed (two FP4 per byte)
+ *   geometry    heads, units, segments and the logical axis length, from the rule's
+ *               expressions, checked against the reference's shape
+ *   distribution  uneven / replicated groups, vocabulary padding
+ *   companions  which axis of this tensor is cut and how many logical features one stored
+ *               element covers (the quantized companions table: FP8 block scales, NVFP4 group
+ *               scales, broadcast scales)
+ *   spec        the tp_spec and the one-line explanation `tpfs plan` shows
+ *
+ * Errors: a rule that cannot be evaluated (an expression error, a key config.json lacks) is
+ * TP_ERULE, its message starting "plan 'NAME', rule 'RULE' (FIELD): expression ..."; a tensor
+ * that the rule cannot cut (shape disagreement, indivisible split) is TP_EPLAN.
+ */
+#ifndef TP_PLANNER_H
+#define TP_PLANNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan.h"
+#include "plan_builtin.h"
+#include "spec.h"
+#include "st_format.h"
+#include "tp_err.h"
+
+struct cJSON;
+
+/* ---- plan choice ---- */
+
+/* Loads a built-in plan by name, following "extends" through other built-ins. */
+int tp_plan_builtin(const char *name, tp_plan *p, tp_err *e);
+
+/* Index of the first built-in plan whose detect section matches config (model_type or an
+ * architecture, at the top level or under text_config), or -1. */
+int tp_builtin_detect(const struct cJSON *config);
+
+/* Chooses the plan for a checkpoint: want is NULL (detect from config, which may be NULL), the
+ * name of a built-in, or a plan file path (anything with a '/' or ending in .json; a file may
+ * extend a built-in). Writes a one-line account of the choice into origin ("built-in llama
+ * (detected from config.json)"). Refuses a checkpoint whose config.json names no architecture
+ * with a built-in plan, saying how to proceed (--plan FILE, or --plan generic). */
+int tp_plan_choose(const struct cJSON *config, const char *want, tp_plan *p, char *origin, size_t n,
+		   tp_err *e);
+
+/* ---- resolution ---- */
+
+/* Looks up another tensor of the checkpoint by name (for companions), or NULL. */
+typedef const st_tensor *(*tp_lookup_fn)(void *ctx, const char *name);
+
+typedef struct tp_resolve_opts {
+	uint32_t T;
+	uint64_t pad_vocab; /* 0: vocab rules must divide evenly; else pad to this multiple */
+} tp_resolve_opts;
+
+/* What resolution decided for one tensor. */
+typedef struct tp_resolved {
+	tp_spec spec;
+	int rule;            /* index into plan->rules, or -1 when no rule matched */
+	char why[160];       /* e.g. "column, 32 heads of 128", "replicate (row-parallel bias)" */
+	uint64_t logical;    /* logical axis length L (split tensors) */
+} tp_resolved;
+
+/* Resolves the spec of tensor t. cfg holds config.json and the plan's prefixes. Checks the
+ * rule against the shapes (size, heads, segments, companions' divisors) and reports a mismatch
+ * with the tensor, the rule, the expression, and both numbers. ctx prefixes messages (file
+ * name). Distribution over T is checked later, by the layout (or tp_plan_check_ranks). */
+int tp_plan_resolve(const tp_plan *pl, tp_expr_ctx *cfg, const st_tensor *t, tp_lookup_fn lookup,
+		    void *lctx, const tp_resolve_opts *o, const char *ctx, tp_resolved *out,
+		    tp_err *e);
+
+/* Cuts t under s for every rank of T (the check `tpfs plan` makes so that every tensor that
+ * cannot be served is reported, not only the first). Returns 0, or -1 with the first refusal
+ * plus the values of T that would work (and expert parallelism for experts) in e. ctx prefixes
+ * messages. */
+int tp_plan_check_ranks(const st_tensor *t, const tp_spec *s, uint32_t T, const char *ctx, tp_err *e);
+
+#endif

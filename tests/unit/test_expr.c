@@ -1,0 +1,243 @@
+/* test_expr.c: the plan expression language (expr.h) on its own: arithmetic and its checks,
+ * config lookups (nested keys, prefixes, lists, missing values), short-circuit evaluation of
+ * && || ?:, and hostile input (INT64_MIN / -1, % -1, deep nesting on every recursive path,
+ * literals that do not fit). Expected values are worked out by hand from the grammar. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "expr.h"
+
+static const char *config_text =
+	"{\"num_attention_heads\": 32, \"hidden_size\": 4096, \"num_key_value_heads\": null,"
+	" \"layer_types\": [\"linear_attention\", \"full_attention\"],"
+	" \"linear_attn_config\": {\"num_heads\": 64, \"head_dim\": 128, \"kda_layers\": [1, 3]},"
+	" \"text_config\": {\"hidden_size\": 2048, \"vocab_size\": 1000},"
+	" \"huge\": 1e300, \"half\": 2.5, \"flag\": true, \"obj\": {\"a\": 1}}";
+
+static cJSON *config;
+
+static tp_expr_ctx ctx(int prefixed)
+{
+	tp_expr_ctx c;
+	memset(&c, 0, sizeof c);
+	c.config = config;
+	if (prefixed) {
+		c.prefix[0] = "text_config";
+		c.nprefix = 1;
+	}
+	return c;
+}
+
+/* Evaluates src and requires the value want. */
+static void ok(const char *src, int64_t want)
+{
+	tp_expr_ctx c = ctx(0);
+	tp_expr_bind(&c, "i", 1);
+	tp_err e;
+	tp_err_clear(&e);
+	int64_t v = -12345;
+	int rc = tp_expr_int(&c, src, &v, &e);
+	if (rc != 0 || v != want)
+		fail_msg("'%s': rc %d value %lld (want %lld): %s", src, rc, (long long)v, (long long)want, e.msg);
+}
+
+/* Evaluates src and requires an error (TP_ERULE) whose message contains want. */
+static void bad(const char *src, const char *want)
+{
+	tp_expr_ctx c = ctx(0);
+	tp_expr_bind(&c, "i", 1);
+	tp_err e;
+	tp_err_clear(&e);
+	int64_t v;
+	int rc = tp_expr_int(&c, src, &v, &e);
+	if (rc == 0 || e.code != TP_ERULE || !strstr(e.msg, want))
+		fail_msg("'%.60s': rc %d code %d msg '%s' (want '%s')", src, rc, e.code, e.msg, want);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	config = cJSON_Parse(config_text);
+	return config ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	cJSON_Delete(config);
+	return 0;
+}
+
+static void test_arithmetic(void **state)
+{
+	(void)state;
+	ok("1 + 2 * 3", 7);
+	ok("(1 + 2) * 3", 9);
+	ok("10 - 4 - 3", 3);
+	ok("12 / 4 / 3", 1);
+	ok("17 % 5", 2);
+	ok("-3 + 5", 2);
+	ok("--3", 3);
+	ok("2 < 3 && 3 <= 3 && 4 > 3 && 4 >= 4 && 1 == 1 && 1 != 2", 1);
+	ok("!0 + !5", 1);
+	ok("cdiv(7, 2) + min(3, 9) * 10 + max(3, 9) * 100", 4 + 30 + 900);
+	ok("9223372036854775807", INT64_MAX);
+	ok("-9223372036854775807 - 1", INT64_MIN);
+	bad("7 / 2", "7 / 2 is not exact");
+	bad("1 / 0", "division by zero");
+	bad("1 % 0", "division by zero");
+	bad("4611686018427387904 * 2", "multiplication overflows");
+	bad("9223372036854775807 + 1", "addition overflows");
+	bad("cdiv(1, 0)", "division by a non-positive number");
+	bad("(3 +", "unexpected text");
+	bad("3 3", "unexpected text at '3'");
+	bad("nosuch(1)", "unknown function or wrong number of arguments: nosuch()");
+	bad("min(1)", "unknown function or wrong number of arguments: min()");
+}
+
+static void test_config(void **state)
+{
+	(void)state;
+	ok("num_attention_heads * 128 / hidden_size", 1);
+	ok("linear_attn_config.num_heads * linear_attn_config.head_dim", 8192);
+	ok("layer_types[i] == 'full_attention'", 1);
+	ok("layer_types[0] == \"linear_attention\"", 1);
+	ok("has(layer_types[2])", 0);  /* past the end is missing */
+	ok("in(i + 2, linear_attn_config.kda_layers)", 1);
+	ok("in(2, linear_attn_config.kda_layers)", 0);
+	ok("in(2, nosuch)", 0);
+	ok("len(layer_types)", 2);
+	ok("first(num_key_value_heads, nosuch, 8)", 8); /* null counts as missing */
+	ok("has(num_key_value_heads)", 0);
+	ok("flag + 1", 2);
+	bad("nosuch + 1", "key 'nosuch' is missing from config.json");
+	bad("half", "config value 'half' is not an integer");
+	bad("huge", "config value 'huge' is not an integer");
+	bad("obj", "config value 'obj' is an object, not a value");
+	bad("len(nosuch)", "key 'nosuch' is missing");
+	/* a missing value at the top: rc 1, TP_ERULE, naming the key */
+	tp_expr_ctx c = ctx(0);
+	tp_err e;
+	int64_t v;
+	assert_int_equal(tp_expr_int(&c, "first(nosuch, other)", &v, &e), 1);
+	assert_int_equal(e.code, TP_ERULE);
+	assert_non_null(strstr(e.msg, "key 'other' is missing"));
+	/* prefixes are searched first */
+	c = ctx(1);
+	assert_int_equal(tp_expr_int(&c, "hidden_size + vocab_size + num_attention_heads", &v, &e), 0);
+	assert_int_equal(v, 2048 + 1000 + 32);
+	assert_non_null(strstr(c.used, "hidden_size=2048"));
+}
+
+static void test_short_circuit(void **state)
+{
+	(void)state;
+	/* the untaken side is parsed, never evaluated */
+	ok("has(foo) && foo > 3", 0);
+	ok("!has(foo) || foo > 3", 1);
+	ok("has(num_attention_heads) && num_attention_heads > 3", 1);
+	ok("0 && 1 / 0", 0);
+	ok("1 || 1 / 0", 1);
+	ok("1 ? 2 : foo", 2);
+	ok("0 ? foo * 7 / 0 : 3", 3);
+	ok("has(foo) ? foo : 16", 16);
+	ok("0 && (9223372036854775807 + 1 > 0)", 0);
+	ok("0 && first(a, b, c)[4] > 2 ? 5 : 6", 6);
+	ok("1 ? 1 ? 2 : x : y", 2);
+	ok("0 ? x : 0 ? y : 4", 4);
+	ok("has(foo) && len(foo) > 0 || 7 == 7", 1);
+	/* taken sides still fail */
+	bad("1 && foo > 3", "key 'foo' is missing");
+	bad("0 || 1 / 0", "division by zero");
+	bad("0 ? 1 : foo", "key 'foo' is missing");
+	/* syntax errors and unknown functions in the untaken side are still errors */
+	bad("0 && (3 +", "unexpected text");
+	bad("1 || nosuch(1)", "unknown function");
+	bad("1 ? 2 3", "expected ':'");
+	/* the untaken side does not count as a key the evaluation read */
+	tp_expr_ctx c = ctx(0);
+	tp_err e;
+	int64_t v;
+	assert_int_equal(tp_expr_int(&c, "0 && hidden_size > 1 ? num_attention_heads : 5", &v, &e), 0);
+	assert_int_equal(v, 5);
+	assert_null(strstr(c.used, "hidden_size"));
+	assert_null(strstr(c.used, "num_attention_heads"));
+	/* conditions: missing is false */
+	assert_int_equal(tp_expr_cond(&c, "foo", &e), 0);
+	assert_int_equal(tp_expr_cond(&c, "has(foo) && foo == 3", &e), 0);
+}
+
+static void test_overflow(void **state)
+{
+	(void)state;
+	bad("(-9223372036854775807 - 1) / -1", "division overflows");
+	bad("(-9223372036854775807 - 1) % -1", "remainder overflows");
+	bad("-(-9223372036854775807 - 1)", "negation overflows");
+	ok("(-9223372036854775807 - 1) / 1", INT64_MIN);
+	ok("(-9223372036854775807) % -1", 0);
+	bad("cdiv(9223372036854775807, 2)", "overflows");
+	bad("99999999999999999999", "the literal 99999999999999999999 does not fit in a signed 64-bit integer");
+	bad("9223372036854775808", "does not fit");
+	bad("1 + 123456789012345678901234567890123", "does not fit");
+}
+
+/* Builds prefix^n core suffix^n. */
+static char *nest(const char *prefix, const char *core, const char *suffix, int n)
+{
+	size_t lp = strlen(prefix), ls = strlen(suffix), lc = strlen(core);
+	char *s = malloc((lp + ls) * (size_t)n + lc + 1), *w = s;
+	assert_non_null(s);
+	for (int i = 0; i < n; i++, w += lp)
+		memcpy(w, prefix, lp);
+	memcpy(w, core, lc);
+	w += lc;
+	for (int i = 0; i < n; i++, w += ls)
+		memcpy(w, suffix, ls);
+	*w = 0;
+	return s;
+}
+
+static void test_depth(void **state)
+{
+	(void)state;
+	/* every recursive path, 10,000 deep: an error, never a crash */
+	struct {
+		const char *pre, *core, *suf;
+	} paths[] = {
+		{"1?", "1", ":0"},             /* the branches of ?: */
+		{"0?0:", "1", ""},             /* the else branch */
+		{"(", "1", ")"},               /* parentheses */
+		{"!", "1", ""},                /* unary ! */
+		{"-", "1", ""},                /* unary - */
+		{"min(", "1", ",1)"},          /* function arguments */
+		{"layer_types[", "0", "]"},    /* indexes */
+		{"0&&(", "1", ")"},            /* an untaken side */
+	};
+	for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++) {
+		char *s = nest(paths[k].pre, paths[k].core, paths[k].suf, 10000);
+		bad(s, "nested more than 100 levels deep");
+		free(s);
+	}
+	/* a reasonable depth still works */
+	char *s = nest("(", "7", ")", 40);
+	ok(s, 7);
+	free(s);
+	s = nest("1?", "3", ":0", 40);
+	ok(s, 3);
+	free(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_arithmetic), cmocka_unit_test(test_config), cmocka_unit_test(test_short_circuit),
+		cmocka_unit_test(test_overflow),   cmocka_unit_test(test_depth),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
