@@ -619,7 +619,14 @@ static int cmd_plan(int argc, char **argv)
 				size_t len;
 				cJSON *p = cJSON_Parse(tp_builtin_text(i, &len));
 				const cJSON *d = cJSON_GetObjectItemCaseSensitive(p, "description");
-				printf("%-16s %s\n", tp_builtin_name(i), cJSON_IsString(d) ? d->valuestring : "");
+				const cJSON *mt = cJSON_GetObjectItemCaseSensitive(
+					cJSON_GetObjectItemCaseSensitive(p, "detect"), "model_type");
+				printf("%-16s %s\n%-16s model types: ", tp_builtin_name(i),
+				       cJSON_IsString(d) ? d->valuestring : "", "");
+				int k = 0;
+				const cJSON *it;
+				cJSON_ArrayForEach(it, mt) if (cJSON_IsString(it)) printf("%s%s", k++ ? ", " : "", it->valuestring);
+				puts(k ? "" : "none (only with --plan generic)");
 				cJSON_Delete(p);
 			}
 			return 0;

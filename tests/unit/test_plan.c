@@ -631,13 +631,14 @@ static void test_choice(void **state)
 		assert_int_equal(tp_plan_choose(c, NULL, &pl, origin, sizeof origin, &e), -1);
 		char want[256];
 		snprintf(want, sizeof want, "no built-in plan knows %s (built-in plans: deepseek (deepseek_v3, ", unknown[i].names);
-		if (!strstr(e.msg, want) || !strstr(e.msg, "; generic (only with --plan generic); kda (kimi_linear, glm5_next); llama (llama, ") ||
+		if (!strstr(e.msg, want) || !strstr(e.msg, "; generic (only with --plan generic); gpt-oss (gpt_oss); kda (kimi_linear, glm5_next); llama (llama, ") ||
 		    !strstr(e.msg, "give a plan file with --plan FILE") || !strstr(e.msg, "accept the generic name-based guess with --plan generic"))
 			fail_msg("%s: %s", unknown[i].names, e.msg);
 		cJSON_Delete(c);
 	}
 	assert_int_equal(tp_plan_choose(NULL, "nosuch", &pl, origin, sizeof origin, &e), -1);
-	assert_non_null(strstr(e.msg, "--plan nosuch: no such built-in plan (built-in: deepseek, generic, kda, llama, qwen-moe, qwen3-next"));
+	assert_non_null(strstr(e.msg, "--plan nosuch: no such built-in plan (built-in: deepseek, ernie4_5-moe, generic, gpt-oss, kda, llama, llama4, "
+				   "mixtral, phi3, qwen-moe, qwen3-next"));
 }
 
 /* tp_model_open on a missing folder fails cleanly (the ASan build's leak check covers m->src) */

@@ -1,0 +1,501 @@
+"""Tiny random checkpoints written by the real transformers model code, one per architecture family,
+and what a tensor-parallel rank of each looks like to that code.
+
+Owned here: the family table (config of a tiny model with every layer kind of the family, the
+model class, the config keys that are per-rank counts), building and saving a checkpoint
+(`save_pretrained` with a small max_shard_size, so the index is used; fixed seeds), each rank's
+local config (computed from the rules of the family, independently of tpfs), and the hooks that
+turn a local-size model into one rank of a tensor-parallel forward over torch.distributed
+(vocab-parallel embedding and lm_head, row-parallel outputs summed, norms over all heads
+all-reduced). test_real_models.py drives it.
+
+Sizes divide by 2 and 4 (and by 3 where the family allows uneven heads): hidden 64, 8 heads of 16,
+intermediate 96, experts of 48, vocabulary 384.
+"""
+import copy
+import json
+import os
+
+V, D, I, IM = 384, 64, 96, 48
+
+
+def _common(**kw):
+    base = dict(vocab_size=V, hidden_size=D, intermediate_size=I, num_attention_heads=8, max_position_embeddings=256,
+                pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    base.update(kw)
+    return base
+
+
+def _mla(**kw):
+    base = _common(num_key_value_heads=8, kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8, qk_nope_head_dim=16,
+                   v_head_dim=16, moe_intermediate_size=IM, n_routed_experts=8, num_experts_per_tok=2,
+                   n_shared_experts=1, n_group=1, topk_group=1, first_k_dense_replace=1, num_hidden_layers=3)
+    base.update(kw)
+    return base
+
+
+# Each family: the config class and its arguments, the model class, the per-rank keys
+# ("key" or "sub.key", kind: even / uneven / groups / same_as:<key>), the Ts it runs at, the
+# tensor whose halves the wrong-split check swaps on rank 0 (a regex over the local state dict),
+# and hooks (extra TP patching). `config_json` post-edits the saved config.json (other forms).
+FAMILIES = {}
+
+
+def family(name, cfg_cls, cfg, model_cls, per_rank, ts=(2, 4), wrong=r"layers\.0\.self_attn\.q_proj\.weight$",
+           wrong_dim=0, config_json=None, global_norms=(), rank0_bias=(), mxfp4=False, mtp=False):
+    FAMILIES[name] = dict(name=name, cfg_cls=cfg_cls, cfg=cfg, model_cls=model_cls, per_rank=per_rank, ts=ts,
+                          wrong=wrong, wrong_dim=wrong_dim, config_json=config_json, global_norms=global_norms,
+                          rank0_bias=rank0_bias, mxfp4=mxfp4, mtp=mtp)
+
+
+GQA = [("num_attention_heads", "even"), ("num_key_value_heads", "groups"), ("intermediate_size", "even")]
+
+family("llama", "LlamaConfig", _common(num_key_value_heads=2, num_hidden_layers=2, head_dim=16, attention_bias=True),
+       "LlamaForCausalLM", GQA)
+family("mistral", "MistralConfig", _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16), "MistralForCausalLM", GQA)
+family("qwen2", "Qwen2Config", _common(num_key_value_heads=2, num_hidden_layers=2), "Qwen2ForCausalLM", GQA)
+family("qwen3", "Qwen3Config", _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, tie_word_embeddings=True),
+       "Qwen3ForCausalLM", GQA)
+family("qwen2_moe", "Qwen2MoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, moe_intermediate_size=IM, shared_expert_intermediate_size=IM,
+               num_experts=8, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[0]),
+       "Qwen2MoeForCausalLM", GQA + [("moe_intermediate_size", "even"), ("shared_expert_intermediate_size", "even")])
+family("qwen3_moe", "Qwen3MoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, moe_intermediate_size=IM, num_experts=8,
+               num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[0]),
+       "Qwen3MoeForCausalLM", GQA + [("moe_intermediate_size", "even")])
+
+MLA = [("num_attention_heads", "uneven"), ("num_key_value_heads", "same_as:num_attention_heads"),
+       ("intermediate_size", "even"), ("moe_intermediate_size", "even")]
+family("deepseek_v3", "DeepseekV3Config", _mla(), "DeepseekV3ForCausalLM", MLA, ts=(2, 3, 4), mtp=True,
+       wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
+family("kimi_k2", "DeepseekV3Config", _mla(), "DeepseekV3ForCausalLM", MLA, ts=(2, 3, 4), mtp=True,
+       wrong=r"layers\.0\.self_attn\.kv_b_proj\.weight$",
+       config_json=lambda c: c.update(model_type="kimi_k2", architectures=["DeepseekV3ForCausalLM"]))
+# DeepseekV2Config refuses a hidden size that is not a multiple of the head count (3 heads of 8 at T=3):
+# the model code's check, not the split's, so T=3 is proven on the other MLA families.
+family("deepseek_v2", "DeepseekV2Config", _mla(q_lora_rank=None, n_group=1, topk_group=1), "DeepseekV2ForCausalLM",
+       MLA)
+family("deepseek_v32", "DeepseekV32Config",
+       _mla(index_topk=8, index_head_dim=16, index_n_heads=4, mlp_layer_types=["dense", "sparse", "sparse"]),
+       "DeepseekV32ForCausalLM", MLA, ts=(2, 3, 4), mtp=True, wrong=r"layers\.0\.self_attn\.o_proj\.weight$", wrong_dim=1)
+family("glm_moe_dsa", "GlmMoeDsaConfig",
+       _mla(index_topk=8, index_head_dim=16, index_n_heads=4, mlp_layer_types=["dense", "sparse", "sparse"]),
+       "GlmMoeDsaForCausalLM", MLA, ts=(2, 3, 4), mtp=True, wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
+family("glm4_moe", "Glm4MoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, moe_intermediate_size=IM, n_routed_experts=8,
+               num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
+               use_qk_norm=True, attention_bias=True),
+       "Glm4MoeForCausalLM", GQA + [("moe_intermediate_size", "even")])
+
+KDA = [("linear_num_heads", "even"), ("num_attention_heads", "even"),
+       ("num_key_value_heads", "same_as:num_attention_heads"), ("intermediate_size", "even"),
+       ("moe_intermediate_size", "even")]
+_kimi = _mla(num_hidden_layers=4, linear_num_heads=8, linear_head_dim=16, linear_conv_kernel_dim=4,
+             layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+             mlp_layer_types=["dense", "sparse", "sparse", "sparse"], q_lora_rank=None, num_experts=8,
+             num_local_experts=8, qk_rope_head_dim=0)
+del _kimi["n_routed_experts"], _kimi["first_k_dense_replace"]
+family("kimi_linear", "KimiLinearConfig", _kimi, "KimiLinearForCausalLM", KDA,
+       wrong=r"layers\.0\.self_attn\.k_proj\.weight$")
+
+
+def _kimi_remote_form(c):
+    """The form of checkpoints published with the original remote code: linear_attn_config, 1-based layer lists."""
+    c["linear_attn_config"] = {"num_heads": c.pop("linear_num_heads"), "head_dim": c.pop("linear_head_dim"),
+                               "short_conv_kernel_size": c.pop("linear_conv_kernel_dim"),
+                               "kda_layers": [i + 1 for i, t in enumerate(c["layer_types"]) if t == "linear_attention"],
+                               "full_attn_layers": [i + 1 for i, t in enumerate(c["layer_types"]) if t != "linear_attention"]}
+    del c["layer_types"]
+
+
+family("kimi_linear_remote", "KimiLinearConfig", _kimi, "KimiLinearForCausalLM", KDA,
+       wrong=r"layers\.1\.self_attn\.forget_gate\.dt_bias$", config_json=_kimi_remote_form)
+
+_g5 = _mla(num_hidden_layers=4, qk_rope_head_dim=0, linear_num_heads=8, linear_head_dim=16, linear_conv_kernel_dim=4,
+           hc_mult=2, index_topk=8, index_head_dim=16, index_n_heads=4, index_kpool=4,
+           layer_types=["linear_attention", "linear_attention", "linear_attention", "indexed_attention"],
+           mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+del _g5["first_k_dense_replace"]
+family("glm5_next", "Glm5NextConfig", dict(text_config=_g5, vision_config=dict(
+    depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=D, projection_intermediate_size=64)),
+       "Glm5NextForConditionalGeneration", [("text_config." + k, v) for k, v in KDA],
+       wrong=r"layers\.0\.self_attn\.g_b_proj\.weight$", mtp=True)
+
+
+
+def _glm5_remote_form(c):
+    """GLM-5.3 as the original remote code writes it (tp-rules.md section 7): linear_attn_config in text_config,
+    DSA layers named deepseek_sparse_attention."""
+    t = c["text_config"]
+    t["linear_attn_config"] = {"num_heads": t.pop("linear_num_heads"), "head_dim": t.pop("linear_head_dim"),
+                               "short_conv_kernel_size": t.pop("linear_conv_kernel_dim"),
+                               "kda_layers": [i + 1 for i, x in enumerate(t["layer_types"]) if x == "linear_attention"],
+                               "full_attn_layers": [i + 1 for i, x in enumerate(t["layer_types"]) if x != "linear_attention"]}
+    t["layer_types"] = [x if x == "linear_attention" else "deepseek_sparse_attention" for x in t["layer_types"]]
+
+
+family("glm5_next_remote", "Glm5NextConfig", FAMILIES["glm5_next"]["cfg"], "Glm5NextForConditionalGeneration",
+       FAMILIES["glm5_next"]["per_rank"], wrong=r"layers\.2\.self_attn\.forget_gate\.A_log$", config_json=_glm5_remote_form)
+
+GDN = [("linear_num_key_heads", "even"), ("linear_num_value_heads", "even")]
+_gdn = _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, linear_conv_kernel_dim=4, linear_key_head_dim=16,
+               linear_value_head_dim=16, linear_num_key_heads=4, linear_num_value_heads=8,
+               layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"])
+family("qwen3_next", "Qwen3NextConfig",
+       dict(_gdn, moe_intermediate_size=IM, shared_expert_intermediate_size=IM, num_experts=8, num_experts_per_tok=2,
+            decoder_sparse_step=1, mlp_only_layers=[0]),
+       "Qwen3NextForCausalLM",
+       GQA + GDN + [("moe_intermediate_size", "even"), ("shared_expert_intermediate_size", "even")],
+       wrong=r"layers\.0\.linear_attn\.in_proj_qkvz\.weight$")
+family("qwen3_5", "Qwen3_5TextConfig", _gdn, "Qwen3_5ForCausalLM", GQA + GDN,
+       wrong=r"layers\.0\.linear_attn\.in_proj_qkv\.weight$")
+family("qwen3_5_moe", "Qwen3_5MoeTextConfig",
+       dict(_gdn, moe_intermediate_size=IM, shared_expert_intermediate_size=IM, num_experts=8, num_experts_per_tok=2),
+       "Qwen3_5MoeForCausalLM",
+       GQA + GDN + [("moe_intermediate_size", "even"), ("shared_expert_intermediate_size", "even")],
+       wrong=r"layers\.3\.self_attn\.q_proj\.weight$")
+
+family("gemma3", "Gemma3TextConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
+               layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=True),
+       "Gemma3ForCausalLM", GQA)
+family("gemma3_mm", "Gemma3Config", dict(
+    text_config=_common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, query_pre_attn_scalar=16,
+                        sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                       patch_size=14), mm_tokens_per_image=4, image_token_index=V - 1, boi_token_index=V - 3,
+    eoi_token_index=V - 2), "Gemma3ForConditionalGeneration", [("text_config." + k, v) for k, v in GQA],
+       wrong=r"layers\.1\.self_attn\.k_proj\.weight$")
+family("phi3", "Phi3Config", _common(num_key_value_heads=4, num_hidden_layers=2), "Phi3ForCausalLM", GQA,
+       wrong=r"layers\.0\.self_attn\.qkv_proj\.weight$")
+family("mixtral", "MixtralConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, num_local_experts=8,
+               num_experts_per_tok=2),
+       "MixtralForCausalLM", GQA)
+family("ernie4_5_moe", "Ernie4_5_MoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, moe_intermediate_size=IM, moe_num_experts=8, moe_k=2,
+               moe_num_shared_experts=1, moe_layer_start_index=1, use_bias=False),
+       "Ernie4_5_MoeForCausalLM", GQA + [("moe_intermediate_size", "even")])
+family("gpt_oss", "GptOssConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, num_local_experts=8,
+               num_experts_per_tok=2, sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
+       "GptOssForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.sinks$", rank0_bias=("down_proj_bias",))
+# gpt-oss as published: experts in MXFP4 (blocks of 32 FP4 values, 16 bytes, and one E8M0 scale per block).
+# intermediate 128 so that a rank's down_proj keeps whole blocks at T=4 (128 / 4 = 32).
+family("gpt_oss_mxfp4", "GptOssConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=128, num_local_experts=8,
+               num_experts_per_tok=2, sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
+       "GptOssForCausalLM", GQA, wrong=r"layers\.1\.mlp\.experts\.down_proj$", wrong_dim=1,
+       rank0_bias=("down_proj_bias",), mxfp4=True)
+family("minimax_m2", "MiniMaxM2Config",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, num_local_experts=8,
+               num_experts_per_tok=2),
+       "MiniMaxM2ForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
+family("llama4", "Llama4TextConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, intermediate_size_mlp=I,
+               num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2, attention_chunk_size=8),
+       "Llama4ForCausalLM", GQA + [("intermediate_size_mlp", "even")],
+       wrong=r"layers\.1\.feed_forward\.experts\.gate_up_proj$", wrong_dim=2)
+
+
+def text_of(cfg):
+    return cfg.get("text_config") or cfg
+
+
+def _get(d, path):
+    for k in path.split("."):
+        d = d[k]
+    return d
+
+
+def _set(d, path, v):
+    ks = path.split(".")
+    for k in ks[:-1]:
+        d = d[k]
+    d[ks[-1]] = v
+
+
+def _has(d, path):
+    for k in path.split("."):
+        if not isinstance(d, dict) or k not in d:
+            return False
+        d = d[k]
+    return True
+
+
+def local_count(n, T, r, kind):
+    """Rank r's share of n units (tp-rules.md section 1): even, uneven (first n % T ranks one more),
+    groups (one unit per rank when n < T)."""
+    if kind == "groups" and n < T:
+        assert T % n == 0, (n, T)
+        return 1
+    if kind == "uneven":
+        return n // T + (1 if r < n % T else 0)
+    assert n % T == 0, (n, T, kind)
+    return n // T
+
+
+def local_config(fam, cfg, T, r):
+    """The config.json dict of rank r of T: the per-rank keys replaced by the rank's counts."""
+    out = copy.deepcopy(cfg)
+    text = "text_config." if "text_config" in cfg else ""
+    t = text_of(out)
+    if not t.get("head_dim") and "kv_lora_rank" not in t:  # the head width, implied by the global head count
+        t["head_dim"] = t["hidden_size"] // t["num_attention_heads"]
+    paths = [p for p, _ in fam["per_rank"]]
+    if "linear_attn_config" in text_of(cfg):
+        paths = [p.replace("linear_num_heads", "linear_attn_config.num_heads") for p in paths]
+    for (path, kind) in zip(paths, [k for _, k in fam["per_rank"]]):
+        if not _has(cfg, path):
+            continue
+        if kind.startswith("same_as:"):
+            _set(out, path, _get(out, text + kind[8:]))
+        else:
+            _set(out, path, local_count(_get(cfg, path), T, r, kind))
+    _set(out, text + "vocab_size", local_count(_get(cfg, text + "vocab_size"), T, r, "even"))
+    return out
+
+
+def build(name, out_dir, seed=0):
+    """Writes family `name`'s tiny checkpoint to out_dir (several files and an index); returns config.json's dict."""
+    import torch
+    import transformers
+    fam = FAMILIES[name]
+    torch.manual_seed(seed)
+    cfg = getattr(transformers, fam["cfg_cls"])(**copy.deepcopy(fam["cfg"]))
+    model = getattr(transformers, fam["model_cls"])(cfg).eval()
+    with torch.no_grad():  # make the tiny model's numbers of a useful size: weights ~ 1/sqrt(fan-in), norms ~ 1
+        g = torch.Generator().manual_seed(seed + 1)
+        for n, p in model.named_parameters():
+            if n.endswith("sinks"):  # attention sinks: one logit per head, of the size of attention scores
+                p.copy_(2.0 * torch.randn(p.shape, generator=g, dtype=torch.float32))
+            elif p.ndim >= 2:
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) / (p.shape[-1] ** 0.5))
+            else:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float32))
+    model.save_pretrained(out_dir, max_shard_size="64KB")
+    path = os.path.join(out_dir, "config.json")
+    with open(path) as f:
+        c = json.load(f)
+    if fam["mxfp4"]:
+        _to_mxfp4(out_dir, c, seed)
+    if fam["mtp"]:
+        _add_mtp(out_dir, c)
+    if fam["config_json"]:
+        fam["config_json"](c)
+        with open(path, "w") as f:
+            json.dump(c, f, indent=1)
+    return c
+
+
+def mtp_prefix(cfg):
+    """Where DeepSeek-style checkpoints keep their MTP layer: layers.{num_hidden_layers}."""
+    t = text_of(cfg)
+    return ("model.language_model." if "text_config" in cfg else "model.") + "layers.%d." % t["num_hidden_layers"]
+
+
+def _add_mtp(out_dir, c):
+    """Appends a DeepSeek-style MTP layer at layers.{num_hidden_layers} (transformers does not build or
+    run it: it ignores these tensors on load): a copy of the last decoder layer (MLA attention, MoE) plus
+    eh_proj [D, 2D], enorm, hnorm, shared_head.norm [D], shared_head.head and embed_tokens [V, D]. The
+    copy lets the test require each MTP tensor on each rank to equal the same rank's tensor of the copied,
+    numerically proven layer."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+    t = text_of(c)
+    last = mtp_prefix(c).replace("layers.%d." % t["num_hidden_layers"], "layers.%d." % (t["num_hidden_layers"] - 1))
+    ipath = os.path.join(out_dir, "model.safetensors.index.json")
+    with open(ipath) as f:
+        idx = json.load(f)
+    wm = idx["weight_map"]
+    out = {}
+    for k, fn in sorted(wm.items()):
+        if k.startswith(last):
+            out[mtp_prefix(c) + k[len(last):]] = load_file(os.path.join(out_dir, fn))[k]
+    rng = np.random.default_rng(11)
+    Dm, Vm = t["hidden_size"], t["vocab_size"]
+    for k, shape in (("eh_proj.weight", (Dm, 2 * Dm)), ("enorm.weight", (Dm,)), ("hnorm.weight", (Dm,)),
+                     ("shared_head.norm.weight", (Dm,)), ("shared_head.head.weight", (Vm, Dm)),
+                     ("embed_tokens.weight", (Vm, Dm))):
+        out[mtp_prefix(c) + k] = rng.standard_normal(shape).astype(np.float32)
+    save_file(out, os.path.join(out_dir, "model-mtp.safetensors"), metadata={"format": "pt"})
+    for k in out:
+        wm[k] = "model-mtp.safetensors"
+    with open(ipath, "w") as f:
+        json.dump(idx, f, indent=1)
+
+
+def _to_mxfp4(out_dir, c, seed):
+    """Rewrites the fused experts of a saved gpt-oss checkpoint as the published MXFP4 layout:
+    gate_up_proj [E, D, 2I] becomes gate_up_proj_blocks [E, 2I, D/32, 16] (U8, two FP4 per byte) and
+    gate_up_proj_scales [E, 2I, D/32] (U8, E8M0); down_proj [E, I, D] becomes [E, D, I/32, 16] and
+    [E, D, I/32]. Random codes (the test compares dequantized models, so any codes do)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    g = torch.Generator().manual_seed(seed + 7)
+    ipath = os.path.join(out_dir, "model.safetensors.index.json")
+    with open(ipath) as f:
+        idx = json.load(f)
+    wm = idx["weight_map"]
+    for fn in sorted(set(wm.values())):
+        t = load_file(os.path.join(out_dir, fn))
+        names = [k for k in t if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+        for k in names:
+            E, cols, rows = t.pop(k).shape
+            t[k + "_blocks"] = torch.randint(0, 256, (E, rows, cols // 32, 16), generator=g, dtype=torch.uint8)
+            t[k + "_scales"] = torch.randint(122, 128, (E, rows, cols // 32), generator=g, dtype=torch.uint8)
+            del wm[k]
+            wm[k + "_blocks"] = wm[k + "_scales"] = fn
+        if names:
+            save_file(t, os.path.join(out_dir, fn), metadata={"format": "pt"})
+    with open(ipath, "w") as f:
+        json.dump(idx, f, indent=1)
+    c["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+
+
+def _load_mxfp4(fam, path, cfg_dict):
+    """Loads an MXFP4 gpt-oss folder the way transformers does without a GPU: every *_blocks / *_scales
+    pair dequantized by transformers' own convert_moe_packed_tensors into the BF16 layout, then
+    load_state_dict(strict=True) (missing, unexpected or mismatched tensors raise)."""
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    with open(os.path.join(path, "model.safetensors.index.json")) as f:
+        files = sorted(set(json.load(f)["weight_map"].values()))
+    sd = {}
+    for fn in files:
+        sd.update(load_file(os.path.join(path, fn)))
+    for k in [k for k in sd if k.endswith("_blocks")]:
+        base = k[:-len("_blocks")]
+        sd[base] = convert_moe_packed_tensors(sd.pop(k), sd.pop(base + "_scales"), dtype=DTYPE())
+    torch.set_default_dtype(DTYPE())
+    try:
+        model = getattr(transformers, fam["model_cls"])(config_object(fam, cfg_dict))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    model.config._attn_implementation = "eager"
+    model.config._experts_implementation = "eager"
+    model.load_state_dict({k: v.to(DTYPE()) for k, v in sd.items()}, strict=True)
+    return model.eval()
+
+
+def config_object(fam, cfg_dict):
+    import transformers
+    d = copy.deepcopy(cfg_dict)
+    d.pop("model_type", None)
+    d.pop("architectures", None)
+    d.pop("transformers_version", None)
+    d.pop("quantization_config", None)
+    return getattr(transformers, fam["cfg_cls"])(**d)
+
+
+def load(fam, path, cfg_dict):
+    """The model at path under cfg_dict, loaded strictly: raises on any missing, unexpected or mismatched tensor."""
+    import torch
+    import transformers
+    if fam["mxfp4"]:
+        return _load_mxfp4(fam, path, cfg_dict)
+    cls = getattr(transformers, fam["model_cls"])
+    model, info = cls.from_pretrained(path, config=config_object(fam, cfg_dict), output_loading_info=True,
+                                      dtype=DTYPE(), attn_implementation="eager",
+                                      experts_implementation="eager")
+    if fam["mtp"]:  # the MTP layer, which transformers neither builds nor runs: checked byte for byte instead
+        pre = mtp_prefix(cfg_dict)
+        info["unexpected_keys"] = [k for k in info["unexpected_keys"] if not k.startswith(pre)]
+    bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys",
+                                                          "error_msgs")}
+    if bad:
+        raise AssertionError("%s: loading %s is not strict: %s" % (fam["name"], path, bad))
+    return model.eval()
+
+
+def tp_patch(fam, model, T, r):
+    """Makes `model` (rank r's local-size model) one rank of a tensor-parallel forward: the
+    vocab-parallel embedding sums its rows over ranks, lm_head's vocab slices are gathered, every
+    row-parallel output (o_proj, down_proj, out_proj, fused experts) is summed over ranks with its
+    bias added once, and the norms named in global_norms reduce their variance over all ranks."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch import nn
+
+    def allsum(t):
+        dist.all_reduce(t)
+        return t
+
+    for name, mod in model.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        if ".visual" in name or "vision" in name:
+            continue
+        if isinstance(mod, nn.Embedding) and leaf == "embed_tokens":
+            n = mod.weight.shape[0]
+            orig = mod.forward
+
+            def emb(ids, orig=orig, n=n):
+                loc = ids - r * n
+                miss = (loc < 0) | (loc >= n)
+                out = orig(loc.masked_fill(miss, 0))
+                return allsum(out.masked_fill(miss[..., None], 0.0))
+            mod.forward = emb
+        elif name.endswith("lm_head") and isinstance(mod, nn.Linear):
+            orig = mod.forward
+
+            def head(x, orig=orig):
+                y = orig(x).contiguous()
+                parts = [torch.empty_like(y) for _ in range(T)]
+                dist.all_gather(parts, y)
+                return torch.cat(parts, dim=-1)
+            mod.forward = head
+        elif isinstance(mod, nn.Linear) and leaf in ("o_proj", "down_proj", "out_proj", "w2"):
+            def row(x, mod=mod):
+                y = allsum(F.linear(x, mod.weight))
+                return y + mod.bias if mod.bias is not None else y
+            mod.forward = row
+        elif leaf == "experts" and not isinstance(mod, nn.ModuleList):
+            for b in fam["rank0_bias"]:
+                if r != 0:
+                    getattr(mod, b).data.zero_()
+            mod.register_forward_hook(lambda m, a, out: allsum(out))
+        elif leaf in fam["global_norms"]:
+            w = mod.weight.shape[0]
+            eps = mod.variance_epsilon
+
+            def gnorm(x, mod=mod, w=w, eps=eps):
+                x32 = x.float()
+                ss = allsum(x32.pow(2).sum(-1, keepdim=True))
+                n = allsum(torch.tensor([float(w)]))
+                return mod.weight * (x32 * torch.rsqrt(ss / n + eps)).to(x.dtype)
+            mod.forward = gnorm
+    return model
+
+
+def DTYPE():
+    """The dtype of every forward: float64, so that the check measures the split, not float32's rounding
+    (TPFS_REAL_DTYPE=float32 runs it in float32 instead, for comparison)."""
+    import torch
+    return getattr(torch, os.environ.get("TPFS_REAL_DTYPE", "float64"))
+
+
+def input_ids():
+    import torch
+    g = torch.Generator().manual_seed(1234)
+    return torch.randint(3, V, (2, 16), generator=g)
+
+
+if __name__ == "__main__":  # dump every family's tensors: python realmodel.py OUT_DIR [families]
+    import sys
+    from safetensors import safe_open
+    for nm in sys.argv[2:] or FAMILIES:
+        d = os.path.join(sys.argv[1], nm)
+        c = build(nm, d)
+        print("==", nm, json.dumps({k: v for k, v in text_of(c).items() if not isinstance(v, (dict, list))})[:300])
+        idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))["weight_map"]
+        for k in sorted(idx):
+            if "visual" in k:
+                continue
+            with safe_open(os.path.join(d, idx[k]), "pt") as f:
+                s = f.get_slice(k)
+                print("  ", k, list(s.get_shape()), s.get_dtype())
