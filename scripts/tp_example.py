@@ -40,7 +40,6 @@ import torch.distributed as dist
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-import torch.nn.functional as F
 
 # ---- tiny checkpoints, built by transformers itself ----
 
@@ -172,7 +171,8 @@ class VocabParallelEmbedding(torch.nn.Module):
     def forward(self, ids):
         n = self.emb.num_embeddings
         mine = (ids >= self.lo) & (ids < self.lo + n)
-        out = F.embedding(torch.where(mine, ids - self.lo, torch.zeros_like(ids)), self.emb.weight)
+        # the model's own embedding module (some scale the rows, as Gemma does)
+        out = self.emb(torch.where(mine, ids - self.lo, torch.zeros_like(ids)))
         out = out * mine.unsqueeze(-1).to(out.dtype)
         dist.all_reduce(out)
         return out
