@@ -100,6 +100,23 @@ FAMILIES = {
                          linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                          shared_expert_intermediate_size=48, layer_types=["linear_attention", "full_attention"]),
         vision_config=dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=32, out_hidden_size=64))),
+    "phi3": ("Phi3Config", dict(intermediate_size=96, num_attention_heads=8, num_key_value_heads=4,
+                                pad_token_id=None)),
+    "mixtral": ("MixtralConfig", dict(intermediate_size=32, num_attention_heads=8, num_key_value_heads=4, head_dim=8,
+                                      num_local_experts=4, num_experts_per_tok=2)),
+    "gemma3": ("Gemma3TextConfig", dict(intermediate_size=96, num_attention_heads=8, num_key_value_heads=4,
+                                        head_dim=16, query_pre_attn_scalar=16, sliding_window=8, pad_token_id=None,
+                                        layer_types=["sliding_attention", "full_attention"])),
+    "ernie4_5_moe": ("Ernie4_5_MoeConfig", dict(intermediate_size=96, num_attention_heads=8, num_key_value_heads=4,
+                                                moe_intermediate_size=32, moe_num_experts=4, moe_k=2,
+                                                moe_num_shared_experts=1, moe_layer_start_index=1, use_bias=False,
+                                                pad_token_id=None)),
+    "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_attention_heads=8, num_key_value_heads=4, head_dim=16,
+                                     num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
+                                     layer_types=["sliding_attention", "full_attention"], pad_token_id=None)),
+    "llama4": ("Llama4TextConfig", dict(intermediate_size=32, intermediate_size_mlp=96, num_attention_heads=8,
+                                        num_key_value_heads=4, head_dim=16, num_local_experts=4, num_experts_per_tok=1,
+                                        interleave_moe_layer_step=2, attention_chunk_size=8, pad_token_id=None)),
     # GLM-5.3-like: KDA linear attention and MLA + DSA indexer layers, hyper-connections, a dense
     # and an MoE layer, a (replicated) vision tower; transformers builds it for image-text-to-text
     "glm5_next": ("Glm5NextConfig", dict(
@@ -168,6 +185,10 @@ class VocabParallelEmbedding(torch.nn.Module):
         self.emb = emb
         self.lo = rank * emb.num_embeddings
 
+    @property
+    def weight(self):  # code that reads the embedding's weight (its dtype, tying) still finds it
+        return self.emb.weight
+
     def forward(self, ids):
         n = self.emb.num_embeddings
         mine = (ids >= self.lo) & (ids < self.lo + n)
@@ -203,6 +224,12 @@ def make_tensor_parallel(model, rank, vocab):
                 down.register_forward_hook(_sum_over_ranks(down.bias))
             else:  # an MoE block: routed and shared experts all end row-parallel
                 mod.register_forward_hook(_sum_over_ranks(None))
+    # experts whose down projection has a bias (gpt-oss): every rank holds it whole; count it once
+    for name, mod in model.named_modules():
+        if name.endswith("experts") and isinstance(getattr(mod, "down_proj_bias", None), torch.nn.Parameter):
+            if rank != 0:
+                with torch.no_grad():
+                    mod.down_proj_bias.zero_()
     inner = model.get_input_embeddings()
     model.set_input_embeddings(VocabParallelEmbedding(inner, rank))
     model.get_output_embeddings().register_forward_hook(_gather_logits(vocab))
