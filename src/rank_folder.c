@@ -154,8 +154,9 @@ static int rank_value(const tp_model *m, const cJSON *loc, const char *where, co
 	}
 	if (!v || cJSON_IsNull(v))
 		return 1;
-	if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != (double)(int64_t)v->valuedouble)
-		return tp_fail(e, TP_EINVAL, "config.json: \"%s%s%s\" is not a whole number, so it cannot hold a rank's count",
+	if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e15 ||
+	    v->valuedouble != (double)(int64_t)v->valuedouble)
+		return tp_fail(e, TP_EINVAL, "config.json: \"%s%s%s\" is not a whole number (up to 10^15), so it cannot hold a rank's count",
 			       where, *where ? "." : "", pr->key);
 	uint64_t units = (uint64_t)v->valuedouble;
 	tp_spec s = tp_spec_split(0, units, 1);
