@@ -39,9 +39,10 @@ typedef struct scan {
 	tp_err *e;
 } scan;
 
+/* Skips what cJSON skips between tokens: every byte up to 32 (NUL included). */
 static void ws(scan *c)
 {
-	while (c->i < c->n && (c->s[c->i] == ' ' || c->s[c->i] == '\t' || c->s[c->i] == '\n' || c->s[c->i] == '\r'))
+	while (c->i < c->n && (unsigned char)c->s[c->i] <= 32)
 		c->i++;
 }
 
@@ -108,7 +109,8 @@ static int object(scan *c, int depth)
 		ws(c);
 		col1 = c->i;
 		size_t klen = k1 - k0, at = plen0 + (plen0 ? 1 : 0);
-		int named = !memchr(c->s + k0, '\\', klen);
+		/* an empty key, or one with a dot or an escape, is not a path component a set can name */
+		int named = klen && !memchr(c->s + k0, '\\', klen) && !memchr(c->s + k0, '.', klen);
 		int lost = at + (named ? klen : 1) + 1 > MAX_PATH; /* longer than any set path */
 		c->lost += lost;
 		if (lost)
@@ -118,7 +120,7 @@ static int object(scan *c, int depth)
 		if (named)
 			memcpy(c->path + at, c->s + k0, klen);
 		else if (!lost)
-			c->path[at] = '\\'; /* a key with an escape: no set path names it (or what it holds) */
+			c->path[at] = '\\'; /* no set path names it (or what it holds) */
 		c->plen = at + (named ? klen : !lost);
 		c->path[c->plen] = 0;
 		size_t v0 = c->i, k = 0;
@@ -202,9 +204,10 @@ static int value(scan *c, int depth)
 		c->plen = plen0;
 		return 0;
 	}
-	while (c->i < c->n && !strchr(",]} \t\r\n", c->s[c->i]))
+	size_t v0 = c->i; /* a number or a literal: up to the next delimiter */
+	while (c->i < c->n && (unsigned char)c->s[c->i] > 32 && !strchr(",]}", c->s[c->i]))
 		c->i++;
-	return 0;
+	return c->i > v0 ? 0 : -1;
 }
 
 int tp_rank_config(const char *src, size_t len, const tp_cfg_set *set, size_t nset, const char *fname,

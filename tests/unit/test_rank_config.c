@@ -122,6 +122,26 @@ static void test_deep(void **state)
 	free(want);
 }
 
+/* What cJSON accepts, the rewrite follows: NUL bytes between tokens (cJSON skips every byte up to
+ * 32), text after the object; and only plain keys are path components: an empty key is not the
+ * top level, "a.b" is not a then b. Found by fuzzing. */
+static void test_cjson_quirks(void **state)
+{
+	(void)state;
+	static const char nul[] = "{\"x\": [0,\0\0 {\"y\": 2}], \"n\":\0 4}";
+	char *out;
+	size_t len;
+	tp_err e;
+	tp_cfg_set s[] = {{"n", 2, 0}};
+	assert_int_equal(tp_rank_config(nul, sizeof nul - 1, s, 1, "c", &out, &len, &e), 0);
+	assert_int_equal(len, sizeof nul - 1);
+	assert_memory_equal(out, "{\"x\": [0,\0\0 {\"y\": 2}], \"n\":\0 2}", len);
+	free(out);
+	tp_cfg_set t[] = {{"x", 7, 1}, {"a.b", 3, 0}};
+	expect("{\"\":{\"c\":1},\"a.b\":5,\"a\":{\"b\":6}} trailing", t, 2,
+	       "{\"\":{\"c\":1},\"a.b\":5,\"a\":{\"b\":3},\"x\":7} trailing");
+}
+
 static void test_sha256(void **state)
 {
 	(void)state;
@@ -156,7 +176,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_values_only), cmocka_unit_test(test_nested), cmocka_unit_test(test_add),
-		cmocka_unit_test(test_refusals), cmocka_unit_test(test_deep), cmocka_unit_test(test_sha256),
+		cmocka_unit_test(test_refusals), cmocka_unit_test(test_deep),
+		cmocka_unit_test(test_cjson_quirks), cmocka_unit_test(test_sha256),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
