@@ -44,7 +44,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 # ---- tiny checkpoints, built by transformers itself ----
 
 _BASE = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, max_position_embeddings=128,
-             tie_word_embeddings=False, initializer_range=0.1)
+             tie_word_embeddings=False, initializer_range=0.1, pad_token_id=200, bos_token_id=None,
+             eos_token_id=None)
 
 # MLA attention + MoE, as DeepSeek-V2/V3 and GLM-5 (glm_moe_dsa) write it
 _MLA = dict(intermediate_size=96, num_attention_heads=8, num_key_value_heads=8, q_lora_rank=32, kv_lora_rank=16,
@@ -86,8 +87,7 @@ FAMILIES = {
                                                first_k_dense_replace=1)),
     "glm_moe_dsa": ("GlmMoeDsaConfig", dict(_MLA, index_topk=4, index_head_dim=16, index_n_heads=2,
                                             mlp_layer_types=["dense", "sparse"])),
-    "kimi_linear": ("KimiLinearConfig", dict(pad_token_id=None, bos_token_id=None, eos_token_id=None,
-                                             intermediate_size=96, moe_intermediate_size=32, num_attention_heads=8,
+    "kimi_linear": ("KimiLinearConfig", dict(intermediate_size=96, moe_intermediate_size=32, num_attention_heads=8,
                                              num_key_value_heads=8, q_lora_rank=None, kv_lora_rank=16,
                                              qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
                                              num_experts_per_tok=2, num_local_experts=4, n_shared_experts=1,
@@ -100,23 +100,21 @@ FAMILIES = {
                          linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                          shared_expert_intermediate_size=48, layer_types=["linear_attention", "full_attention"]),
         vision_config=dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=32, out_hidden_size=64))),
-    "phi3": ("Phi3Config", dict(intermediate_size=96, num_attention_heads=8, num_key_value_heads=4,
-                                pad_token_id=None)),
+    "phi3": ("Phi3Config", dict(intermediate_size=96, num_attention_heads=8, num_key_value_heads=4)),
     "mixtral": ("MixtralConfig", dict(intermediate_size=32, num_attention_heads=8, num_key_value_heads=4, head_dim=8,
                                       num_local_experts=4, num_experts_per_tok=2)),
     "gemma3": ("Gemma3TextConfig", dict(intermediate_size=96, num_attention_heads=8, num_key_value_heads=4,
-                                        head_dim=16, query_pre_attn_scalar=16, sliding_window=8, pad_token_id=None,
+                                        head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
                                         layer_types=["sliding_attention", "full_attention"])),
     "ernie4_5_moe": ("Ernie4_5_MoeConfig", dict(intermediate_size=96, num_attention_heads=8, num_key_value_heads=4,
                                                 moe_intermediate_size=32, moe_num_experts=4, moe_k=2,
-                                                moe_num_shared_experts=1, moe_layer_start_index=1, use_bias=False,
-                                                pad_token_id=None)),
+                                                moe_num_shared_experts=1, moe_layer_start_index=1, use_bias=False)),
     "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_attention_heads=8, num_key_value_heads=4, head_dim=16,
                                      num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
-                                     layer_types=["sliding_attention", "full_attention"], pad_token_id=None)),
+                                     layer_types=["sliding_attention", "full_attention"])),
     "llama4": ("Llama4TextConfig", dict(intermediate_size=32, intermediate_size_mlp=96, num_attention_heads=8,
                                         num_key_value_heads=4, head_dim=16, num_local_experts=4, num_experts_per_tok=1,
-                                        interleave_moe_layer_step=2, attention_chunk_size=8, pad_token_id=None)),
+                                        interleave_moe_layer_step=2, attention_chunk_size=8)),
     # GLM-5.3-like: KDA linear attention and MLA + DSA indexer layers, hyper-connections, a dense
     # and an MoE layer, a (replicated) vision tower; transformers builds it for image-text-to-text
     "glm5_next": ("Glm5NextConfig", dict(
@@ -124,7 +122,7 @@ FAMILIES = {
                          num_key_value_heads=8, n_shared_experts=1, n_routed_experts=4, kv_lora_rank=16,
                          q_lora_rank=32, qk_rope_head_dim=0, v_head_dim=8, qk_nope_head_dim=8,
                          num_experts_per_tok=2, index_topk=4, index_head_dim=16, index_n_heads=2,
-                         linear_head_dim=8, linear_num_heads=8, index_kpool=2, pad_token_id=None,
+                         linear_head_dim=8, linear_num_heads=8, index_kpool=2,
                          layer_types=["linear_attention", "full_attention"],
                          mlp_layer_types=["dense", "sparse"]),
         vision_config=dict(depth=1, hidden_size=32, num_heads=2, out_hidden_size=64, intermediate_size=32,
@@ -242,11 +240,7 @@ def load_rank(folder, dtype=torch.float32):
     from transformers.utils import logging
     logging.disable_progress_bar()
     config = AutoConfig.from_pretrained(folder)
-    # pad_token_id only marks a row for training; a rank may not hold that row
-    for c in (config, getattr(config, "text_config", None)):
-        if c is not None and getattr(c, "pad_token_id", None) is not None:
-            c.pad_token_id = None
-    model, info = auto_class(config).from_pretrained(folder, config=config, dtype=dtype, output_loading_info=True)
+    model, info = auto_class(config).from_pretrained(folder, dtype=dtype, output_loading_info=True)
     model.eval()
     return model, info
 

@@ -259,7 +259,10 @@ int tp_rank_config(const char *src, size_t len, const tp_cfg_set *set, size_t ns
 				w += (size_t)snprintf(o + w, cap - w, ": ");
 			}
 		}
-		w += (size_t)snprintf(o + w, cap - w, "%lld", (long long)set[d->set].value);
+		if (set[d->set].null)
+			w += (size_t)snprintf(o + w, cap - w, "null");
+		else
+			w += (size_t)snprintf(o + w, cap - w, "%lld", (long long)set[d->set].value);
 		from = d->end;
 	}
 	if (rc == 0) {

@@ -20,6 +20,7 @@ typedef struct tp_cfg_set {
 	const char *path;
 	int64_t value;
 	int add;        /* where the key is missing, add it at the end of its object (which must exist) */
+	int null;       /* write null instead of value */
 } tp_cfg_set;
 
 /* Writes src (len bytes of JSON, an object) with every key of set[] holding its new value.

@@ -179,12 +179,35 @@ static int rank_value(const tp_model *m, const cJSON *loc, const char *where, co
 	return 0;
 }
 
+/* pad_token_id next to a vocabulary count at loc is a row of the vocabulary: the rank that holds
+ * that row gets its local index, the others null (a loader builds nn.Embedding(rows, dim,
+ * padding_idx) and refuses an index past its rows). Returns 1 when *set was written. */
+static int pad_token(const tp_model *m, const cJSON *loc, const char *where, uint32_t r, tp_cfg_set *set,
+		     char *path)
+{
+	const cJSON *p = cJSON_GetObjectItemCaseSensitive(loc, "pad_token_id");
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(loc, "vocab_size");
+	if (!cJSON_IsNumber(p) || !cJSON_IsNumber(v) || p->valuedouble < 0 || v->valuedouble < 1 ||
+	    v->valuedouble > 1e15 || p->valuedouble != (double)(int64_t)p->valuedouble)
+		return 0;
+	tp_spec s = tp_spec_split(0, (uint64_t)v->valuedouble, 1);
+	s.pad_to = m->o->pad_vocab > 1 ? m->o->pad_vocab : 0;
+	tp_share sh;
+	tp_err e;
+	if (tp_share_of((uint64_t)v->valuedouble, &s, m->T, r, &sh, "vocab_size", &e) < 0)
+		return 0;
+	uint64_t id = (uint64_t)p->valuedouble;
+	tp_fmt(path, 300, "%s%spad_token_id", where, *where ? "." : "");
+	*set = (tp_cfg_set){.path = path, .value = (int64_t)(id - sh.first), .null = id < sh.first || id >= sh.first + sh.count};
+	return 1;
+}
+
 /* Rank r's config.json into *out. */
 static int rank_config(tp_model *m, uint32_t r, char **out, size_t *outlen, tp_err *e)
 {
 	const int nloc = m->plan.nprefix + 1;
-	tp_cfg_set *set = calloc((size_t)(m->plan.nper_rank * nloc) + 1, sizeof *set);
-	char (*path)[300] = calloc((size_t)(m->plan.nper_rank * nloc) + 1, sizeof *path);
+	tp_cfg_set *set = calloc((size_t)(2 * m->plan.nper_rank * nloc) + 1, sizeof *set);
+	char (*path)[300] = calloc((size_t)(2 * m->plan.nper_rank * nloc) + 1, sizeof *path);
 	size_t n = 0;
 	int rc = set && path ? 0 : tp_fail(e, TP_ENOMEM, "out of memory");
 	for (int i = 0; i < m->plan.nper_rank && rc == 0; i++) {
@@ -208,6 +231,8 @@ static int rank_config(tp_model *m, uint32_t r, char **out, size_t *outlen, tp_e
 				set[n] = (tp_cfg_set){.path = path[n], .value = v, .add = !cur};
 				n++;
 				added = 1;
+				if (pr->vocab && present)
+					n += pad_token(m, loc, where, r, &set[n], path[n]);
 			}
 		}
 	}

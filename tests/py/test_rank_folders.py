@@ -3,7 +3,7 @@
 For every family with a built-in plan, a tiny random checkpoint saved by transformers is mounted at
 T = 2 and 4 (deepseek_v3 also at T = 3: uneven heads and a padded vocabulary), and
 - each rank's config.json is the source's text with exactly the counts the split changes replaced
-  by the rank's own value (the expected values are worked out here from the source config and T,
+  by the rank's own value (and pad_token_id by its local row, or null on the ranks without it) (the expected values are worked out here from the source config and T,
   by the distribution rules of tp-rules.md, not by tpfs);
 - AutoModelForCausalLM.from_pretrained(MNT/rank{r}) loads with no missing, unexpected or
   mismatched key, and the tensor-parallel forward of scripts/tp_example.py over the ranks equals
@@ -108,6 +108,11 @@ def expected_config(src_text, fam, T, r, pad=0):
     if fam in ADDS_HEAD_DIM and cfg.get("head_dim") is None:
         cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
     for c in (cfg, cfg.get("text_config")):
+        if c and c.get("pad_token_id") is not None and c.get("vocab_size"):
+            # a row of the vocabulary: the rank holding it gets its local index, the others null
+            per = share(c["vocab_size"], "vocab", T, r, pad)
+            p = c["pad_token_id"] - r * per
+            c["pad_token_id"] = p if 0 <= p < per and c["pad_token_id"] < c["vocab_size"] else None
         for k, how in EXPECT[fam].items():
             if c and k in c and c[k] is not None:
                 c[k] = share(c[k], how, T, r, pad)
