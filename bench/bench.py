@@ -24,6 +24,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "py"))
+import io_bench  # noqa: E402
 import reference as R  # noqa: E402
 import tpfs_test as tt  # noqa: E402
 from safetensors import safe_open  # noqa: E402
@@ -290,12 +291,20 @@ def main():
     ap.add_argument("--out", default=None, help="report file (default docs/PERFORMANCE.md; --smoke: build/bench-smoke.md)")
     ap.add_argument("--work", default=None, help="folder for the generated checkpoints (kept between runs)")
     ap.add_argument("--tpfs", default=os.path.join(HERE, "..", "build", "src", "tpfs"))
+    ap.add_argument("--only", choices=["all", "storage"], default="all",
+                    help="storage: only the slow-storage benchmark (bench/io_bench.py), its section of the report replaced")
+    ap.add_argument("--storage-rate", type=float, default=200.0, help="slow storage: read limit, MB/s (default 200)")
+    ap.add_argument("--storage-iops", type=int, default=0, help="slow storage: read IOPS limit (default none)")
     a = ap.parse_args()
+    a.load_start = os.getloadavg()[0]
     tt.require_fuse()
     reps = 1 if a.smoke else max(3, a.reps)
     work = a.work or os.path.join(HERE, "..", "build", "bench-smoke" if a.smoke else "bench")
     out = a.out or os.path.join(HERE, "..", "build" if a.smoke else "docs", "bench-smoke.md" if a.smoke else "PERFORMANCE.md")
     os.makedirs(work, exist_ok=True)
+    if a.only == "storage":
+        storage(a, work, out)
+        return
     c = glm53_config(0 if a.smoke else 1)
     src = os.path.join(work, "glm53")
     stamp = os.path.join(src, ".complete")
@@ -322,9 +331,12 @@ def main():
         "t1": Daemon(a.tpfs, src, 1),
         "t2": Daemon(a.tpfs, src, 2),
         "t2_ra128": Daemon(a.tpfs, src, 2, "--readahead", "0"),
-        "t2_copy": Daemon(a.tpfs, src, 2, "--reply", "copy"),
+        "t2_iov": Daemon(a.tpfs, src, 2, "--reply", "iov"),
         "t2_bg12": Daemon(a.tpfs, src, 2, "--max-background", "12"),
         "t2_keep_ptes": Daemon(a.tpfs, src, 2, "--release-pages", "off"),
+        "t2_srcra": Daemon(a.tpfs, src, 2, "--source-io", "readahead"),
+        "t8": Daemon(a.tpfs, src, 8),
+        "t8_srcra": Daemon(a.tpfs, src, 8, "--source-io", "readahead"),
     }
     try:
         def rankfiles(m):
@@ -346,7 +358,7 @@ def main():
 
         for rep in range(reps):
             note("native", best_of(2, lambda: re_read(srcs)))
-            for key in ("t1", "t2", "t2_ra128", "t2_copy", "t2_bg12", "t2_keep_ptes"):
+            for key in ("t1", "t2", "t2_ra128", "t2_iov", "t2_bg12", "t2_keep_ptes", "t2_srcra", "t8", "t8_srcra"):
                 files = rankfiles(mounts[key])
                 note(key + "_first", best_of(2, lambda: first_read(files)))
                 if key in ("t1", "t2"):
@@ -444,6 +456,45 @@ def main():
                      rss=max(r["VmRSS"] for r in rsses), anon=max(r["RssAnon"] for r in rsses))
 
     report(a, res, reps, size, len(srcs), scale, out)
+    storage(a, work, out)
+
+
+STORAGE_BEGIN, STORAGE_END = "<!-- slow-storage: bench/io_bench.py -->", "<!-- /slow-storage -->"
+
+
+def storage(a, work, out):
+    """Runs the slow-storage benchmark (root only) and puts its section into the report."""
+    if os.geteuid() != 0:
+        print("slow-storage benchmark skipped: it needs root (loop device, mount, cgroup, drop_caches)")
+        return
+    reps = 1 if a.smoke else max(3, a.reps)
+    lines, r0 = io_bench.run(a.tpfs, work, smoke=a.smoke, reps=reps, rate=a.storage_rate, iops=a.storage_iops,
+                             log=lambda m: print(m, flush=True))
+    cmd = "scripts/bench.sh --only storage" + (" --smoke" if a.smoke else "") + (
+        " --reps %d" % reps if reps != 5 and not a.smoke else "") + (
+        " --storage-rate %g" % a.storage_rate if a.storage_rate != 200 else "") + (
+        " --storage-iops %d" % a.storage_iops if a.storage_iops else "")
+    sec = [STORAGE_BEGIN, "## Slow storage: what a node reads for its ranks", "",
+           "Produced by `%s` (also part of the full run). " % cmd + lines[0], ""] + lines[2:]
+    if r0:
+        sec += ["", "Rank 0 at T=8: rank files %.1f MB; page-touch minimum %.1f MB; read from storage %.1f MB (%.2fx) "
+                "with tpfs against %.1f MB (%.2fx) with the kernel's readahead on the source, as before."
+                % (r0["files"] / 1e6, r0["min"] / 1e6, r0["tpfs"] / 1e6, r0["tpfs"] / r0["min"], r0["tpfs_ra"] / 1e6,
+                   r0["tpfs_ra"] / r0["min"])]
+    sec.append(STORAGE_END)
+    text = "\n".join(sec)
+    print(text)
+    doc = open(out).read() if os.path.exists(out) else "# Performance\n"
+    if STORAGE_BEGIN in doc and STORAGE_END in doc:
+        doc = doc[:doc.index(STORAGE_BEGIN)] + text + doc[doc.index(STORAGE_END) + len(STORAGE_END):]
+    elif "\n## Reading the table" in doc:
+        k = doc.index("\n## Reading the table")
+        doc = doc[:k] + "\n" + text + "\n" + doc[k:]
+    else:
+        doc += "\n" + text + "\n"
+    with open(out, "w") as f:
+        f.write(doc)
+    print("wrote the slow-storage section of " + out)
 
 
 def report(a, res, reps, size, nfiles, scale, out):
@@ -459,9 +510,15 @@ def report(a, res, reps, size, nfiles, scale, out):
         ("tpfs T=2, re-read", gb("t2_reread"), "%.2fx native" % (m["t2_reread"] / nat), "target >= 0.5x native"),
         ("tpfs T=2, both ranks read at once (2 threads)", gb("t2_parallel"), "%.2fx native" % (m["t2_parallel"] / nat), ""),
         ("tpfs T=2, readahead left at 128 KiB", gb("t2_ra128_first"), "%.2fx default" % (m["t2_ra128_first"] / m["t2_first"]), "--readahead 0"),
-        ("tpfs T=2, replies copied into a buffer", gb("t2_copy_first"), "%.2fx default" % (m["t2_copy_first"] / m["t2_first"]), "--reply copy"),
+        ("tpfs T=2, replies pointed into the source mapping, no re-check", gb("t2_iov_first"), "%.2fx default" % (m["t2_iov_first"] / m["t2_first"]),
+         "--reply iov (default: copy, then re-check)"),
         ("tpfs T=2, max_background 12 (kernel default)", gb("t2_bg12_first"), "%.2fx default" % (m["t2_bg12_first"] / m["t2_first"]), "--max-background 12"),
         ("tpfs T=2, source pages kept mapped", gb("t2_keep_ptes_first"), "%.2fx default" % (m["t2_keep_ptes_first"] / m["t2_first"]), "--release-pages off"),
+        ("tpfs T=2, kernel readahead on the source (as before issue 16)", gb("t2_srcra_first"),
+         "default %.2fx this" % (m["t2_first"] / m["t2_srcra_first"]), "--source-io readahead; target: default >= 0.95x"),
+        ("tpfs T=8, first read (all ranks)", gb("t8_first"), "%.2fx native" % (m["t8_first"] / nat), ""),
+        ("tpfs T=8, kernel readahead on the source (as before issue 16)", gb("t8_srcra_first"),
+         "default %.2fx this" % (m["t8_first"] / m["t8_srcra_first"]), "--source-io readahead; target: default >= 0.95x"),
         ("stock loader (safe_open, mmap) on rank0 through tpfs", gb("loader_tpfs"), "%.2fx local copy" % (m["loader_tpfs"] / m["loader_local"]),
          "target >= 0.15x"),
         ("stock loader on a pre-sharded local copy of rank0", gb("loader_local"), "1.00x", ""),
@@ -496,7 +553,10 @@ def report(a, res, reps, size, nfiles, scale, out):
            " ratios are taken between figures of the same run)." % (cmd, reps), "",
            "Machine: %s, %d CPUs, kernel %s. Workload: a generated GLM-5.3-like checkpoint, %d files, %.2f GiB"
            " (KDA layers with row-parallel o_proj, DSA layers, MoE experts, vocab-parallel embedding), in the page cache."
-           % (uname.machine, os.cpu_count(), uname.release, nfiles, size / GiB), "", table, ""]
+           " Load average (1 minute) when the run started and when it ended: %.1f and %.1f (other work shares"
+           " the machine; compare ratios, not absolute figures, between runs)."
+           % (uname.machine, os.cpu_count(), uname.release, nfiles, size / GiB, a.load_start, os.getloadavg()[0]),
+           "", table, ""]
     doc.append(open(os.path.join(HERE, "PERFORMANCE.notes.md")).read() if os.path.exists(os.path.join(HERE, "PERFORMANCE.notes.md")) else "")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:

@@ -22,6 +22,7 @@
 
 #include "fs.h"
 #include "gather_module.h"
+#include "io_plan.h"
 #include "model.h"
 
 static const char *usage_main =
@@ -51,6 +52,8 @@ static const char *usage_mount =
 	"\n"
 	"options:\n"
 	"  --tp N              number of ranks (tensor-parallel size), 1..1024 (required)\n"
+	"  --ranks LIST        serve only these rank folders of the N-way split, e.g. 8-15 or 0,3 (one\n"
+	"                      node of a multi-node job; the source is read only for these ranks)\n"
 	"  --plan NAME|FILE    a built-in plan by name, or a plan file (default: detect from config.json;\n"
 	"                      'tpfs plan --list' lists the built-in plans)\n"
 	"  --strict            refuse tensors no rule matches and invalid files anywhere in SRC\n"
@@ -63,7 +66,10 @@ static const char *usage_mount =
 	"                      tpfs.tp_size, tpfs.tp_rank and tpfs.plan in their __metadata__\n"
 	"  -f, --foreground    stay in the foreground (log to stderr)\n"
 	"  -d, --debug         libfuse debug output; counters at unmount (implies -f)\n"
-	"  -o OPTIONS          extra FUSE mount options (comma separated)\n"
+	"  -o OPTIONS          extra FUSE mount options (comma separated); the mount is always\n"
+	"                      ro and default_permissions: each file keeps the owner, group and\n"
+	"                      read/execute bits of its source; other users reach the mount only\n"
+	"                      with -o allow_other\n"
 	"  --readahead KB      readahead window set on the mount (default 4096: reads arrive as\n"
 	"                      1 MiB requests, several in flight; 0 leaves the kernel's 128)\n"
 	"  --threads N         worker threads (default 16)\n"
@@ -73,23 +79,32 @@ static const char *usage_mount =
 	"                      gathers past --cuda-min-runs N and --cuda-min-bytes B, which are unset\n"
 	"                      (so: the CPU) until measurements on a GPU machine give them values\n"
 	"tuning (docs/PERFORMANCE.md has the measurements behind the defaults):\n"
-	"  --reply MODE        auto (default), iov (replies point into the source mapping) or copy\n"
-	"                      (replies are gathered into a buffer first)\n"
+	"  --reply MODE        auto or copy (default: source bytes are copied into a buffer, then the\n"
+	"                      source is checked again before the reply), or iov (replies point into\n"
+	"                      the source mapping: the kernel copies after the check, so a read that\n"
+	"                      overlaps a write of the source may return a mix of old and new bytes)\n"
 	"  --max-background N  FUSE requests in flight for readahead (default 64; the kernel's is 12)\n"
 	"  --release-pages on|off  drop the daemon's mapping of source pages after each reply so its\n"
 	"                      RSS stays flat (default on; the pages stay in the page cache)\n"
+	"  --source-io MODE    exact (default: no readahead on the source, the next runs' pages\n"
+	"                      prefetched), readahead (the kernel's) or random (neither; for measuring)\n"
 	"\n"
 	"Unmount with 'tpfs umount MNT', 'fusermount3 -u MNT', or SIGTERM/SIGINT to the daemon.\n";
 
 static const char *usage_plan =
 	"usage: tpfs plan SRC --tp N [--rank R] [--json] [--plan NAME|FILE] [--strict] [--pad-vocab[=M]]\n"
+	"       tpfs plan SRC --tp N --io [--ranks LIST]\n"
 	"       tpfs plan --list\n"
 	"\n"
 	"Prints, for rank R (default 0), every tensor: the rule that matched, how it is split, its\n"
 	"full and local shapes and its local bytes; then per-rank totals (local, replicated, split)\n"
 	"and the tensors no rule matched (replicated; refused under --strict). Nothing is mounted.\n"
 	"--json prints the resolved plan as a plan file (one exact rule per tensor) that --plan\n"
-	"accepts back, for editing. --list prints the built-in plans.\n";
+	"accepts back, for editing. --list prints the built-in plans.\n"
+	"--io prints what each rank must read from the source: its rank files' bytes, the source bytes\n"
+	"its runs cover, and the page-touch minimum (the source pages holding any of them: what a\n"
+	"reader fetching whole pages reads at least), per rank and for the set --ranks names (all by\n"
+	"default; pages shared by ranks counted once).\n";
 
 static const char *usage_check =
 	"usage: tpfs check SRC\n"
@@ -117,8 +132,10 @@ static int parse_u32(const char *s, uint32_t *out)
 {
 	char *end;
 	errno = 0;
+	if (s[0] < '0' || s[0] > '9') /* strtoul would accept a sign and leading blanks */
+		return -1;
 	unsigned long v = strtoul(s, &end, 10);
-	if (errno || *end || !*s || s[0] == '-' || v > UINT32_MAX)
+	if (errno || *end || v > UINT32_MAX)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;
@@ -219,9 +236,11 @@ static int cmd_mount(int argc, char **argv)
 		{"reply", required_argument, 0, 'y'}, {"max-background", required_argument, 0, 'b'},
 		{"release-pages", required_argument, 0, 'P'}, {"cuda-min-runs", required_argument, 0, 'C'},
 		{"cuda-min-bytes", required_argument, 0, 'B'}, {"config", required_argument, 0, 'c'},
+		{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
 		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 	tp_model_opts mo = {.log = tp_log_model};
-	tp_fs_opts fo = {.readahead_kb = 4096, .threads = 16, .gather = "auto", .release_pages = -1};
+	const char *ranks = NULL;
+	tp_fs_opts fo = {.readahead_kb = 4096, .threads = 16, .gather = TP_GATHER_AUTO, .release_pages = -1};
 	int have_t = 0, c;
 	char fuse_opts[4096] = "";
 	uint32_t v;
@@ -256,7 +275,7 @@ static int cmd_mount(int argc, char **argv)
 		case 'g':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
 				return die_usage(usage_mount, "--gather: auto, cpu or cuda");
-			fo.gather = optarg;
+			fo.gather = !strcmp(optarg, "cpu") ? TP_GATHER_CPU : !strcmp(optarg, "cuda") ? TP_GATHER_CUDA : TP_GATHER_AUTO;
 			break;
 		case 'y':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "iov") && strcmp(optarg, "copy"))
@@ -281,6 +300,12 @@ static int cmd_mount(int argc, char **argv)
 				return die_usage(usage_mount, "--release-pages: on or off");
 			fo.release_pages = optarg[1] == 'n';
 			break;
+		case 'K': ranks = optarg; break;
+		case 'I':
+			if (strcmp(optarg, "exact") && strcmp(optarg, "readahead") && strcmp(optarg, "random"))
+				return die_usage(usage_mount, "--source-io: exact, readahead or random");
+			fo.source_io = optarg[0] == 'e' ? 0 : optarg[0] == 'r' && optarg[1] == 'e' ? 1 : 2;
+			break;
 		case 'h': fputs(usage_mount, stdout); return 0;
 		default: return die_usage(usage_mount, NULL);
 		}
@@ -289,6 +314,13 @@ static int cmd_mount(int argc, char **argv)
 		return die_usage(usage_mount, "give SRC and MNT");
 	if (!have_t)
 		return die_usage(usage_mount, "--tp N is required");
+	uint8_t serve[TP_MAX_T];
+	if (ranks) {
+		tp_err re;
+		if (tp_ranks_parse(ranks, mo.T, serve, &fo.nserve, &re) < 0)
+			return die_usage(usage_mount, re.msg);
+		fo.serve = serve;
+	}
 	const char *src = argv[optind], *mnt = argv[optind + 1];
 	char rsrc[PATH_MAX], rmnt[PATH_MAX], fstype[128];
 	struct stat st;
@@ -321,9 +353,10 @@ static int cmd_mount(int argc, char **argv)
 		return 1;
 	}
 	mo.src = rsrc;
+	mo.mnt = rmnt;
 	fo.mnt = rmnt;
 	fo.fuse_opts = fuse_opts[0] ? fuse_opts : NULL;
-	if (strcmp(fo.gather, "cuda") == 0) {
+	if (fo.gather == TP_GATHER_CUDA) {
 		char why[512];
 		if (tp_cuda_available(why, sizeof why) < 0) {
 			fprintf(stderr, "tpfs: --gather cuda: %s; use --gather auto or cpu\n", why);
@@ -333,8 +366,15 @@ static int cmd_mount(int argc, char **argv)
 	tp_model m;
 	tp_err e;
 	tp_err_clear(&e);
-	if (tp_model_open(&m, &mo, &e) < 0) {
+	int orc = tp_model_open(&m, &mo, &e);
+	tp_log_repeats();
+	if (orc < 0) {
 		fprintf(stderr, "tpfs: %s\n", e.msg);
+		return 1;
+	}
+	if (tp_fs_nofile(m.ntensor_files + 64, &e) < 0) {
+		fprintf(stderr, "tpfs: %s\n", e.msg);
+		tp_model_close(&m);
 		return 1;
 	}
 	int parent = 0;
@@ -399,7 +439,7 @@ static int cmd_umount(int argc, char **argv)
 static void quiet_log(void *ctx, int level, const char *msg)
 {
 	(void)ctx;
-	if (level == 0)
+	if (level == 0 && tp_log_shown(msg))
 		fprintf(stderr, "tpfs: warning: %s\n", msg);
 }
 
@@ -419,7 +459,9 @@ static int cmd_check(int argc, char **argv)
 	tp_model_opts mo = {.src = argv[optind], .T = 1, .check_only = 1, .log = quiet_log};
 	tp_model m;
 	tp_err e;
-	if (tp_model_open(&m, &mo, &e) < 0) {
+	int orc = tp_model_open(&m, &mo, &e);
+	tp_log_repeats();
+	if (orc < 0) {
 		fprintf(stderr, "tpfs: %s\n", e.msg);
 		return 1;
 	}
@@ -491,7 +533,8 @@ static void on_tensor(void *vctx, const struct tp_model *m, uint32_t node, uint3
 static void plan_log(void *ctx, int level, const char *msg)
 {
 	(void)ctx;
-	fprintf(stderr, "tpfs: %s: %s\n", level == 0 ? "warning" : level == 2 ? "error" : "info", msg);
+	if (level != 0 || tp_log_shown(msg))
+		fprintf(stderr, "tpfs: %s: %s\n", level == 0 ? "warning" : level == 2 ? "error" : "info", msg);
 }
 
 static void shape_str(char *b, size_t n, uint32_t nd, const uint64_t *s)
@@ -591,13 +634,64 @@ static void print_json_plan(const tp_model *m, plan_ctx *pc)
 	cJSON_Delete(o);
 }
 
+/* tpfs plan --io: per rank and for the selected set, rank-file bytes, source run bytes and the
+ * page-touch minimum (pages of this machine's page size). */
+static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const char *ranks, tp_err *e)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), src = 0;
+	uint8_t one[TP_MAX_T] = {0};
+	char a[32], b[32], c[32];
+	for (uint32_t i = 0; i < m->nn; i++)
+		src += m->n[i].kind == TN_TENSORS ? m->n[i].src_size : 0;
+	printf("source: %s\nplan:   %s\nranks:  %u\npage:   %llu bytes\n\n", m->src, m->plan_origin, m->T,
+	       (unsigned long long)page);
+	printf("%-8s %16s %16s %16s %10s\n", "rank", "rank_files", "source_runs", "page_touch_min", "x_files");
+	tp_io_need set = {0, 0};
+	uint64_t set_files = 0;
+	for (uint32_t r = 0; r <= m->T; r++) {
+		int total = r == m->T;
+		if (!total && !sel[r])
+			continue;
+		if (!total)
+			one[r] = 1;
+		tp_io_need sum = {0, 0};
+		uint64_t files = 0;
+		for (uint32_t i = 0; i < m->nn; i++) {
+			if (m->n[i].kind != TN_TENSORS)
+				continue;
+			tp_io_need need;
+			if (tp_io_need_of(m->n[i].lay, m->T, total ? sel : one, page, &need, e) < 0)
+				return -1;
+			sum.bytes += need.bytes;
+			sum.pages += need.pages;
+			for (uint32_t q = 0; q < m->T; q++)
+				files += (total ? sel[q] : q == r) ? m->n[i].lay[q].size : 0;
+		}
+		if (!total)
+			one[r] = 0;
+		else
+			set = sum, set_files = files;
+		char name[16];
+		snprintf(name, sizeof name, "%u", r);
+		printf("%-8s %16llu %16llu %16llu %9.2fx\n", total ? "served" : name, (unsigned long long)files,
+		       (unsigned long long)sum.bytes, (unsigned long long)(sum.pages * page),
+		       files ? (double)(sum.pages * page) / (double)files : 0.0);
+	}
+	printf("\nserved set: %s (%u of %u ranks): rank files %s, page-touch minimum %s of a %s source (%.2fx)\n",
+	       ranks ? ranks : "all", nsel, m->T, human(set_files, a, sizeof a), human(set.pages * page, b, sizeof b),
+	       human(src, c, sizeof c), src ? (double)(set.pages * page) / (double)src : 0.0);
+	return 0;
+}
+
 static int cmd_plan(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{"tp", required_argument, 0, 't'}, {"rank", required_argument, 0, 'r'}, {"json", no_argument, 0, 'j'},
 		{"plan", required_argument, 0, 'p'}, {"strict", no_argument, 0, 's'},
 		{"pad-vocab", optional_argument, 0, 'V'}, {"list", no_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
-		{0, 0, 0, 0}};
+		{"io", no_argument, 0, 'i'}, {"ranks", required_argument, 0, 'K'}, {0, 0, 0, 0}};
+	const char *ranks = NULL;
+	int io = 0;
 	plan_ctx pc = {0};
 	tp_model_opts mo = {.log = plan_log, .on_tensor = on_tensor, .ctx = &pc, .keep_going = 1};
 	uint32_t rank = 0;
@@ -614,6 +708,8 @@ static int cmd_plan(int argc, char **argv)
 				return die_usage(usage_plan, "--rank: give a rank number");
 			break;
 		case 'j': json = 1; break;
+		case 'i': io = 1; break;
+		case 'K': ranks = optarg; break;
 		case 'l':
 			for (int i = 0; i < tp_builtin_count(); i++) {
 				size_t len;
@@ -640,15 +736,31 @@ static int cmd_plan(int argc, char **argv)
 		return die_usage(usage_plan, "--tp N is required");
 	if (rank >= mo.T)
 		return die_usage(usage_plan, "--rank must be below --tp");
+	uint8_t sel[TP_MAX_T];
+	uint32_t nsel = mo.T;
+	memset(sel, 1, sizeof sel);
+	if (ranks) {
+		tp_err re;
+		if (!io)
+			return die_usage(usage_plan, "--ranks goes with --io");
+		if (tp_ranks_parse(ranks, mo.T, sel, &nsel, &re) < 0)
+			return die_usage(usage_plan, re.msg);
+	}
 	mo.src = argv[optind];
 	tp_model m;
 	tp_err e;
 	int rc = tp_model_open(&m, &mo, &e);
+	tp_log_repeats();
 	if (rc < 0) {
 		fprintf(stderr, "tpfs: %s\n", e.msg);
 		goto out;
 	}
-	if (json) {
+	if (io) {
+		if (print_io(&m, sel, nsel, ranks, &e) < 0) {
+			fprintf(stderr, "tpfs: %s\n", e.msg);
+			rc = -1;
+		}
+	} else if (json) {
 		print_json_plan(&m, &pc);
 	} else {
 		printf("source: %s\nplan:   %s\nranks:  %u (showing rank %u)\n\n", m.src, m.plan_origin, m.T, rank);
@@ -778,6 +890,8 @@ int main(int argc, char **argv)
 	}
 	argc--;
 	argv++;
+	tp_err le;
+	tp_fs_nofile(0, &le); /* every safetensors file is held open: the soft limit is raised to the hard one */
 	if (!strcmp(cmd, "mount"))
 		return cmd_mount(argc, argv);
 	if (!strcmp(cmd, "umount") || !strcmp(cmd, "unmount"))

@@ -4,14 +4,22 @@
  * model as rank r sees it (node 0 is the rank folder), and 2 + T * nn is .tpfs-stats. Every
  * inode lives as long as the mount, so lookup counts are not tracked.
  *
- * Read path (no allocation, no parsing, no name lookup per request): decode the inode, check
- * that the source has not changed (one fstat), map the range to runs (tp_map), and reply with
- * an iovec that points into the read-only mapping of the source, the rank's header bytes and a
- * static zero page. The kernel copies from the mapping, so a truncated source gives EFAULT
- * there, not SIGBUS here. When the runs are too many or too small for an iovec, they are copied
- * into a per-thread buffer under a SIGBUS guard. Attributes and entries are cached for a long
- * time and file pages are kept across opens (keep_cache): the files never change while
+ * Read path (no parsing, no name lookup per request): decode the inode, check that the source
+ * has not changed (the watcher's mark, one fstat), map the range to runs (tp_map), copy the runs
+ * into a per-thread buffer (the chosen gather backend; only its copies of source bytes run under
+ * the SIGBUS guard), check the source again, and reply. Replies without source bytes (header,
+ * padding) are iovecs into the header and a zero page. Attributes and entries are cached for a
+ * long time and file pages are kept across opens (keep_cache): the files never change while
  * mounted; a source that does change makes its rank files fail with EIO.
+ *
+ * Changed sources: every source file is watched itself and through its folders (inotify, a
+ * watcher thread); a change marks the node and queues the invalidation of its cached pages, which
+ * a separate thread sends to the kernel: no request handler ever waits on the kernel (an
+ * invalidation waits for pages a READ in flight holds). Owner, group and mode are the source's.
+ *
+ * tp_fs_main acquires in order (the note page, per-node state, the background fork, the FUSE
+ * session, signal handlers, the mount, the invalidation thread, the ready helper, the gather
+ * backend, the watcher) and releases in reverse, one label per resource.
  */
 #define FUSE_USE_VERSION 312
 #include "fs.h"
@@ -31,7 +39,9 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -42,18 +52,24 @@
 #include "gather.h"
 #include "gather_module.h"
 #include "guard.h"
+#include "io_plan.h"
 
 #define TIMEOUT (365.0 * 24 * 3600) /* entry and attribute cache lifetime, seconds */
 #define RUN_CAP 4096                /* runs mapped per pass */
 #define IOV_CAP 1000                /* segments in one iovec reply (below IOV_MAX) */
-#define SMALL_RUN 2048              /* average run below which copying beats an iovec */
 #define STATS_NAME ".tpfs-stats"
 #define RA_NOTE 256                 /* bytes of the shared readahead note */
+#define PF_AHEAD (8u << 20)         /* rank-file bytes whose source pages are asked for past a read */
+#define PF_UNIT 4096                /* granularity of the prefetch window */
+#define PF_SPAN (4u << 20)          /* most source bytes one residency check (mincore) covers */
+#define WN_CHUNK (128u << 10)       /* most bytes asked for by one MADV_WILLNEED */
 
 /* ---- logging ---- */
 
 int tp_log_debug;
 static int log_syslog;
+static char first_error[512]; /* the first error logged, for the parent in background mode */
+static int daemon_fd = -1;     /* background mode: the socket to the waiting parent (see below) */
 static FILE *log_file;
 
 void tp_log(int level, const char *fmt, ...)
@@ -66,20 +82,104 @@ void tp_log(int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
+	if (level == 2 && !first_error[0])
+		tp_fmt(first_error, sizeof first_error, "%s", msg);
 	if (log_syslog) {
 		static const int prio[] = {LOG_WARNING, LOG_INFO, LOG_ERR, LOG_DEBUG};
 		syslog(prio[level], "%s", msg);
 		return;
 	}
+	if (level == 2 && daemon_fd >= 0 && !log_file)
+		return; /* background mode before detaching: the parent reports the error */
 	FILE *f = log_file ? log_file : stderr;
 	fprintf(f, "tpfs: %s: %s\n", names[level], msg);
 	fflush(f);
 }
 
+/* libfuse's own messages ("fuse: ...") go through tp_log, so that background mode can report
+ * the first of them to the waiting parent. */
+static void log_fuse(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	static char line[1024]; /* libfuse writes some lines in pieces: log whole lines */
+	static size_t len;
+	vsnprintf(line + len, sizeof line - len, fmt, ap);
+	len = strlen(line);
+	if (len && line[len - 1] != '\n' && len < sizeof line - 1)
+		return;
+	while (len && line[len - 1] == '\n')
+		line[--len] = 0;
+	for (char *c = line; *c; c++)
+		if (*c == '\n')
+			*c = ' ';
+	tp_log(level <= FUSE_LOG_ERR ? 2 : level == FUSE_LOG_WARNING ? 0 : level == FUSE_LOG_DEBUG ? 3 : 1, "%s", line);
+	len = 0;
+	line[0] = 0;
+}
+
 void tp_log_model(void *ctx, int level, const char *msg)
 {
 	(void)ctx;
-	tp_log(level, "%s", msg);
+	if (level != 0 || tp_log_shown(msg))
+		tp_log(level, "%s", msg);
+}
+
+#define LOG_KINDS 64
+static struct {
+	uint64_t key, count;
+	char first[160];
+} log_kinds[LOG_KINDS];
+static uint64_t log_unkinded; /* warnings past LOG_KINDS kinds */
+
+int tp_log_shown(const char *msg)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a of the message without quoted text and digits */
+	int quoted = 0;
+	for (const unsigned char *c = (const unsigned char *)msg; *c; c++) {
+		if (*c == '\'')
+			quoted = !quoted;
+		else if (!quoted && (*c < '0' || *c > '9'))
+			h = (h ^ *c) * 1099511628211ull;
+	}
+	for (int k = 0; k < LOG_KINDS; k++) {
+		if (!log_kinds[k].count) {
+			log_kinds[k].key = h;
+			tp_fmt(log_kinds[k].first, sizeof log_kinds[k].first, "%s", msg);
+		}
+		if (log_kinds[k].key == h)
+			return ++log_kinds[k].count <= TP_LOG_REPEAT;
+	}
+	return ++log_unkinded <= TP_LOG_REPEAT;
+}
+
+void tp_log_repeats(void)
+{
+	for (int k = 0; k < LOG_KINDS && log_kinds[k].count; k++) {
+		if (log_kinds[k].count > TP_LOG_REPEAT)
+			tp_log(0, "... and %llu more warnings like \"%s\"",
+			       (unsigned long long)(log_kinds[k].count - TP_LOG_REPEAT), log_kinds[k].first);
+		log_kinds[k].count = 0;
+	}
+	if (log_unkinded > TP_LOG_REPEAT)
+		tp_log(0, "... and %llu more warnings of other kinds", (unsigned long long)(log_unkinded - TP_LOG_REPEAT));
+	log_unkinded = 0;
+}
+
+int tp_fs_nofile(uint64_t need, tp_err *e)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return tp_fail(e, TP_EIO, "getrlimit: %s", strerror(errno));
+	if (rl.rlim_cur < rl.rlim_max) {
+		struct rlimit want = {rl.rlim_max, rl.rlim_max};
+		if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+			rl.rlim_cur = rl.rlim_max;
+	}
+	if (need && need > rl.rlim_cur)
+		return tp_fail(e, TP_ELIMIT, "%llu open files are needed (one per safetensors file, and a few more) but the "
+			       "open-file limit is %llu (hard limit %llu): raise the hard limit (ulimit -Hn, or "
+			       "LimitNOFILE= for a service)", (unsigned long long)need, (unsigned long long)rl.rlim_cur,
+			       (unsigned long long)rl.rlim_max);
+	return 0;
 }
 
 /* ---- state ---- */
@@ -93,6 +193,9 @@ typedef struct rank_stats {
 	char pad[24];
 } rank_stats;
 
+typedef struct nstate nstate;
+typedef struct watch watch;
+
 typedef struct tp_fs {
 	tp_model *m;
 	const tp_fs_opts *o;
@@ -101,7 +204,11 @@ typedef struct tp_fs {
 	fuse_ino_t stats_ino;
 	fuse_ino_t cfg_ino;         /* MNT/config.json (the source's), or 0 when there is none */
 	_Atomic(char *) *hdr;  /* [i * T + r]: local header bytes, made on first use */
-	_Atomic int *bad;      /* [i]: the source changed; reads fail with EIO */
+	nstate *ns;            /* [i]: per node */
+	int inval[2];          /* node numbers to invalidate (| INVAL_ATTR: attributes only) */
+	_Atomic int inval_lost;/* the pipe was full: invalidate every changed node */
+	pthread_t invalidator;
+	_Atomic uint64_t *win; /* [i * T + r]: prefetch window, rank-file units of PF_UNIT: lo << 32 | hi */
 	rank_stats *rs;        /* [r] */
 	struct timespec started;
 	char *ra_note;         /* what was done about readahead (shared with the helper process) */
@@ -109,15 +216,29 @@ typedef struct tp_fs {
 	/* source watching */
 	int ifd;               /* inotify descriptor, or -1 */
 	int stop[2];           /* closing stop[1] ends the watcher */
-	struct watch *w;       /* (watch descriptor, file name) -> node */
+	watch *w;              /* (watch descriptor, name) -> node, sorted */
 	size_t nw;
 	pthread_t watcher;
 	int watching;
 	/* gather backends */
 	tp_gather gpu;         /* the CUDA backend when loaded */
-	int gpu_mode;          /* 0 CPU only, 1 CUDA for every strided gather, 2 CUDA past thresholds */
+	enum {
+		TP_BACKEND_CPU,       /* every gather on the CPU */
+		TP_BACKEND_CUDA,      /* CUDA for every strided gather */
+		TP_BACKEND_CUDA_PAST, /* CUDA for gathers past --cuda-min-runs and --cuda-min-bytes */
+	} backend;
 	char gather_note[256];
 } tp_fs;
+
+/* Per node: what reads and the watcher share. */
+typedef struct nstate {
+	_Atomic int bad;              /* the source changed: reads fail with EIO */
+	_Atomic int pend;             /* an invalidation of its pages is queued */
+	_Atomic uint64_t ctime;       /* the source's ctime (ns) last accepted */
+	_Atomic uint32_t mode, uid, gid; /* of the source, served */
+} nstate;
+
+#define INVAL_ATTR 0x80000000u
 
 typedef struct watch {
 	int wd;
@@ -163,6 +284,129 @@ static void release_runs(const tp_fs *fs, const tp_node *n, const tp_run *runs, 
 		b = end;
 	if (a < b)
 		madvise((void *)(n->map + a), b - a, MADV_DONTNEED);
+}
+
+/* ---- fetching source pages (issue 16: a node reads only what its ranks need) ----
+ *
+ * The source mappings get no readahead (MADV_RANDOM, set at mount): the kernel's readahead
+ * around a fault reads megabytes of neighbouring rows that belong to other ranks. Instead, each
+ * read asks for exactly the source pages of its own runs (when no earlier read asked for them)
+ * and of the next PF_AHEAD bytes of the rank file, coalesced into page ranges, with
+ * MADV_WILLNEED: the kernel starts that I/O and returns. Pages already cached are skipped after
+ * one mincore() per PF_SPAN of source, so a cached source costs a few system calls per read. */
+
+static uint64_t sys_page(void)
+{
+	static uint64_t page;
+	if (!page)
+		page = (uint64_t)sysconf(_SC_PAGESIZE);
+	return page;
+}
+
+/* Asks the kernel to start reading the pages of ranges rg[0..ng) that are not in the page cache:
+ * one mincore() per PF_SPAN of source visited, then MADV_WILLNEED on each stretch of missing
+ * pages, in pieces of at most WN_CHUNK (the kernel reads at most max(io_pages, ra_pages) pages
+ * per call and silently drops the rest of a larger one). */
+static void fetch_ranges(const tp_node *n, const tp_io_range *rg, size_t ng)
+{
+	const uint64_t page = sys_page(), end = (n->src_size + page - 1) / page * page;
+	unsigned char vec[PF_SPAN / 4096];
+	uint64_t wlo = 0, whi = 0;
+	int known = 0;
+	for (size_t j = 0; j < ng; j++) {
+		uint64_t x = rg[j].lo, hi = rg[j].hi < end ? rg[j].hi : end;
+		while (x < hi) {
+			if (x < wlo || x >= whi) { /* a new residency window */
+				wlo = x;
+				whi = end - x > sizeof vec * page ? x + sizeof vec * page : end;
+				known = page >= 4096 && mincore((void *)(n->map + wlo), whi - wlo, vec) == 0;
+			}
+			uint64_t stop = hi < whi ? hi : whi;
+			while (known && x < stop && (vec[(x - wlo) / page] & 1))
+				x += page;
+			uint64_t y = x;
+			while (y < stop && y - x < WN_CHUNK && !(known && (vec[(y - wlo) / page] & 1)))
+				y += page;
+			if (y > x)
+				madvise((void *)(n->map + x), y - x, MADV_WILLNEED);
+			x = y;
+		}
+	}
+}
+
+/* fetch_ranges for the pages of runs (as tp_map gives them). */
+static void fetch_runs(const tp_node *n, const tp_run *runs, size_t nr)
+{
+	tp_io_range rg[64];
+	size_t done = 0;
+	while (done < nr) {
+		size_t used, ng = tp_io_ranges(runs + done, nr - done, sys_page(), rg, 64, &used);
+		fetch_ranges(n, rg, ng);
+		if (!used)
+			break;
+		done += used;
+	}
+}
+
+/* fetch_ranges for rank-file bytes [a, b): the pages tp_io_plan gives, without visiting every
+ * row of a tensor whose rows' pages run into each other. */
+static void fetch_range(const tp_node *n, const tp_layout *L, uint64_t a, uint64_t b)
+{
+	tp_io_range rg[64];
+	while (a < b) {
+		uint64_t cov;
+		size_t ng = tp_io_plan(L, a, b, sys_page(), rg, 64, &cov);
+		fetch_ranges(n, rg, ng);
+		if (!cov)
+			break;
+		a += cov;
+	}
+}
+
+/* Before replying to a read of [off, off + want) of rank file L (whose first pass of runs is
+ * runs[0..nr), covering cov bytes): fetches its own pages unless an earlier read of this window
+ * did, and the next PF_AHEAD bytes' pages that no read has asked for yet. The window is advisory:
+ * a race between threads only repeats or skips a prefetch, never changes bytes. */
+static void prefetch(const tp_fs *fs, const tp_node *n, const tp_layout *L, _Atomic uint64_t *win, uint64_t off,
+		     uint64_t want, const tp_run *runs, size_t nr, uint64_t cov)
+{
+	if (fs->o->source_io != 0 || !n->map)
+		return;
+	uint64_t end = off + want, w = atomic_load_explicit(win, memory_order_relaxed);
+	uint64_t lo = (w >> 32) * PF_UNIT, hi = (w & 0xffffffffu) * PF_UNIT;
+	int inside = off >= lo && end <= hi;
+	if (!inside) {
+		if (cov == want)
+			fetch_runs(n, runs, nr);
+		else
+			fetch_range(n, L, off, end);
+	}
+	uint64_t from = inside ? hi : end, to = L->size - end > PF_AHEAD ? end + PF_AHEAD : L->size;
+	if (from >= to)
+		return;
+	uint64_t nlo = (inside ? lo : off) / PF_UNIT, nhi = to == L->size ? (to + PF_UNIT - 1) / PF_UNIT : to / PF_UNIT;
+	if (nhi <= 0xffffffffu &&
+	    !atomic_compare_exchange_strong_explicit(win, &w, nlo << 32 | nhi, memory_order_relaxed, memory_order_relaxed))
+		return; /* another thread moved the window and fetches ahead of it */
+	fetch_range(n, L, from, to);
+}
+
+/* Sets the access advice of every source mapping once, before serving (see above). */
+static void advise_sources(const tp_fs *fs)
+{
+	for (uint32_t i = 0; i < fs->nn; i++) {
+		const tp_node *n = &fs->m->n[i];
+		if (n->kind == TN_TENSORS && n->map && fs->o->source_io != 1 &&
+		    madvise((void *)n->map, n->src_size, MADV_RANDOM) < 0)
+			tp_log(0, "%s: cannot turn off readahead on the source (%s): a node may read more than its ranks need",
+			       n->path, strerror(errno));
+	}
+}
+
+/* Is rank r served (--ranks)? */
+static int served(const tp_fs *fs, uint32_t r)
+{
+	return !fs->o->serve || fs->o->serve[r];
 }
 
 /* Per-thread scratch, made on a thread's first read and freed when it exits. */
@@ -217,43 +461,53 @@ static int decode(const tp_fs *fs, fuse_ino_t ino, uint32_t *r, uint32_t *i)
 		return -1;
 	*r = (uint32_t)((ino - 2) / fs->nn);
 	*i = (uint32_t)((ino - 2) % fs->nn);
-	return 0;
+	return served(fs, *r) ? 0 : -1;
 }
 
 static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
 	st->st_ino = ino;
-	st->st_uid = getuid();
-	st->st_gid = getgid();
+	/* Owner, group and permission bits are those of the file (or folder) actually read, a link's
+	 * target, with write, set-id and sticky bits cleared; the kernel checks them
+	 * (default_permissions). The top folder and the stats file take the source folder's. */
+	uint32_t top_mode = atomic_load(&fs->ns[0].mode);
+	st->st_uid = atomic_load(&fs->ns[0].uid);
+	st->st_gid = atomic_load(&fs->ns[0].gid);
 	st->st_blksize = 1 << 20;
 	uint32_t r, i;
 	if (ino == FUSE_ROOT_ID) {
-		st->st_mode = S_IFDIR | 0555;
-		st->st_nlink = 2 + fs->T;
+		st->st_mode = S_IFDIR | (top_mode & 0555);
+		st->st_nlink = 2 + (fs->o->serve ? fs->o->nserve : fs->T);
 		st->st_size = 4096;
 		st->st_mtim = fs->m->n[0].mtime;
 	} else if (ino == fs->stats_ino) {
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG | (top_mode & 0444);
 		st->st_nlink = 1;
 		st->st_size = 0; /* generated on open, read with direct_io */
 		st->st_mtim = fs->started;
-	} else if (ino == fs->cfg_ino) {
-		st->st_mode = S_IFREG | 0444;
+	} else if (ino == fs->cfg_ino) { /* the source's config.json: its owner and mode */
+		uint32_t c = fs->m->config_node;
+		st->st_mode = S_IFREG | (atomic_load(&fs->ns[c].mode) & 0555);
+		st->st_uid = atomic_load(&fs->ns[c].uid);
+		st->st_gid = atomic_load(&fs->ns[c].gid);
 		st->st_nlink = 1;
 		st->st_size = (off_t)fs->m->config_len;
 		st->st_mtim = fs->m->n[fs->m->config_node].mtime;
 	} else if (decode(fs, ino, &r, &i) == 0) {
 		const tp_node *n = &fs->m->n[i];
+		uint32_t mode = atomic_load(&fs->ns[i].mode);
 		st->st_mtim = n->mtime;
+		st->st_uid = atomic_load(&fs->ns[i].uid);
+		st->st_gid = atomic_load(&fs->ns[i].gid);
 		if (n->kind == TN_DIR) {
-			st->st_mode = S_IFDIR | 0555;
+			st->st_mode = S_IFDIR | (mode & 0555);
 			st->st_nlink = 2;
 			for (uint32_t k = 0; k < n->nchild; k++)
 				st->st_nlink += fs->m->n[n->child[k]].kind == TN_DIR;
 			st->st_size = 4096;
 		} else {
-			st->st_mode = S_IFREG | 0444;
+			st->st_mode = S_IFREG | (mode & 0555);
 			st->st_nlink = 1;
 			st->st_size = (off_t)tp_node_size(fs->m, i, r);
 		}
@@ -275,57 +529,217 @@ static void reply_entry(fuse_req_t req, const tp_fs *fs, fuse_ino_t ino)
 
 /* ---- changed sources ---- */
 
-/* Marks node i's source as changed: logs once, and drops every rank's cached pages of it so
- * that later reads reach the daemon and fail with EIO instead of returning stale bytes. */
+/* The identity of a source as planned is (size, mtime, device, inode), plus its ctime, which
+ * also moves on an attribute change (chmod, chown): a ctime that moved while size and mtime did
+ * not is accepted as an attribute change by the watcher (which has seen no write), and until it
+ * has looked, reads of that file fail with EIO without failing the file. */
+
+static uint64_t ts_ns(struct timespec t)
+{
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Queues an invalidation of node i: of every rank's cached pages, or with attr only of the
+ * attributes. Never waits: the invalidation thread talks to the kernel (an invalidation waits
+ * for pages that a READ in flight holds locked, which must never be the READ's own thread). */
+static void queue_inval(tp_fs *fs, uint32_t i, int attr)
+{
+	if (fs->inval[1] < 0)
+		return;
+	if (!attr && atomic_exchange(&fs->ns[i].pend, 1))
+		return; /* already queued */
+	uint32_t v = i | (attr ? INVAL_ATTR : 0);
+	if (write(fs->inval[1], &v, sizeof v) != (ssize_t)sizeof v)
+		atomic_store(&fs->inval_lost, 1); /* the pipe is full: the thread sweeps every node */
+}
+
+/* Marks node i's source as changed: logs once, and has every rank's cached pages of it dropped
+ * so that later reads reach the daemon and fail with EIO instead of returning stale bytes. */
 static void mark_bad(tp_fs *fs, uint32_t i, const char *why)
 {
-	if (atomic_exchange(&fs->bad[i], 1))
+	if (atomic_exchange(&fs->ns[i].bad, 1))
 		return;
 	tp_log(2, "%s: the source changed since it was mounted (%s); its rank files now fail with EIO "
 		  "(remount to serve the new version)", fs->m->n[i].path, why);
-	if (fs->se && atomic_load(&fs->ready))
-		for (uint32_t r = 0; r < fs->T; r++)
-			fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, r, i), 0, 0);
+	queue_inval(fs, i, 0);
 }
 
-/* Does the file behind fd (or, with fd < 0, behind node i's path) differ from what was planned? */
-static int differs(const tp_node *n, int fd, char *why, size_t len)
+/* Compares the file behind fd (or, with fd < 0, node i's resolved path) with what was planned.
+ * Returns 0 (the same), 1 (changed: why says how) or 2 (only the ctime moved: an attribute
+ * change the watcher has not accepted yet; with accept, it is accepted now). */
+static int differs(tp_fs *fs, uint32_t i, int fd, int accept, char *why, size_t len)
 {
+	const tp_node *n = &fs->m->n[i];
 	struct stat st;
-	if ((fd >= 0 ? fstat(fd, &st) : stat(n->abspath, &st)) < 0) {
+	/* the resolved path is not followed if it has become a link since (it may lead into the mount) */
+	if ((fd >= 0 ? fstat(fd, &st) : fstatat(AT_FDCWD, n->real, &st, AT_SYMLINK_NOFOLLOW)) < 0) {
 		tp_fmt(why, len, "%s", strerror(errno));
 		return 1;
 	}
-	if ((uint64_t)st.st_size != n->src_size)
+	if (n->kind != TN_DIR && (uint64_t)st.st_size != n->src_size)
 		tp_fmt(why, len, "size %llu, was %llu", (unsigned long long)st.st_size, (unsigned long long)n->src_size);
-	else if (st.st_mtim.tv_sec != n->mtime.tv_sec || st.st_mtim.tv_nsec != n->mtime.tv_nsec)
+	else if (n->kind != TN_DIR && (st.st_mtim.tv_sec != n->mtime.tv_sec || st.st_mtim.tv_nsec != n->mtime.tv_nsec))
 		tp_fmt(why, len, "modified");
 	else if (st.st_ino != n->ino || st.st_dev != n->dev)
 		tp_fmt(why, len, "replaced by another file");
-	else
+	else if (ts_ns(st.st_ctim) == atomic_load(&fs->ns[i].ctime))
 		return 0;
+	else if (!accept && fs->watching)
+		return 2;
+	else {
+		/* an attribute change: serve the new owner, group and mode from now on */
+		atomic_store(&fs->ns[i].ctime, ts_ns(st.st_ctim));
+		atomic_store(&fs->ns[i].mode, (uint32_t)st.st_mode);
+		atomic_store(&fs->ns[i].uid, (uint32_t)st.st_uid);
+		atomic_store(&fs->ns[i].gid, (uint32_t)st.st_gid);
+		queue_inval(fs, i, 1);
+		return 0;
+	}
 	return 1;
 }
 
-/* Has the source of node i changed since it was planned? One fstat of the open source. */
+/* May node i be served? One fstat of the open source (or a stat of its resolved path). Returns
+ * 0, or -1 when the read must fail with EIO (the file is marked changed when it is). */
 static int source_changed(tp_fs *fs, uint32_t i, int fd)
 {
-	if (atomic_load(&fs->bad[i]))
-		return 1;
+	if (atomic_load(&fs->ns[i].bad))
+		return -1;
 	char why[96];
-	if (!differs(&fs->m->n[i], fd, why, sizeof why))
-		return 0;
-	mark_bad(fs, i, why);
-	return 1;
+	int d = differs(fs, i, fd, 0, why, sizeof why);
+	if (d == 1)
+		mark_bad(fs, i, why);
+	return d ? -1 : 0;
+}
+
+/* After a successful reply: a change noticed while the reply was under way may have been
+ * followed by its invalidation before the kernel cached this reply's pages; drop them again. */
+static void after_reply(tp_fs *fs, uint32_t i)
+{
+	if (atomic_load(&fs->ns[i].bad))
+		queue_inval(fs, i, 0);
+}
+
+static void *inval_thread(void *p)
+{
+	tp_fs *fs = p;
+	uint32_t v[1024];
+	for (;;) {
+		ssize_t got = read(fs->inval[0], v, sizeof v);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break; /* the write end closed: unmounting */
+		for (size_t k = 0; k < (size_t)got / sizeof *v; k++) {
+			uint32_t i = v[k] & ~INVAL_ATTR;
+			if (!(v[k] & INVAL_ATTR))
+				atomic_store(&fs->ns[i].pend, 0);
+			for (uint32_t r = 0; r < fs->T && atomic_load(&fs->ready); r++)
+				fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, r, i), v[k] & INVAL_ATTR ? -1 : 0, 0);
+		}
+		if (atomic_exchange(&fs->inval_lost, 0))
+			for (uint32_t i = 0; i < fs->nn; i++)
+				for (uint32_t r = 0; r < fs->T && atomic_load(&fs->ready); r++)
+					fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, r, i), atomic_load(&fs->ns[i].bad) ? 0 : -1, 0);
+	}
+	return NULL;
+}
+
+/* Starts a thread of our own with every signal blocked (as libfuse starts its workers): SIGTERM
+ * and SIGINT must reach the thread that waits for the FUSE loop to end, not one that would take
+ * the signal and go back to waiting while the loop never learns of it. */
+static int start_thread(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	int rc = pthread_create(t, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
+}
+
+static int start_inval(tp_fs *fs)
+{
+	if (pipe2(fs->inval, O_CLOEXEC) < 0)
+		return -1;
+	fcntl(fs->inval[1], F_SETFL, O_NONBLOCK);
+	if (start_thread(&fs->invalidator, inval_thread, fs) != 0) {
+		close(fs->inval[0]);
+		close(fs->inval[1]);
+		fs->inval[0] = fs->inval[1] = -1;
+		return -1;
+	}
+	return 0;
+}
+
+/* Ends the FUSE connection (before the session is destroyed) and stops the invalidation thread.
+ * The connection goes first: an invalidation may be waiting for a page that a READ holds locked,
+ * and once the loop has ended nobody answers that READ. Replacing the /dev/fuse descriptor by
+ * /dev/null drops the last reference to it (the ready helper holds none), the kernel ends every
+ * pending request, and the invalidation returns; fuse_session_destroy later closes /dev/null. */
+static void stop_inval(tp_fs *fs)
+{
+	struct pollfd pfd = {.fd = fuse_session_fd(fs->se), .events = 0};
+	int gone = poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLERR); /* unmounted already */
+	int nul = gone ? -1 : open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (nul >= 0) {
+		dup3(nul, pfd.fd, O_CLOEXEC);
+		close(nul);
+	}
+	int w = fs->inval[1];
+	fs->inval[1] = -1;
+	close(w);
+	pthread_join(fs->invalidator, NULL);
+	close(fs->inval[0]);
+	fs->inval[0] = -1;
 }
 
 /* ---- watching sources (inotify) ---- */
+
+/* Every file is watched itself (its inode: a write through any path, a hard link outside SRC
+ * included, is seen) and through its folders, those of its path in SRC and of its resolved path
+ * (a rename over it, a removal, a link re-pointed). */
 
 static void recheck_all(tp_fs *fs)
 {
 	for (uint32_t i = 0; i < fs->nn; i++) {
 		char why[96];
-		if (fs->m->n[i].kind != TN_DIR && !atomic_load(&fs->bad[i]) && differs(&fs->m->n[i], -1, why, sizeof why))
+		if (!atomic_load(&fs->ns[i].bad) && differs(fs, i, -1, 1, why, sizeof why) == 1 &&
+		    fs->m->n[i].kind != TN_DIR)
+			mark_bad(fs, i, why);
+	}
+}
+
+static int cmp_watch(const void *a, const void *b)
+{
+	const watch *x = a, *y = b;
+	return x->wd != y->wd ? (x->wd < y->wd ? -1 : 1) : strcmp(x->name, y->name);
+}
+
+/* What an event on a watched file or folder means for node i. */
+static void on_event(tp_fs *fs, uint32_t i, const struct inotify_event *ev)
+{
+	char why[96];
+	const tp_node *n = &fs->m->n[i];
+	if (ev->len && n->kind == TN_DIR) {
+		/* a folder renamed, removed or replaced: the names under it may now mean other files */
+		if (ev->mask & (IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_MOVED_FROM))
+			recheck_all(fs);
+		return;
+	}
+	if (ev->len) { /* a name in a watched folder: the name now means another file, or none */
+		if (ev->mask & (IN_MOVED_TO | IN_CREATE))
+			mark_bad(fs, i, "replaced");
+		else if (ev->mask & (IN_DELETE | IN_MOVED_FROM))
+			mark_bad(fs, i, "removed or renamed");
+		return;
+	}
+	if (ev->mask & IN_MODIFY) {
+		if (n->kind != TN_DIR)
+			mark_bad(fs, i, "written");
+	} else if (ev->mask & (IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVE_SELF | IN_DELETE_SELF)) {
+		/* an attribute change or a close after writing: a change only if the content's size,
+		 * mtime or identity moved */
+		if (differs(fs, i, -1, 1, why, sizeof why) == 1 && n->kind != TN_DIR)
 			mark_bad(fs, i, why);
 	}
 }
@@ -346,59 +760,62 @@ static void *watch_thread(void *p)
 		for (char *q = buf; len > 0 && q < buf + len;) {
 			const struct inotify_event *ev = (const struct inotify_event *)q;
 			q += sizeof *ev + ev->len;
-			if (ev->mask & (IN_Q_OVERFLOW | IN_DELETE_SELF | IN_MOVE_SELF)) {
+			if (ev->mask & IN_Q_OVERFLOW) {
 				recheck_all(fs);
 				continue;
 			}
-			if (!ev->len)
-				continue;
-			for (size_t k = 0; k < fs->nw; k++) {
-				if (fs->w[k].wd != ev->wd || strcmp(fs->w[k].name, ev->name) != 0)
-					continue;
-				const char *what = ev->mask & (IN_MOVED_TO | IN_CREATE) ? "replaced"
-						   : ev->mask & (IN_DELETE | IN_MOVED_FROM) ? "removed or renamed"
-						   : ev->mask & IN_ATTRIB ? "attributes changed" : "modified";
-				mark_bad(fs, fs->w[k].node, what);
+			const char *name = ev->len ? ev->name : "";
+			watch key = {.wd = ev->wd, .name = (char *)name};
+			size_t lo = 0, hi = fs->nw;
+			while (lo < hi) { /* the first entry not below key */
+				size_t mid = lo + (hi - lo) / 2;
+				if (cmp_watch(&fs->w[mid], &key) < 0)
+					lo = mid + 1;
+				else
+					hi = mid;
 			}
+			for (size_t k = lo; k < fs->nw && !cmp_watch(&fs->w[k], &key); k++)
+				on_event(fs, fs->w[k].node, ev);
 		}
 	}
 	return NULL;
 }
 
-static void add_watch(tp_fs *fs, const char *path, uint32_t node, size_t *cap)
+/* Watches path (a folder, for name events of name; or with name "" the file or folder itself). */
+static int add_watch(tp_fs *fs, const char *path, const char *name, uint32_t node, size_t *cap)
 {
-	char *d = strdup(path), *b = strdup(path);
-	if (!d || !b)
-		goto out;
-	const uint32_t mask = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE |
-			      IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF;
-	int wd = inotify_add_watch(fs->ifd, dirname(d), mask);
+	const uint32_t mask = *name ? IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_ONLYDIR
+				    : IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF;
+	int wd = inotify_add_watch(fs->ifd, path, mask | IN_MASK_ADD);
 	if (wd < 0)
-		goto out;
-	const char *name = basename(b);
-	for (size_t k = 0; k < fs->nw; k++)
-		if (fs->w[k].wd == wd && fs->w[k].node == node && !strcmp(fs->w[k].name, name))
-			goto out;
+		return -1;
 	if (fs->nw == *cap) {
 		size_t nc = *cap ? *cap * 2 : 64;
 		watch *nw = realloc(fs->w, nc * sizeof *nw);
 		if (!nw)
-			goto out;
+			return -1;
 		fs->w = nw;
 		*cap = nc;
 	}
 	fs->w[fs->nw].wd = wd;
 	fs->w[fs->nw].node = node;
 	fs->w[fs->nw].name = strdup(name);
-	if (fs->w[fs->nw].name)
-		fs->nw++;
-out:
-	free(d);
-	free(b);
+	if (!fs->w[fs->nw].name)
+		return -1;
+	fs->nw++;
+	return 0;
 }
 
-/* Watches the folder of every source file (and of the file a symbolic link leads to, as in a
- * Hugging Face cache) so that a change marks the file at once, cached pages included. */
+/* Watches the folder path of a file for name events of its last component. */
+static int add_name_watch(tp_fs *fs, const char *path, uint32_t node, size_t *cap)
+{
+	char *d = strdup(path), *b = strdup(path);
+	int rc = d && b ? add_watch(fs, dirname(d), basename(b), node, cap) : -1;
+	free(d);
+	free(b);
+	return rc;
+}
+
 static void start_watching(tp_fs *fs)
 {
 	fs->ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
@@ -406,18 +823,26 @@ static void start_watching(tp_fs *fs)
 		tp_log(0, "cannot watch the sources (%s): changes are noticed by size and mtime checks only", strerror(errno));
 		return;
 	}
-	size_t cap = 0;
+	size_t cap = 0, failed = 0;
+	int err = 0;
 	for (uint32_t i = 0; i < fs->nn; i++) {
 		const tp_node *n = &fs->m->n[i];
-		if (n->kind == TN_DIR)
-			continue;
-		add_watch(fs, n->abspath, i, &cap);
-		char *real = realpath(n->abspath, NULL);
-		if (real && strcmp(real, n->abspath))
-			add_watch(fs, real, i, &cap);
-		free(real);
+		int rc = add_watch(fs, n->real, "", i, &cap);
+		if (i && rc == 0)
+			rc = add_name_watch(fs, n->abspath, i, &cap);
+		if (i && rc == 0 && strcmp(n->real, n->abspath))
+			rc = add_name_watch(fs, n->real, i, &cap);
+		if (rc < 0) {
+			failed++;
+			err = errno;
+		}
 	}
-	fs->watching = pthread_create(&fs->watcher, NULL, watch_thread, fs) == 0;
+	if (failed)
+		tp_log(0, "cannot watch %zu of %u files and folders (%s%s): changes to them are noticed by size and "
+			  "mtime checks on each read only", failed, fs->nn, strerror(err),
+		       err == ENOSPC ? "; raise fs.inotify.max_user_watches" : "");
+	qsort(fs->w, fs->nw, sizeof *fs->w, cmp_watch);
+	fs->watching = start_thread(&fs->watcher, watch_thread, fs) == 0;
 }
 
 static void stop_watching(tp_fs *fs)
@@ -435,6 +860,8 @@ static void stop_watching(tp_fs *fs)
 	for (size_t k = 0; k < fs->nw; k++)
 		free(fs->w[k].name);
 	free(fs->w);
+	fs->w = NULL;
+	fs->nw = 0;
 }
 
 /* ---- operations ---- */
@@ -463,7 +890,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		if (strncmp(name, "rank", 4) == 0 && name[4] >= '0' && name[4] <= '9' &&
 		    (name[4] != '0' || name[5] == 0)) {
 			unsigned long v = strtoul(name + 4, &end, 10);
-			if (*end == 0 && v < fs->T) {
+			if (*end == 0 && v < fs->T && served(fs, (uint32_t)v)) {
 				reply_entry(req, fs, ino_of(fs, (uint32_t)v, 0));
 				return;
 			}
@@ -511,7 +938,8 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	count = 2 + (top ? fs->T + 1 + (fs->cfg_ino != 0) : fs->m->n[i].nchild);
+	uint32_t nranks = fs->o->serve ? fs->o->nserve : fs->T, rk = 0;
+	count = 2 + (top ? nranks + 1 + (fs->cfg_ino != 0) : fs->m->n[i].nchild);
 	size_t used = 0;
 	for (off_t k = off; k < (off_t)count; k++) {
 		char name[32];
@@ -522,13 +950,18 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 		if (k < 2) {
 			nm = k ? ".." : ".";
 			child = ino;
-		} else if (top && k - 2 < (off_t)fs->T) {
-			snprintf(name, sizeof name, "rank%u", (unsigned)(k - 2));
+		} else if (top && k - 2 < (off_t)nranks) {
+			/* the (k - 2)th served rank */
+			for (uint32_t seen = 0, want = (uint32_t)(k - 2); rk < fs->T; rk++)
+				if (served(fs, rk) && seen++ == want)
+					break;
+			snprintf(name, sizeof name, "rank%u", rk);
 			nm = name;
-			child = ino_of(fs, (uint32_t)(k - 2), 0);
+			child = ino_of(fs, rk, 0);
+			rk = 0;
 		} else if (top) {
-			nm = k - 2 == (off_t)fs->T ? STATS_NAME : "config.json";
-			child = k - 2 == (off_t)fs->T ? fs->stats_ino : fs->cfg_ino;
+			nm = k - 2 == (off_t)nranks ? STATS_NAME : "config.json";
+			child = k - 2 == (off_t)nranks ? fs->stats_ino : fs->cfg_ino;
 		} else {
 			uint32_t c = fs->m->n[i].child[k - 2];
 			nm = fs->m->n[c].name;
@@ -570,7 +1003,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	uint32_t r, i;
 	if (ino == fs->cfg_ino) { /* MNT/config.json: the source's, served from memory */
 		fi->keep_cache = 1;
-		if (atomic_load(&fs->bad[fs->m->config_node]))
+		if (atomic_load(&fs->ns[fs->m->config_node].bad))
 			fuse_reply_err(req, EIO);
 		else
 			fuse_reply_open(req, fi);
@@ -587,7 +1020,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	fi->keep_cache = 1;
 	fi->noflush = 1;
-	if (atomic_load(&fs->bad[i])) {
+	if (atomic_load(&fs->ns[i].bad)) {
 		fuse_reply_err(req, EIO);
 		return;
 	}
@@ -597,8 +1030,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
-		h->fd = open(n->abspath, O_RDONLY | O_CLOEXEC);
-		if (h->fd < 0 || source_changed(fs, i, h->fd)) {
+		h->fd = open(n->real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (h->fd < 0 || source_changed(fs, i, h->fd) < 0) {
 			int err = h->fd < 0 ? errno : EIO;
 			if (h->fd >= 0)
 				close(h->fd);
@@ -644,6 +1077,13 @@ static const uint8_t *get_hdr(tp_fs *fs, uint32_t i, uint32_t r)
 	return (const uint8_t *)mine;
 }
 
+/* Replies to a read of rank r's view of tensor file i. Source bytes are copied into this
+ * thread's buffer (by the chosen backend, under the SIGBUS guard) and the source's identity is
+ * checked again after the copy and before the reply: a write changes the file's mtime before
+ * it changes bytes, so a reply never carries bytes of a write that began before that check (the
+ * window is the copy itself, which README states). Replies without source bytes (header,
+ * padding) point into the header and the zero page. --reply iov points replies into the source
+ * mapping instead: the kernel then copies source bytes after every check (a tuning option). */
 static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size_t size, off_t off)
 {
 	tp_node *n = &fs->m->n[i];
@@ -654,7 +1094,7 @@ static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	if (source_changed(fs, i, n->fd)) {
+	if (source_changed(fs, i, n->fd) < 0) {
 		fuse_reply_err(req, EIO);
 		return;
 	}
@@ -667,21 +1107,18 @@ static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size
 	}
 	uint64_t cov, touched = 0;
 	size_t nr = tp_map(L, (uint64_t)off, want, s->runs, RUN_CAP, &cov);
-	int iov_ok = cov == want && nr <= IOV_CAP && (nr <= 8 || want / nr >= SMALL_RUN);
-	if (fs->o->reply)
-		iov_ok = cov == want && nr <= IOV_CAP && fs->o->reply == 1;
+	prefetch(fs, n, L, &fs->win[(size_t)i * fs->T + r], (uint64_t)off, want, s->runs, nr, cov);
+	size_t nsrc = 0;
+	for (size_t k = 0; k < nr; k++)
+		nsrc += s->runs[k].kind == TP_RUN_SRC;
+	if (cov < want)
+		nsrc = RUN_CAP; /* more runs than one pass maps */
+	int iov_ok = cov == want && nr <= IOV_CAP && (nsrc == 0 || fs->o->reply == 1);
 	const tp_gather *backend = &tp_gather_cpu_backend;
-	if (fs->gpu_mode) {
-		size_t nsrc = 0;
-		for (size_t k = 0; k < nr; k++)
-			nsrc += s->runs[k].kind == TP_RUN_SRC;
-		if (cov < want)
-			nsrc = RUN_CAP; /* more runs than one pass maps */
-		if ((fs->gpu_mode == 1 && nsrc > 1) ||
-		    (fs->gpu_mode == 2 && nsrc >= fs->o->cuda_min_runs && want >= fs->o->cuda_min_bytes)) {
-			backend = &fs->gpu;
-			iov_ok = 0;
-		}
+	if ((fs->backend == TP_BACKEND_CUDA && nsrc > 1) ||
+	    (fs->backend == TP_BACKEND_CUDA_PAST && nsrc >= fs->o->cuda_min_runs && want >= fs->o->cuda_min_bytes)) {
+		backend = &fs->gpu;
+		iov_ok = 0;
 	}
 	if (iov_ok) {
 		for (size_t k = 0; k < nr; k++) {
@@ -706,6 +1143,7 @@ static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size
 			tp_log(3, "%s (rank %u): reply of %llu bytes at %lld failed: %s", n->path, r,
 			       (unsigned long long)want, (long long)off, strerror(-err));
 		release_runs(fs, n, s->runs, nr);
+		after_reply(fs, i);
 		return;
 	}
 copy:;
@@ -717,9 +1155,16 @@ copy:;
 		for (size_t k = 0; k < nr; k++)
 			touched += s->runs[k].kind == TP_RUN_SRC ? s->runs[k].len : 0;
 		tp_err ge;
-		if (!cov || tp_guarded_gather(backend, s->runs, nr, &src, hdr, s->buf + done, &ge) < 0) {
+		tp_err_clear(&ge);
+		if (!cov) {
+			tp_log(2, "%s (rank %u): no bytes map at %llu of %llu", n->path, r,
+			       (unsigned long long)(off + done), (unsigned long long)L->size);
+			fuse_reply_err(req, EIO);
+			return;
+		}
+		if (tp_guarded_gather(backend, s->runs, nr, &src, hdr, s->buf + done, &ge) < 0) {
 			if (ge.code == TP_ECHANGED)
-				mark_bad(fs, i, "shrank under its mapping");
+				mark_bad(fs, i, "shorter than planned, or unreadable under its mapping");
 			else
 				tp_log(2, "%s (rank %u): gather failed: %s", n->path, r, ge.msg);
 			fuse_reply_err(req, EIO);
@@ -728,12 +1173,17 @@ copy:;
 		release_runs(fs, n, s->runs, nr);
 		done += cov;
 	}
+	if (source_changed(fs, i, n->fd) < 0) { /* the identity again, after the copy */
+		fuse_reply_err(req, EIO);
+		return;
+	}
 	atomic_fetch_add_explicit(&rs->served, want, memory_order_relaxed);
 	atomic_fetch_add_explicit(&rs->touched, touched, memory_order_relaxed);
 	atomic_fetch_add_explicit(&rs->copied, 1, memory_order_relaxed);
 	if (backend == &fs->gpu)
 		atomic_fetch_add_explicit(&rs->gpu, 1, memory_order_relaxed);
 	fuse_reply_buf(req, (const char *)s->buf, want);
+	after_reply(fs, i);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
@@ -758,7 +1208,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	if (ino == fs->cfg_ino) {
 		uint32_t c = fs->m->config_node;
 		uint64_t len = fs->m->config_len, o = (uint64_t)off < len ? (uint64_t)off : len;
-		if (source_changed(fs, c, -1))
+		if (source_changed(fs, c, -1) < 0)
 			fuse_reply_err(req, EIO);
 		else
 			fuse_reply_buf(req, fs->m->config_text + o, size < len - o ? size : len - o);
@@ -772,27 +1222,32 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	if (n->kind == TN_TENSORS) {
 		read_tensors(req, fs, r, i, size, off);
 	} else if (n->kind == TN_INDEX || n->kind == TN_CONFIG) {
-		if (source_changed(fs, i, -1)) {
+		if (source_changed(fs, i, -1) < 0) {
 			fuse_reply_err(req, EIO);
 			return;
 		}
 		uint64_t len = n->gen_len[r], o = (uint64_t)off < len ? (uint64_t)off : len;
 		fuse_reply_buf(req, n->gen[r] + o, size < len - o ? size : len - o);
+		after_reply(fs, i);
 	} else if (h) {
 		scratch *s = get_scratch(size);
 		if (!s) {
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
-		if (source_changed(fs, i, h->fd)) {
+		if (source_changed(fs, i, h->fd) < 0) {
 			fuse_reply_err(req, EIO);
 			return;
 		}
 		ssize_t got = pread(h->fd, s->buf, size, off);
-		if (got < 0)
+		if (got < 0) {
 			fuse_reply_err(req, errno);
-		else
+		} else if (source_changed(fs, i, h->fd) < 0) { /* again after reading, as for tensors */
+			fuse_reply_err(req, EIO);
+		} else {
 			fuse_reply_buf(req, (const char *)s->buf, (size_t)got);
+			after_reply(fs, i);
+		}
 	} else {
 		fuse_reply_err(req, EBADF);
 	}
@@ -808,7 +1263,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	uint64_t total = 0;
 	for (uint32_t i = 0; i < fs->nn; i++)
 		for (uint32_t r = 0; r < fs->T && fs->m->n[i].kind != TN_DIR; r++)
-			total += tp_node_size(fs->m, i, r);
+			total += served(fs, r) ? tp_node_size(fs->m, i, r) : 0;
 	sv.f_blocks = total / 4096 + 1;
 	sv.f_files = (fsfilcnt_t)fs->nn * fs->T + 2;
 	sv.f_namemax = 255;
@@ -925,7 +1380,8 @@ static char *stats_text(tp_fs *fs, size_t *len)
 				    TPFS_VERSION, fs->m->src, fs->T, fs->m->plan_origin, fs->ra_note, fs->gather_note, "rank",
 				    "bytes_served", "source_bytes", "reads", "copied", "gpu");
 	for (uint32_t r = 0; r < fs->T && w < cap; r++)
-		w += (size_t)snprintf(b + w, cap - w, "%-6u %16llu %16llu %10llu %10llu %10llu\n", r,
+		if (served(fs, r))
+			w += (size_t)snprintf(b + w, cap - w, "%-6u %16llu %16llu %10llu %10llu %10llu\n", r,
 				      (unsigned long long)atomic_load(&fs->rs[r].served),
 				      (unsigned long long)atomic_load(&fs->rs[r].touched),
 				      (unsigned long long)atomic_load(&fs->rs[r].reads),
@@ -978,8 +1434,15 @@ static void set_readahead(tp_fs *fs, dev_t dev)
 	}
 }
 
-/* Background mode: the pipe to the waiting parent, until readiness is reported. */
-static int daemon_fd = -1;
+/* Background mode: the socket (SOCK_SEQPACKET) to the waiting parent. The ready helper sends
+ * "O" (ready) or "E<reason>"; the daemon, when it fails before or while the parent waits,
+ * "D<reason>" with the first error it logged. Sends never raise SIGPIPE. */
+
+static void send_note(int fd, const char *msg)
+{
+	if (fd >= 0 && send(fd, msg, strlen(msg), MSG_NOSIGNAL) < 0 && errno != EPIPE)
+		tp_log(0, "could not report to the waiting parent: %s", strerror(errno));
+}
 
 /* Background mode, once ready: stdio goes to /dev/null, the log to the --log file or syslog. */
 static void detach_stdio(const char *log_path)
@@ -1014,6 +1477,12 @@ static void ready_helper(tp_fs *fs, int report_fd)
 {
 	struct stat st;
 	char msg[512];
+	/* Not a holder of the FUSE connection: when the daemon goes away (or quits without
+	 * answering, as libfuse does with requests read after exit), the connection ends and this
+	 * stat with it, instead of waiting for ever on a connection it keeps open itself. */
+	close(fuse_session_fd(fs->se));
+	close(fs->inval[0]); /* nor of the invalidation pipe: its end is how the thread learns to stop */
+	close(fs->inval[1]);
 	if (stat(fs->o->mnt, &st) < 0) {
 		snprintf(msg, sizeof msg, "E%s: the new mount does not answer: %s", fs->o->mnt, strerror(errno));
 	} else {
@@ -1021,29 +1490,84 @@ static void ready_helper(tp_fs *fs, int report_fd)
 		snprintf(msg, sizeof msg, "O");
 		tp_log(1, "serving %s as %u ranks at %s (plan: %s)", fs->m->src, fs->T, fs->o->mnt, fs->m->plan_origin);
 	}
-	if (report_fd >= 0 && write(report_fd, msg, strlen(msg)) < 0)
-		tp_log(0, "could not report readiness: %s", strerror(errno));
+	send_note(report_fd, msg);
 	_exit(msg[0] == 'O' ? 0 : 1);
 }
 
-/* Parent side of daemonizing: waits for the child's verdict. */
-static int wait_child(int fd, pid_t pid, tp_err *e)
+/* Parent side of daemonizing: waits for the verdict: the helper's "O" (ready), or a failure,
+ * preferring the daemon's own reason ("D") to the helper's view of it ("E": the mount does not
+ * answer), until both have closed their ends. */
+static int wait_child(int fd, tp_err *e)
 {
-	char buf[512] = {0};
-	struct pollfd pfd = {.fd = fd, .events = POLLIN};
-	int n = poll(&pfd, 1, 120 * 1000);
-	ssize_t got = n > 0 ? read(fd, buf, sizeof buf - 1) : -1;
+	char buf[TP_ERR_MSG + 8], helper_msg[TP_ERR_MSG + 8] = "";
+	struct timespec t0, now;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int waited_out = 0;
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		long left = 120 * 1000 - ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000);
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		int n = left > 0 ? poll(&pfd, 1, (int)left) : 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			waited_out = n == 0;
+			break;
+		}
+		ssize_t got = recv(fd, buf, sizeof buf - 1, 0);
+		if (got <= 0)
+			break; /* both ends closed */
+		buf[got] = 0;
+		if (buf[0] == 'O') {
+			close(fd);
+			return 0;
+		}
+		if (buf[0] == 'D') {
+			close(fd);
+			return tp_fail(e, TP_EIO, "%s", buf + 1);
+		}
+		if (buf[0] == 'E' && !helper_msg[0])
+			snprintf(helper_msg, sizeof helper_msg, "%s", buf + 1);
+	}
 	close(fd);
-	if (got > 0 && buf[0] == 'O')
-		return 0;
-	if (got > 1)
-		return tp_fail(e, TP_EIO, "%s", buf + 1);
-	(void)pid;
-	return tp_fail(e, TP_EIO, "the daemon did not report a ready mount%s", n == 0 ? " within 120 s" : "");
+	if (helper_msg[0])
+		return tp_fail(e, TP_EIO, "%s", helper_msg);
+	return tp_fail(e, TP_EIO, "the daemon did not report a ready mount%s", waited_out ? " within 120 s" : "");
 }
 
+/* Opens the gather backend o->gather asks for, in the daemon (after it forked). */
+static int open_backend(tp_fs *fs, tp_err *e)
+{
+	const tp_fs_opts *o = fs->o;
+	fs->backend = TP_BACKEND_CPU;
+	tp_fmt(fs->gather_note, sizeof fs->gather_note, "%s", o->gather == TP_GATHER_CPU ? "cpu (--gather cpu)"
+	       : "cpu (auto: no measured range where CUDA wins is set; see docs/PERFORMANCE.md)");
+	if (o->gather == TP_GATHER_CUDA || (o->gather == TP_GATHER_AUTO && o->cuda_min_runs && o->cuda_min_bytes)) {
+		char why[256];
+		if (tp_cuda_load(&fs->gpu, why, sizeof why) == 0) {
+			fs->backend = o->gather == TP_GATHER_CUDA ? TP_BACKEND_CUDA : TP_BACKEND_CUDA_PAST;
+			tp_fmt(fs->gather_note, sizeof fs->gather_note, "cuda on %s (%s)", why,
+			       fs->backend == TP_BACKEND_CUDA ? "every strided gather" : "past --cuda-min-runs/--cuda-min-bytes");
+		} else if (o->gather == TP_GATHER_CUDA) {
+			return tp_fail(e, TP_EIO, "--gather cuda: %s", why);
+		} else {
+			tp_fmt(fs->gather_note, sizeof fs->gather_note, "cpu (auto: %s)", why);
+		}
+	}
+	tp_log(1, "gather: %s", fs->gather_note);
+	return 0;
+}
+
+static void scratch_key_make(void)
+{
+	pthread_key_create(&scratch_key, scratch_free);
+}
+
+/* Mounts and serves; every resource is released in the reverse order of its acquisition, one
+ * label per resource (the shape of libfuse's passthrough_ll.c). */
 int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 {
+	static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 	*parent = 0;
 	tp_fs fs;
 	memset(&fs, 0, sizeof fs);
@@ -1053,107 +1577,112 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	fs.T = m->T;
 	fs.stats_ino = 2 + (fuse_ino_t)m->T * m->nn;
 	fs.cfg_ino = m->config_text ? fs.stats_ino + 1 : 0;
-	fs.ifd = fs.stop[0] = fs.stop[1] = -1;
-	tp_fmt(fs.gather_note, sizeof fs.gather_note, "%s", !strcmp(o->gather, "cpu") ? "cpu (--gather cpu)"
-	       : "cpu (auto: no measured range where CUDA wins is set; see docs/PERFORMANCE.md)");
+	fs.ifd = fs.stop[0] = fs.stop[1] = fs.inval[0] = fs.inval[1] = -1;
 	clock_gettime(CLOCK_REALTIME, &fs.started);
+	int rc = -1;
+	pid_t helper = -1;
+	char opts[4096];
+	char *argv[] = {"tpfs", "-o", opts, o->debug ? "-d" : NULL, NULL};
+	struct fuse_args args = FUSE_ARGS_INIT(o->debug ? 4 : 3, argv);
+
 	fs.ra_note = mmap(NULL, RA_NOTE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (fs.ra_note == MAP_FAILED)
 		return tp_fail(e, TP_ENOMEM, "mmap: %s", strerror(errno));
 	snprintf(fs.ra_note, RA_NOTE, "not set yet");
 	fs.hdr = calloc((size_t)m->nn * m->T, sizeof *fs.hdr);
-	fs.bad = calloc(m->nn, sizeof *fs.bad);
-	fs.rs = calloc(m->T, sizeof *fs.rs);
-	if (!fs.hdr || !fs.bad || !fs.rs) {
-		free(fs.hdr);
-		free((void *)fs.bad);
-		free(fs.rs);
-		return tp_fail(e, TP_ENOMEM, "out of memory");
+	if (!fs.hdr) {
+		tp_fail(e, TP_ENOMEM, "out of memory");
+		goto out_ra;
 	}
-	pthread_key_create(&scratch_key, scratch_free);
+	fs.ns = calloc(m->nn, sizeof *fs.ns);
+	if (!fs.ns) {
+		tp_fail(e, TP_ENOMEM, "out of memory");
+		goto out_hdr;
+	}
+	for (uint32_t i = 0; i < m->nn; i++) {
+		atomic_init(&fs.ns[i].ctime, ts_ns(m->n[i].ctime));
+		atomic_init(&fs.ns[i].mode, (uint32_t)m->n[i].mode);
+		atomic_init(&fs.ns[i].uid, (uint32_t)m->n[i].uid);
+		atomic_init(&fs.ns[i].gid, (uint32_t)m->n[i].gid);
+	}
+	fs.rs = calloc(m->T, sizeof *fs.rs);
+	if (!fs.rs) {
+		tp_fail(e, TP_ENOMEM, "out of memory");
+		goto out_ns;
+	}
+	fs.win = calloc((size_t)m->nn * m->T, sizeof *fs.win);
+	if (!fs.win) {
+		tp_fail(e, TP_ENOMEM, "out of memory");
+		goto out_rs;
+	}
+	pthread_once(&key_once, scratch_key_make);
 
-	int rc = -1, mounted = 0, pipefd[2] = {-1, -1};
 	if (!o->foreground) {
 		/* Fork before libfuse holds anything: the child mounts and serves; this process waits
 		 * for its verdict (ready, or the reason it is not) and returns. */
-		if (pipe(pipefd) < 0) {
-			free(fs.hdr);
-			free((void *)fs.bad);
-			free(fs.rs);
-			munmap(fs.ra_note, RA_NOTE);
-			return tp_fail(e, TP_EIO, "pipe: %s", strerror(errno));
+		int pipefd[2];
+		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pipefd) < 0) {
+			tp_fail(e, TP_EIO, "socketpair: %s", strerror(errno));
+			goto out_win;
 		}
 		fflush(NULL);
 		pid_t pid = fork();
 		if (pid != 0) {
 			close(pipefd[1]);
-			free(fs.hdr);
-			free((void *)fs.bad);
-			free(fs.rs);
 			if (pid < 0) {
-				munmap(fs.ra_note, RA_NOTE);
 				close(pipefd[0]);
-				return tp_fail(e, TP_EIO, "fork: %s", strerror(errno));
+				tp_fail(e, TP_EIO, "fork: %s", strerror(errno));
+				goto out_win;
 			}
 			*parent = 1;
-			munmap(fs.ra_note, RA_NOTE);
-			return wait_child(pipefd[0], pid, e);
+			rc = wait_child(pipefd[0], e);
+			goto out_win;
 		}
 		close(pipefd[0]);
-		pipefd[0] = -1;
 		setsid();
 		daemon_fd = pipefd[1];
 	}
+	fuse_set_log_func(log_fuse);
 
-	char opts[4096];
-	snprintf(opts, sizeof opts, "ro,fsname=tpfs,subtype=tpfs,default_permissions%s%s%s",
-		 geteuid() == 0 ? ",allow_other" : "", o->fuse_opts ? "," : "", o->fuse_opts ? o->fuse_opts : "");
-	char *argv[] = {"tpfs", "-o", opts, o->debug ? "-d" : NULL, NULL};
-	struct fuse_args args = FUSE_ARGS_INIT(o->debug ? 4 : 3, argv);
+	/* The user's options first, then ours: a later option wins, so "-o rw" cannot undo "ro".
+	 * default_permissions always (the kernel checks the source's owner and mode bits);
+	 * allow_other only when asked for. */
+	snprintf(opts, sizeof opts, "%s%sro,fsname=tpfs,subtype=tpfs,default_permissions",
+		 o->fuse_opts ? o->fuse_opts : "", o->fuse_opts ? "," : "");
 	fs.se = fuse_session_new(&args, &ops, sizeof ops, &fs);
 	if (!fs.se) {
 		tp_fail(e, TP_EINVAL, "libfuse refused the mount options '%s'", opts);
-		goto out;
+		goto out_report;
+	}
+	/* the handlers before the mount: a SIGTERM from the moment the mount exists ends the loop
+	 * (and unmounts) instead of killing the daemon with the mount left behind */
+	if (fuse_set_signal_handlers(fs.se) != 0) {
+		tp_fail(e, TP_EIO, "cannot install signal handlers");
+		goto out_session;
 	}
 	if (fuse_session_mount(fs.se, o->mnt) != 0) {
 		tp_fail(e, TP_EIO, "%s: mounting failed (see the message above; is /dev/fuse usable?)", o->mnt);
-		goto out;
-	}
-	mounted = 1;
-	if (fuse_set_signal_handlers(fs.se) != 0) {
-		tp_fail(e, TP_EIO, "cannot install signal handlers");
-		goto out;
+		goto out_signals;
 	}
 	tp_guard_install();
+	if (start_inval(&fs) < 0) {
+		tp_fail(e, TP_EIO, "cannot start the invalidation thread: %s", strerror(errno));
+		goto out_unmount;
+	}
 
 	fflush(NULL);
-	pid_t helper = fork();
+	helper = fork();
 	if (helper == 0)
 		ready_helper(&fs, daemon_fd);
 	if (helper < 0) {
 		tp_fail(e, TP_EIO, "fork: %s", strerror(errno));
-		goto out;
+		goto out_inval;
 	}
-	if (daemon_fd >= 0) {
-		/* the helper reports readiness to the parent; the daemon's output goes to the log */
-		close(daemon_fd);
-		daemon_fd = -1;
+	if (daemon_fd >= 0) /* the helper reports readiness to the parent; the daemon's output goes to the log */
 		detach_stdio(o->log_path);
-	}
-	if (!strcmp(o->gather, "cuda") || (!strcmp(o->gather, "auto") && o->cuda_min_runs && o->cuda_min_bytes)) {
-		char why[256];
-		if (tp_cuda_load(&fs.gpu, why, sizeof why) == 0) {
-			fs.gpu_mode = !strcmp(o->gather, "cuda") ? 1 : 2;
-			tp_fmt(fs.gather_note, sizeof fs.gather_note, "cuda on %s (%s)", why,
-			       fs.gpu_mode == 1 ? "every strided gather" : "past --cuda-min-runs/--cuda-min-bytes");
-		} else if (!strcmp(o->gather, "cuda")) {
-			tp_fail(e, TP_EIO, "--gather cuda: %s", why);
-			goto out;
-		} else {
-			tp_fmt(fs.gather_note, sizeof fs.gather_note, "cpu (auto: %s)", why);
-		}
-	}
-	tp_log(1, "gather: %s", fs.gather_note);
+	if (open_backend(&fs, e) < 0)
+		goto out_helper;
+	advise_sources(&fs);
 	start_watching(&fs);
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, o->threads ? o->threads : 16);
@@ -1161,11 +1690,6 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	int lr = fuse_session_loop_mt(fs.se, lc);
 	fuse_loop_cfg_destroy(lc);
 	stop_watching(&fs);
-	if (waitpid(helper, NULL, WNOHANG) == 0) { /* still waiting for a mount that is going away */
-		kill(helper, SIGKILL);
-		waitpid(helper, NULL, 0);
-	}
-	fuse_remove_signal_handlers(fs.se);
 	if (lr < 0) {
 		tp_fail(e, TP_EIO, "the FUSE loop failed: %s", strerror(-lr));
 	} else {
@@ -1178,33 +1702,51 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 			free(t);
 		}
 	}
-out:
-	if (rc < 0 && daemon_fd < 0 && !o->foreground)
-		tp_log(2, "%s", e->msg); /* after readiness: only the log can tell */
+	if (fs.gpu.ops)
+		fs.gpu.ops->destroy(fs.gpu.self);
+out_helper:
+	if (waitpid(helper, NULL, WNOHANG) == 0) /* still waiting for a mount that is going away */
+		kill(helper, SIGKILL); /* reaped once the connection has ended (its stat may wait on it) */
+	else
+		helper = -1;
+out_inval:
+	stop_inval(&fs);
+out_unmount:
+	fuse_session_unmount(fs.se);
+out_signals:
+	fuse_remove_signal_handlers(fs.se);
+out_session:
+	fuse_session_destroy(fs.se);
+	if (helper > 0)
+		waitpid(helper, NULL, 0);
+out_report:
+	if (rc < 0 && !o->foreground) {
+		/* the log, and the parent if it still waits: the reason and the first error logged */
+		char msg[TP_ERR_MSG + 8];
+		int fe = first_error[0] && !strstr(e->msg, first_error);
+		tp_fmt(msg, sizeof msg, "D%s%s%s%s", e->msg, fe ? " (" : "", fe ? first_error : "", fe ? ")" : "");
+		tp_log(2, "%s", msg + 1);
+		send_note(daemon_fd, msg);
+	}
 	if (daemon_fd >= 0) {
-		char msg[TP_ERR_MSG + 2];
-		snprintf(msg, sizeof msg, "E%s", e->msg);
-		if (write(daemon_fd, msg, strlen(msg)) < 0)
-			tp_log(0, "could not report the failure to the parent");
 		close(daemon_fd);
 		daemon_fd = -1;
 	}
-	if (fs.se) {
-		if (mounted)
-			fuse_session_unmount(fs.se);
-		fuse_session_destroy(fs.se);
-	}
 	fuse_opt_free_args(&args);
-	for (size_t k = 0; k < (size_t)m->nn * m->T; k++)
-		free(atomic_load(&fs.hdr[k]));
-	free(fs.hdr);
-	free((void *)fs.bad);
-	free(fs.rs);
 	if (log_file)
 		fclose(log_file);
 	log_file = NULL;
+out_win:
+	free((void *)fs.win);
+out_rs:
+	free(fs.rs);
+out_ns:
+	free(fs.ns);
+out_hdr:
+	for (size_t k = 0; k < (size_t)m->nn * m->T; k++)
+		free(atomic_load(&fs.hdr[k]));
+	free(fs.hdr);
+out_ra:
 	munmap(fs.ra_note, RA_NOTE);
-	if (fs.gpu.ops)
-		fs.gpu.ops->destroy(fs.gpu.self);
 	return rc;
 }

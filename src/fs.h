@@ -1,6 +1,7 @@
 /* fs.h: the FUSE filesystem over a planned model (the thin shell's lower half).
  *
- * Layout of a mount: MNT/rank{r}/<every path of SRC> for r < T, and MNT/.tpfs-stats (counters).
+ * Layout of a mount: MNT/rank{r}/<every path of SRC> for each served r < T (all, or --ranks), and
+ * MNT/.tpfs-stats (counters).
  * This is the only layer that speaks errno and libfuse; it reads the model and never changes
  * the plan. See fs.c for the read path and the caching policy.
  */
@@ -10,6 +11,13 @@
 #include "model.h"
 #include "tp_err.h"
 
+/* Which gather backend copies the source bytes of fragmented reads. */
+typedef enum tp_gather_mode {
+	TP_GATHER_AUTO, /* CPU, and CUDA only past cuda_min_runs and cuda_min_bytes when both are set */
+	TP_GATHER_CPU,  /* CPU only */
+	TP_GATHER_CUDA, /* CUDA for every strided gather; mounting fails without a usable device */
+} tp_gather_mode;
+
 typedef struct tp_fs_opts {
 	const char *mnt;         /* mountpoint, absolute */
 	int foreground;          /* stay attached (else fork; return once the mount answers) */
@@ -18,13 +26,18 @@ typedef struct tp_fs_opts {
 	unsigned readahead_kb;   /* bdi read_ahead_kb to set after mounting; 0 leaves it */
 	unsigned threads;        /* max worker threads */
 	const char *log_path;    /* background mode: log file (default: syslog) */
-	const char *gather;      /* "auto", "cpu" or "cuda" */
+	tp_gather_mode gather;
 	unsigned cuda_min_runs;  /* auto: use CUDA for gathers of at least this many source runs ... */
 	unsigned long long cuda_min_bytes; /* ... and bytes; 0 (the default): never, until measured */
 	int reply;               /* 0 auto, 1 always iovec into the mapping, 2 always copy (tuning) */
 	unsigned max_background; /* FUSE background requests (readahead in flight); 0: tpfs default */
 	int release_pages;       /* drop the daemon's page-table entries of source pages after each
 	                          * reply (keeps RSS flat); -1 auto (on), 0 off, 1 on */
+	const uint8_t *serve;    /* [T]: 1 for each rank folder served (--ranks), or NULL: all */
+	uint32_t nserve;         /* ranks served when serve is set */
+	int source_io;           /* how source pages are fetched: 0 exact (no readahead on the source
+	                          * mappings, the next runs prefetched, the default), 1 the kernel's
+	                          * readahead, 2 no readahead and no prefetch (for measuring) */
 } tp_fs_opts;
 
 /* Mounts m at o->mnt and serves it until unmounted (fusermount3 -u, tpfs umount, SIGTERM,
@@ -32,6 +45,17 @@ typedef struct tp_fs_opts {
  * (*parent = 1), or with an error when it cannot; the forked child serves and returns when
  * unmounted (*parent = 0). Returns 0 or -1 with e set. */
 int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e);
+
+/* Raises the soft limit on open files to the hard limit (a daemon holds one descriptor per
+ * safetensors file). With need > 0, fails, naming both limits, when the limit is below need. */
+int tp_fs_nofile(uint64_t need, tp_err *e);
+
+/* Repeated warnings: of each kind (messages equal once quoted text and numbers are left out)
+ * the first TP_LOG_REPEAT are shown; tp_log_shown says whether msg is one of them (and counts
+ * it), tp_log_repeats then logs "... and N more like ..." for each kind that had more. */
+#define TP_LOG_REPEAT 5
+int tp_log_shown(const char *msg);
+void tp_log_repeats(void);
 
 /* Log sink of the filesystem and the CLI: "tpfs: LEVEL: message" on stderr, or in the log file
  * or syslog once daemonized. level: 0 warn, 1 info, 2 error, 3 debug. */

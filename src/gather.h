@@ -14,12 +14,28 @@
 #include "layout.h"
 #include "tp_err.h"
 
+/* Copies len bytes out of a source mapping. Returns 0, or -1 when the source could not be read
+ * (a SIGBUS caught by the guard, see guard.h): the copy stopped and nothing was left held. */
+typedef int (*tp_copy_fn)(void *dst, const void *src, size_t len);
+
 /* An open source file: a descriptor and, when mapped, a read-only mapping of `size` bytes. */
 typedef struct tp_src {
 	int fd;
 	const uint8_t *map; /* NULL when not mapped */
 	uint64_t size;      /* size the file had when planned */
+	tp_copy_fn copy;    /* how backends copy bytes out of map (NULL: memcpy, unguarded). Only
+	                     * this copy can fault, so a backend that holds a lock around it releases
+	                     * the lock on the way out as on any error. */
 } tp_src;
+
+/* Copies src->map[off, off + len) to dst through src->copy. Returns 0 or -1 (see tp_copy_fn). */
+static inline int tp_src_copy(const tp_src *src, void *dst, uint64_t off, size_t len)
+{
+	if (src->copy)
+		return src->copy(dst, src->map + off, len);
+	__builtin_memcpy(dst, src->map + off, len);
+	return 0;
+}
 
 typedef struct tp_gather_ops {
 	const char *name;
@@ -36,8 +52,8 @@ typedef struct tp_gather {
 	void *self;
 } tp_gather;
 
-/* The CPU backend. With src->map set it copies from the mapping (the caller must guard
- * against SIGBUS if the file can shrink); without, it uses pread. Stateless. */
+/* The CPU backend. With src->map set it copies from the mapping through src->copy (the guard,
+ * where the file can shrink or fail); without, it uses pread. Stateless. */
 extern const tp_gather_ops tp_gather_cpu_ops;
 extern const tp_gather tp_gather_cpu_backend;
 

@@ -20,7 +20,9 @@ static int read_src(const tp_src *src, uint64_t off, uint64_t len, uint8_t *dst,
 			       (unsigned long long)off, (unsigned long long)len,
 			       (unsigned long long)src->size);
 	if (src->map) {
-		memcpy(dst, src->map + off, len);
+		if (tp_src_copy(src, dst, off, len) < 0)
+			return tp_fail(e, TP_ECHANGED, "the source could not be read under its mapping at %llu (SIGBUS caught)",
+				       (unsigned long long)off);
 		return 0;
 	}
 	while (len) {

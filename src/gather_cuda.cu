@@ -6,7 +6,9 @@
  * staging buffers, two streams, so that the host copy of chunk i+1 overlaps the transfer and the
  * gather of chunk i), gathers every run's bytes with a kernel into a device output buffer, and
  * copies the result back; zero and header runs are filled on the host. One context serves all
- * the daemon's threads, one gather at a time.
+ * the daemon's threads, one gather at a time (a mutex). Source bytes are read only through
+ * tp_src_copy, the caller's SIGBUS guard: a source that fails under its mapping makes that copy
+ * return -1 here, and the mutex is released on the way out like on any other error.
  *
  * Exported (C linkage): tp_cuda_probe (is a device usable? for the CLI, in a child process) and
  * tp_cuda_open (the backend, in the daemon after it forked).
@@ -142,7 +144,17 @@ static int do_gather(cuda_ctx *c, const tp_run *runs, size_t n, const tp_src *sr
 			unsigned long long cl = hi - cs < CHUNK ? hi - cs : CHUNK;
 			if ((err = cudaStreamSynchronize(c->st[b])) != cudaSuccess) /* staging buffer b is free again */
 				return fail(e, "waiting for a stream", err);
-			memcpy(c->pin[b], src->map + cs, cl);
+			if (tp_src_copy(src, c->pin[b], cs, cl) < 0) {
+				/* the source failed under its mapping (the guard caught a SIGBUS inside this
+				 * copy only): let the streams finish with the staging buffers, then return;
+				 * cuda_gather releases the lock as on any error */
+				for (int s2 = 0; s2 < 2; s2++)
+					cudaStreamSynchronize(c->st[s2]);
+				e->code = TP_ECHANGED;
+				snprintf(e->msg, sizeof e->msg, "the source could not be read under its mapping at %llu (SIGBUS caught)",
+					 cs);
+				return -1;
+			}
 			if ((err = cudaMemcpyAsync(c->dspan[b], c->pin[b], cl, cudaMemcpyHostToDevice, c->st[b])) != cudaSuccess)
 				return fail(e, "copying the source span", err);
 			unsigned blocks = ns < 4096 ? (unsigned)ns : 4096;

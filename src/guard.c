@@ -5,7 +5,8 @@
 #include <signal.h>
 #include <string.h>
 
-static __thread sigjmp_buf *bus_jmp;
+/* volatile: the stores around a memcpy the compiler can see through must stay */
+static __thread sigjmp_buf *volatile bus_jmp;
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
 {
@@ -27,16 +28,24 @@ void tp_guard_install(void)
 	sigaction(SIGBUS, &sa, NULL);
 }
 
+int tp_guarded_copy(void *dst, const void *src, size_t len)
+{
+	sigjmp_buf jb;
+	/* no signal mask to save: the handler runs with SA_NODEFER, so nothing is left blocked */
+	if (sigsetjmp(jb, 0)) {
+		bus_jmp = NULL;
+		return -1;
+	}
+	bus_jmp = &jb;
+	memcpy(dst, src, len);
+	bus_jmp = NULL;
+	return 0;
+}
+
 int tp_guarded_gather(const tp_gather *g, const tp_run *runs, size_t n, const tp_src *src, const uint8_t *hdr,
 		      uint8_t *dst, tp_err *e)
 {
-	sigjmp_buf jb;
-	if (sigsetjmp(jb, 1)) {
-		bus_jmp = NULL;
-		return tp_fail(e, TP_ECHANGED, "the source shrank under its mapping (SIGBUS caught)");
-	}
-	bus_jmp = &jb;
-	int rc = g->ops->gather(g->self, runs, n, src, hdr, dst, e);
-	bus_jmp = NULL;
-	return rc;
+	tp_src guarded = *src;
+	guarded.copy = tp_guarded_copy;
+	return g->ops->gather(g->self, runs, n, &guarded, hdr, dst, e);
 }

@@ -15,9 +15,11 @@ static int cmp_writer(const void *a, const void *b, void *ctx)
 
 void tp_layout_free(tp_layout *L)
 {
-	free(L->t);
+	if (!L->borrowed) {
+		free(L->t);
+		free(L->loc);
+	}
 	free(L->pieces);
-	free(L->loc);
 	memset(L, 0, sizeof *L);
 }
 
@@ -59,8 +61,32 @@ void tp_layout_header(const tp_layout *L, char *buf)
 	write_header(L, &w);
 }
 
+static int cmp_order(const void *a, const void *b, void *ctx)
+{
+	const st_header *h = ctx;
+	const st_tensor *x = &h->t[*(const uint32_t *)a], *y = &h->t[*(const uint32_t *)b];
+	return st_writer_cmp(x->dtype, x->name, y->dtype, y->name);
+}
+
+uint32_t *tp_layout_order(const st_header *h)
+{
+	uint32_t *o = malloc((h->n ? h->n : 1) * sizeof *o);
+	if (!o)
+		return NULL;
+	for (size_t i = 0; i < h->n; i++)
+		o[i] = (uint32_t)i;
+	qsort_r(o, h->n, sizeof *o, cmp_order, (void *)h);
+	return o;
+}
+
 int tp_layout_build(const st_header *h, const tp_spec *specs, const char *const *why, uint32_t T,
 		    uint32_t r, const char *fname, tp_layout *L, tp_err *e)
+{
+	return tp_layout_build_ordered(h, specs, why, NULL, NULL, T, r, fname, L, e);
+}
+
+int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char *const *why, const uint32_t *order,
+			    const tp_layout *like, uint32_t T, uint32_t r, const char *fname, tp_layout *L, tp_err *e)
 {
 	memset(L, 0, sizeof *L);
 	L->h = h;
@@ -74,16 +100,20 @@ int tp_layout_build(const st_header *h, const tp_spec *specs, const char *const 
 		tp_layout_free(L);
 		return tp_fail(e, TP_ENOMEM, "%s: out of memory building rank %u", fname, r);
 	}
-	for (size_t i = 0; i < h->n; i++) {
+	for (size_t k = 0; k < h->n; k++) {
+		size_t i = order ? order[k] : k;
 		if (specs[i].kind == TP_ABSENT)
 			continue;
-		char ctx[TP_ERR_MSG];
-		if (why && why[i])
-			tp_fmt(ctx, sizeof ctx, "%s: tensor '%s' (%s)", fname, h->t[i].name, why[i]);
-		else
-			tp_fmt(ctx, sizeof ctx, "%s: tensor '%s'", fname, h->t[i].name);
 		tp_cut c;
-		if (tp_cut_tensor(&h->t[i], &specs[i], T, r, &c, ctx, e) < 0) {
+		if (tp_cut_tensor(&h->t[i], &specs[i], T, r, &c, "", e) < 0) {
+			/* again with the context for the message (formatting it for every tensor of every
+			 * rank up front was most of the time of a large mount) */
+			char ctx[TP_ERR_MSG];
+			if (why && why[i])
+				tp_fmt(ctx, sizeof ctx, "%s: tensor '%s' (%s)", fname, h->t[i].name, why[i]);
+			else
+				tp_fmt(ctx, sizeof ctx, "%s: tensor '%s'", fname, h->t[i].name);
+			tp_cut_tensor(&h->t[i], &specs[i], T, r, &c, ctx, e);
 			if (e && e->code == TP_EPLAN) {
 				char ts[96];
 				tp_spec_working_ts(&h->t[i], &specs[i], 64, ts, sizeof ts);
@@ -121,7 +151,8 @@ int tp_layout_build(const st_header *h, const tp_spec *specs, const char *const 
 		else
 			L->repl_bytes += c.size;
 	}
-	qsort_r(L->t, L->n, sizeof *L->t, cmp_writer, (void *)h);
+	if (!order)
+		qsort_r(L->t, L->n, sizeof *L->t, cmp_writer, (void *)h);
 	uint64_t off = 0;
 	for (size_t i = 0; i < h->n; i++)
 		L->loc[i] = UINT32_MAX;
@@ -131,6 +162,27 @@ int tp_layout_build(const st_header *h, const tp_spec *specs, const char *const 
 		L->loc[L->t[i].src] = (uint32_t)i;
 	}
 	L->data_size = off;
+	if (like && !like->borrowed && like->h == h && like->n == L->n && like->data_size == L->data_size &&
+	    !memcmp(like->t, L->t, L->n * sizeof *L->t)) {
+		/* the same local tensors (names, shapes, places, programs): borrow them and the header
+		 * size; keep only this rank's pieces, trimmed to size */
+		free(L->t);
+		free(L->loc);
+		L->t = like->t;
+		L->loc = like->loc;
+		L->borrowed = 1;
+		L->hdr_size = like->hdr_size;
+		L->size = like->size;
+		L->split_bytes = like->split_bytes;
+		L->repl_bytes = like->repl_bytes;
+		tp_piece *np = realloc(L->pieces, (L->npieces ? L->npieces : 1) * sizeof *np);
+		if (np)
+			L->pieces = np;
+		return 0;
+	}
+	tp_piece *np = realloc(L->pieces, (L->npieces ? L->npieces : 1) * sizeof *np);
+	if (np)
+		L->pieces = np;
 	st_wbuf count = {.p = NULL};
 	L->hdr_size = write_header(L, &count);
 	if (L->hdr_size - ST_PREFIX > ST_HEADER_MAX) {

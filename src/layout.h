@@ -43,6 +43,8 @@ typedef struct tp_layout {
 	uint32_t *loc;       /* for each source tensor, its index in t[], or UINT32_MAX if absent */
 	const st_meta *xmeta;/* extra __metadata__ entries (borrowed; tp_layout_set_meta), or NULL */
 	size_t nxmeta;
+	int borrowed;        /* t and loc belong to another layout of the same file (built with it
+	                      * as `like`), which must outlive this one */
 } tp_layout;
 
 /* Builds rank r's layout of the file whose header is h, with specs[i] the spec of h->t[i]
@@ -51,6 +53,18 @@ typedef struct tp_layout {
 int tp_layout_build(const st_header *h, const tp_spec *specs, const char *const *why, uint32_t T,
 		    uint32_t r, const char *fname, tp_layout *L, tp_err *e);
 void tp_layout_free(tp_layout *L);
+
+/* The same, with order[] the tensors of h in the writer's order (tp_layout_order), computed once
+ * for all ranks of a file instead of sorting per rank, and like (NULL, or another rank's layout of
+ * the same file and specs): where this rank's local tensors are exactly like's (every replicated
+ * tensor, every even split), L borrows like's t and loc and header size instead of holding its
+ * own, so that only the pieces (which say where each rank's slice lies) cost memory per rank. */
+int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char *const *why, const uint32_t *order,
+			    const tp_layout *like, uint32_t T, uint32_t r, const char *fname, tp_layout *L, tp_err *e);
+
+/* The indexes of h's tensors in the writer's order (dtype size descending, then name); NULL when
+ * out of memory. The caller frees it. */
+uint32_t *tp_layout_order(const st_header *h);
 
 /* Adds n extra __metadata__ entries (after the source's; an extra key replaces the source's
  * entry of that key) and updates hdr_size and size. x is borrowed: it must outlive L. */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,10 +68,27 @@ static int add_node(tp_model *m, uint32_t parent, const char *rel, const char *a
 	memset(n, 0, sizeof *n);
 	n->path = strdup(rel);
 	n->abspath = strdup(abs);
-	if (!n->path || !n->abspath) {
+	/* Links are resolved now, before the mount exists: the filesystem stats and opens the
+	 * resolved path, so no request handler ever resolves a link (which could lead into the
+	 * mount and wait on it). A link into the mount point is refused for the same reason. */
+	n->real = realpath(abs, NULL);
+	if (!n->real && errno != ENOMEM)
+		n->real = strdup(abs);
+	if (!n->path || !n->abspath || !n->real) {
 		free(n->path);
 		free(n->abspath);
+		free(n->real);
 		return tp_fail(e, TP_ENOMEM, "out of memory");
+	}
+	const char *mnt = m->o ? m->o->mnt : NULL;
+	size_t ml = mnt ? strlen(mnt) : 0;
+	if (mnt && ml && !strncmp(n->real, mnt, ml) && (n->real[ml] == '/' || n->real[ml] == 0 || ml == 1)) {
+		tp_fail(e, TP_EINVAL, "%s: leads into the mount point %s (as %s): the mount would read itself; "
+			"remove the link or mount elsewhere", rel[0] ? rel : abs, mnt, n->real);
+		free(n->path);
+		free(n->abspath);
+		free(n->real);
+		return -1;
 	}
 	const char *slash = strrchr(n->path, '/');
 	n->name = slash ? slash + 1 : n->path;
@@ -81,6 +99,10 @@ static int add_node(tp_model *m, uint32_t parent, const char *rel, const char *a
 	n->src_size = (uint64_t)st->st_size;
 	n->dev = st->st_dev;
 	n->ino = st->st_ino;
+	n->mode = st->st_mode;
+	n->uid = st->st_uid;
+	n->gid = st->st_gid;
+	n->ctime = st->st_ctim;
 	*out = m->nn++;
 	return 0;
 }
@@ -301,7 +323,18 @@ static void mark_needed(tp_model *m, uint32_t idx, const cJSON *j)
 /* Opens, maps and validates one safetensors file. Returns 0, or -1 with e set. */
 static int load_tensors(tp_model *m, tp_node *n, tp_err *e)
 {
-	n->fd = open(n->abspath, O_RDONLY | O_CLOEXEC);
+	n->fd = open(n->real, O_RDONLY | O_CLOEXEC);
+	if (n->fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+		int err = errno;
+		uint32_t files = 0;
+		for (uint32_t i = 0; i < m->nn; i++)
+			files += m->n[i].kind == TN_TENSORS;
+		struct rlimit rl = {0, 0};
+		getrlimit(RLIMIT_NOFILE, &rl);
+		return tp_fail(e, TP_ELIMIT, "%s: cannot open: %s: the checkpoint has %u safetensors files, each held "
+			       "open, and the open-file limit is %llu (hard limit %llu): raise the hard limit (ulimit -Hn)",
+			       n->path, strerror(err), files, (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+	}
 	if (n->fd < 0)
 		return tp_fail(e, TP_EIO, "%s: cannot open: %s", n->path, strerror(errno));
 	struct stat st;
@@ -309,8 +342,12 @@ static int load_tensors(tp_model *m, tp_node *n, tp_err *e)
 		return tp_fail(e, TP_EIO, "%s: cannot stat: %s", n->path, strerror(errno));
 	n->src_size = (uint64_t)st.st_size;
 	n->mtime = st.st_mtim;
+	n->ctime = st.st_ctim;
 	n->dev = st.st_dev;
 	n->ino = st.st_ino;
+	n->mode = st.st_mode;
+	n->uid = st.st_uid;
+	n->gid = st.st_gid;
 	if (st_read_fd(n->fd, n->src_size, n->path, &n->h, e) < 0)
 		return -1;
 	if (n->src_size) {
@@ -402,8 +439,13 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 		if (!n->lay)
 			rc = tp_fail(e, TP_ENOMEM, "out of memory");
 	}
+	uint32_t *order = rc == 0 ? tp_layout_order(&n->h) : NULL; /* the same for every rank */
+	if (rc == 0 && !order)
+		rc = tp_fail(e, TP_ENOMEM, "out of memory");
 	for (uint32_t r = 0; r < m->T && rc == 0; r++)
-		rc = tp_layout_build(&n->h, specs, whyp, m->T, r, n->path, &n->lay[r], e);
+		rc = tp_layout_build_ordered(&n->h, specs, whyp, order, r ? &n->lay[0] : NULL, m->T, r, n->path,
+					     &n->lay[r], e);
+	free(order);
 	free(specs);
 	free(why);
 	free(whyp);
@@ -534,8 +576,8 @@ void tp_model_close(tp_model *m)
 {
 	for (uint32_t i = 0; i < m->nn; i++) {
 		tp_node *n = &m->n[i];
-		if (n->lay)
-			for (uint32_t r = 0; r < m->T; r++)
+		if (n->lay) /* rank 0 last: the others may borrow from it */
+			for (uint32_t r = m->T; r-- > 0;)
 				tp_layout_free(&n->lay[r]);
 		free(n->lay);
 		if (n->gen)
@@ -547,6 +589,7 @@ void tp_model_close(tp_model *m)
 		free(n->child);
 		free(n->path);
 		free(n->abspath);
+		free(n->real);
 		free(n->error);
 	}
 	tp_rank_folder_free(m);

@@ -50,6 +50,12 @@ typedef struct tp_node {
 	uint64_t src_size;         /* files: bytes of the source */
 	dev_t dev;
 	ino_t ino;
+	mode_t mode;               /* of the file or folder actually read (a link's target) */
+	uid_t uid;
+	gid_t gid;
+	struct timespec ctime;     /* of the source at planning */
+	char *real;                /* abspath with every symbolic link resolved (at planning, before
+	                            * any mount exists): what the filesystem stats and opens */
 	int needed;                /* tensors: at the top level or listed by an index */
 	char *error;               /* why a safetensors file was not planned (check), or NULL */
 	/* TN_TENSORS */
@@ -69,6 +75,8 @@ typedef void (*tp_tensor_fn)(void *ctx, const struct tp_model *m, uint32_t node,
 typedef struct tp_model_opts {
 	const char *src;
 	uint32_t T;
+	const char *mnt;       /* the mount point (absolute, resolved), or NULL: a link into it
+	                        * is refused (the mount would wait on itself) */
 	const char *plan;      /* NULL: detect from config.json; a built-in name; or a file path */
 	int strict;            /* unmatched tensors and any invalid file refuse the model */
 	uint64_t pad_vocab;    /* 0 or a multiple (64 follows vLLM) */

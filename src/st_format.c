@@ -112,7 +112,7 @@ static int is_digit(unsigned char c)
 }
 
 /* Checks what cJSON does not: valid UTF-8, no raw control characters or escaped NULs inside
- * strings, and every number a plain run of digits (no sign, fraction or exponent). */
+ * strings, and every number a plain run of digits (no sign, fraction, exponent or leading zero). */
 static int lint_json(const char *json, uint64_t len, const char *fname, tp_err *e)
 {
 	const unsigned char *p = (const unsigned char *)json;
@@ -155,6 +155,10 @@ static int lint_json(const char *json, uint64_t len, const char *fname, tp_err *
 			/* refuse before cJSON spends memory on a million entries (the +1 is __metadata__) */
 			return tp_fail(e, TP_ELIMIT, "%s: more than %d tensors, the tpfs limit per file", fname,
 				       ST_MAX_TENSORS);
+		} else if (c == '0' && (i == 0 || !is_digit(p[i - 1])) && i + 1 < len && is_digit(p[i + 1])) {
+			/* JSON has no leading zeros, and the safetensors package refuses them */
+			return tp_fail(e, TP_EINVAL, "%s: header: number with a leading zero at header byte %llu",
+				       fname, (unsigned long long)i);
 		} else if (c == '-') {
 			return tp_fail(e, TP_EINVAL, "%s: header: negative number at header byte %llu",
 				       fname, (unsigned long long)i);

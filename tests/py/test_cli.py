@@ -8,6 +8,7 @@
 - `tpfs umount`, `fusermount3 -u`, SIGTERM and SIGINT all unmount cleanly;
 - `tpfs check` passes a good checkpoint and names the file and the rule of a bad one.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -139,6 +140,59 @@ for how in ("fusermount3", "SIGTERM", "SIGINT", "umount"):
     F.check(all(l.startswith("tpfs: info: ") for l in e.splitlines() if l), "%s: clean stderr: %s" % (how, e))
     if tt.is_mounted(mnt):
         subprocess.run(["fusermount3", "-u", "-z", mnt])
+
+# SIGTERM as soon as the mount exists, before it has answered anything: the daemon must not wait
+# for the ready helper, whose stat of the mount it will never answer (10 times: it is a race)
+for k in range(10):
+    proc = subprocess.Popen([tt.TPFS, "mount", src, mnt, "--tp", "2", "-f"], stderr=subprocess.DEVNULL)
+    tt.wait_for(lambda: tt.is_mounted(mnt) or proc.poll() is not None, what="mount")
+    proc.send_signal(signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        rc = "hung"
+        for t in sorted(os.listdir("/proc/%d/task" % proc.pid)):  # where it waits, for the log
+            with contextlib.suppress(OSError):
+                print("thread", t, open("/proc/%d/task/%s/comm" % (proc.pid, t)).read().strip(),
+                      open("/proc/%d/task/%s/wchan" % (proc.pid, t)).read().strip(),
+                      open("/proc/%d/task/%s/stat" % (proc.pid, t)).read().split()[2])
+        print(subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:30,args", "--ppid", str(proc.pid)],
+                             capture_output=True, text=True).stdout)
+    F.check(rc == 0, "SIGTERM at once (%d): the daemon exits 0 (got %s)" % (k, rc))
+    F.check(rc == "hung" or not tt.is_mounted(mnt), "SIGTERM at once (%d): nothing left mounted" % k)
+    if tt.is_mounted(mnt):
+        subprocess.run(["fusermount3", "-u", "-z", mnt])
+    if rc == "hung":
+        proc.kill()
+        break
+
+# issue 11: --tp parsed strictly; background mode reports the daemon's own reason
+for bad in ("+2", " 2", "2 ", "0x2", "-2", ""):
+    p = tt.tpfs("plan", src, "--tp", bad)
+    F.check(p.returncode == 2 and "--tp" in p.stderr, "--tp %r refused with usage (exit %d)" % (bad, p.returncode))
+F.check(tt.tpfs("plan", src, "--tp", "2").returncode == 0, "--tp 2 accepted")
+p = tt.tpfs("mount", src, mnt, "--tp", "2", "-o", "max_read=1")
+F.check(p.returncode == 1 and "maximum read size" in p.stderr and "Connection refused" not in p.stderr,
+        "background mount with -o max_read=1: the daemon's reason (exit %d, %r)" % (p.returncode, p.stderr.strip()))
+F.check(not tt.is_mounted(mnt), "max_read=1: nothing left mounted")
+p = tt.tpfs("mount", src, mnt, "--tp", "2", "-o", "no_such_option")
+F.check(p.returncode == 1 and "no_such_option" in p.stderr and p.stderr.count("\n") == 1,
+        "background mount with an unknown option: one line naming it (%r)" % p.stderr)
+if tt.is_mounted(mnt):
+    subprocess.run(["fusermount3", "-u", "-z", mnt])
+
+# tpfs check refuses numbers with leading zeros, as the safetensors package does
+lz = os.path.join(work, "lz")
+os.makedirs(lz)
+for what, hdr in (("shape", '{"w":{"dtype":"F32","shape":[001],"data_offsets":[0,4]}}'),
+                  ("offset", '{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,04]}}')):
+    h = hdr.encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(os.path.join(lz, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"\0" * 4)
+    p = tt.tpfs("check", lz)
+    F.check(p.returncode == 1 and "leading zero" in p.stdout + p.stderr,
+            "check: a %s with a leading zero is refused (exit %d, %r)" % (what, p.returncode, (p.stdout + p.stderr)[-300:]))
 
 shutil.rmtree(work)
 F.done("test_cli")

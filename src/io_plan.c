@@ -1,0 +1,301 @@
+/* io_plan.c: page-touch minima, prefetch ranges and rank lists (see io_plan.h). */
+#include "io_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int tp_ranks_parse(const char *list, uint32_t T, uint8_t *sel, uint32_t *count, tp_err *e)
+{
+	memset(sel, 0, T);
+	*count = 0;
+	if (!list || !*list)
+		return tp_fail(e, TP_EINVAL, "--ranks: the list is empty (give ranks such as 0,3 or 8-15)");
+	const char *p = list;
+	for (;;) {
+		uint64_t lo = 0, hi;
+		const char *q = p;
+		while (*q >= '0' && *q <= '9' && lo <= TP_MAX_T)
+			lo = lo * 10 + (uint64_t)(*q++ - '0');
+		if (q == p)
+			return tp_fail(e, TP_EINVAL, "--ranks '%s': expected a rank number at '%s' (give ranks such as 0,3 or 8-15)",
+				       list, p);
+		hi = lo;
+		if (*q == '-') {
+			const char *r = ++q;
+			hi = 0;
+			while (*q >= '0' && *q <= '9' && hi <= TP_MAX_T)
+				hi = hi * 10 + (uint64_t)(*q++ - '0');
+			if (q == r)
+				return tp_fail(e, TP_EINVAL, "--ranks '%s': a range needs an end at '%s'", list, r);
+			if (hi < lo)
+				return tp_fail(e, TP_EINVAL, "--ranks '%s': the range %llu-%llu ends below its start", list,
+					       (unsigned long long)lo, (unsigned long long)hi);
+		}
+		if (*q >= '0' && *q <= '9')
+			return tp_fail(e, TP_EINVAL, "--ranks '%s': rank number too large at '%s'", list, p);
+		if (*q != ',' && *q)
+			return tp_fail(e, TP_EINVAL, "--ranks '%s': unexpected '%c' (give ranks such as 0,3 or 8-15)", list, *q);
+		if (hi >= T)
+			return tp_fail(e, TP_EINVAL, "--ranks '%s': rank %llu is out of range for --tp %u (ranks are 0..%u)", list,
+				       (unsigned long long)hi, T, T - 1);
+		for (uint64_t r = lo; r <= hi; r++) {
+			if (sel[r])
+				return tp_fail(e, TP_EINVAL, "--ranks '%s': rank %llu is named twice", list, (unsigned long long)r);
+			sel[r] = 1;
+			(*count)++;
+		}
+		if (!*q)
+			return 0;
+		p = q + 1;
+	}
+}
+
+/* Counts a stream of source intervals given in order of their starts: union bytes and pages. */
+typedef struct acc {
+	uint64_t page;
+	uint64_t end;  /* end of the union so far */
+	uint64_t pend; /* pages below this index are counted */
+	uint64_t bytes, pages;
+} acc;
+
+static void add(acc *c, uint64_t a, uint64_t b)
+{
+	if (a < c->end)
+		a = c->end;
+	if (a >= b)
+		return;
+	c->bytes += b - a;
+	c->end = b;
+	uint64_t p0 = a / c->page, p1 = (b - 1) / c->page + 1;
+	if (p0 < c->pend)
+		p0 = c->pend;
+	if (p0 < p1) {
+		c->pages += p1 - p0;
+		c->pend = p1;
+	}
+}
+
+static int cmp_piece(const void *x, const void *y)
+{
+	const tp_piece *a = x, *b = y;
+	return a->off < b->off ? -1 : a->off > b->off;
+}
+
+int tp_io_need_of(const tp_layout *lay, uint32_t T, const uint8_t *sel, uint64_t page, tp_io_need *out,
+		  tp_err *e)
+{
+	memset(out, 0, sizeof *out);
+	if (!T || !page)
+		return 0;
+	const st_header *h = lay[0].h;
+	acc c = {.page = page};
+	tp_piece *pc = malloc((size_t)T * TP_MAX_PIECES * sizeof *pc);
+	if (!pc)
+		return tp_fail(e, TP_ENOMEM, "out of memory");
+	for (size_t k = 0; k < h->n; k++) {
+		const st_tensor *t = &h->t[k];
+		uint64_t base = h->data_start + t->begin, outer = 0, stride = 0;
+		size_t np = 0;
+		int same = 1, any = 0;
+		for (uint32_t r = 0; r < T; r++) {
+			if ((sel && !sel[r]) || lay[r].loc[k] == UINT32_MAX)
+				continue;
+			const tp_ltensor *lt = &lay[r].t[lay[r].loc[k]];
+			if (!lt->outer)
+				continue;
+			if (any && (lt->outer != outer || lt->stride != stride))
+				same = 0;
+			outer = lt->outer;
+			stride = lt->stride;
+			any = 1;
+			for (uint32_t j = 0; j < lt->np; j++)
+				if (lay[r].pieces[lt->pi + j].off != TP_ZERO && lay[r].pieces[lt->pi + j].len)
+					pc[np++] = lay[r].pieces[lt->pi + j];
+		}
+		if (!any)
+			continue;
+		if (same) {
+			/* one row's pieces, merged; then every row in order */
+			qsort(pc, np, sizeof *pc, cmp_piece);
+			size_t m = 0;
+			for (size_t j = 0; j < np; j++) {
+				if (m && pc[j].off <= pc[m - 1].off + pc[m - 1].len) {
+					uint64_t end = pc[j].off + pc[j].len;
+					if (end > pc[m - 1].off + pc[m - 1].len)
+						pc[m - 1].len = end - pc[m - 1].off;
+				} else {
+					pc[m++] = pc[j];
+				}
+			}
+			if (m == 1 && pc[0].off == 0 && pc[0].len == stride) {
+				add(&c, base, base + outer * stride);
+				continue;
+			}
+			for (uint64_t o = 0; o < outer; o++)
+				for (size_t j = 0; j < m; j++)
+					add(&c, base + o * stride + pc[j].off, base + o * stride + pc[j].off + pc[j].len);
+			continue;
+		}
+		/* the selected layouts disagree on the rows: every interval of every rank, sorted */
+		size_t n = 0;
+		for (uint32_t r = 0; r < T; r++)
+			if ((!sel || sel[r]) && lay[r].loc[k] != UINT32_MAX)
+				n += lay[r].t[lay[r].loc[k]].outer * lay[r].t[lay[r].loc[k]].np;
+		tp_piece *all = malloc((n ? n : 1) * sizeof *all);
+		if (!all) {
+			free(pc);
+			return tp_fail(e, TP_ENOMEM, "out of memory");
+		}
+		n = 0;
+		for (uint32_t r = 0; r < T; r++) {
+			if ((sel && !sel[r]) || lay[r].loc[k] == UINT32_MAX)
+				continue;
+			const tp_ltensor *lt = &lay[r].t[lay[r].loc[k]];
+			for (uint64_t o = 0; o < lt->outer; o++)
+				for (uint32_t j = 0; j < lt->np; j++) {
+					const tp_piece *p = &lay[r].pieces[lt->pi + j];
+					if (p->off != TP_ZERO && p->len)
+						all[n++] = (tp_piece){base + o * lt->stride + p->off, p->len};
+				}
+		}
+		qsort(all, n, sizeof *all, cmp_piece);
+		for (size_t j = 0; j < n; j++)
+			add(&c, all[j].off, all[j].off + all[j].len);
+		free(all);
+	}
+	free(pc);
+	out->bytes = c.bytes;
+	out->pages = c.pages;
+	return 0;
+}
+
+size_t tp_io_ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, size_t *used)
+{
+	size_t n = 0, k = 0;
+	for (; k < nr; k++) {
+		if (runs[k].kind != TP_RUN_SRC || !runs[k].len)
+			continue;
+		uint64_t lo = runs[k].off & ~(page - 1), hi = (runs[k].off + runs[k].len + page - 1) & ~(page - 1);
+		if (n && lo <= out[n - 1].hi && hi >= out[n - 1].lo) {
+			if (lo < out[n - 1].lo)
+				out[n - 1].lo = lo;
+			if (hi > out[n - 1].hi)
+				out[n - 1].hi = hi;
+			while (n > 1 && out[n - 1].lo <= out[n - 2].hi && out[n - 1].hi >= out[n - 2].lo) {
+				/* grown back into its predecessor */
+				if (out[n - 1].lo < out[n - 2].lo)
+					out[n - 2].lo = out[n - 1].lo;
+				if (out[n - 1].hi > out[n - 2].hi)
+					out[n - 2].hi = out[n - 1].hi;
+				n--;
+			}
+			continue;
+		}
+		if (n == cap)
+			break;
+		out[n].lo = lo;
+		out[n].hi = hi;
+		n++;
+	}
+	*used = k;
+	return n;
+}
+
+/* Appends page range [lo, hi) of source bytes (rounded out to pages), merging as tp_io_ranges
+ * does. Returns 0, or -1 when out is full and the range could not be merged. */
+static int push(tp_io_range *out, size_t cap, size_t *n, uint64_t lo, uint64_t hi, uint64_t page)
+{
+	lo &= ~(page - 1);
+	hi = (hi + page - 1) & ~(page - 1);
+	if (*n && lo <= out[*n - 1].hi && hi >= out[*n - 1].lo) {
+		if (lo < out[*n - 1].lo)
+			out[*n - 1].lo = lo;
+		if (hi > out[*n - 1].hi)
+			out[*n - 1].hi = hi;
+		while (*n > 1 && out[*n - 1].lo <= out[*n - 2].hi && out[*n - 1].hi >= out[*n - 2].lo) {
+			if (out[*n - 1].lo < out[*n - 2].lo)
+				out[*n - 2].lo = out[*n - 1].lo;
+			if (out[*n - 1].hi > out[*n - 2].hi)
+				out[*n - 2].hi = out[*n - 1].hi;
+			(*n)--;
+		}
+		return 0;
+	}
+	if (*n == cap)
+		return -1;
+	out[*n].lo = lo;
+	out[*n].hi = hi;
+	(*n)++;
+	return 0;
+}
+
+size_t tp_io_plan(const tp_layout *L, uint64_t a, uint64_t b, uint64_t page, tp_io_range *out, size_t cap,
+		  uint64_t *covered)
+{
+	size_t n = 0;
+	*covered = 0;
+	if (b > L->size)
+		b = L->size;
+	if (a >= b || cap < TP_MAX_PIECES)
+		return 0;
+	uint64_t pos = a < L->hdr_size ? L->hdr_size : a; /* the header reads no source */
+	if (pos >= b) {
+		*covered = b - a;
+		return 0;
+	}
+	/* the first local tensor that ends past pos */
+	size_t lo = 0, hi = L->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (L->hdr_size + L->t[mid].off + L->t[mid].size <= pos)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < L->n && pos < b; i++) {
+		const tp_ltensor *lt = &L->t[i];
+		uint64_t t0 = L->hdr_size + lt->off, tend = t0 + lt->size < b ? t0 + lt->size : b;
+		if (!lt->size || tend <= pos)
+			continue;
+		uint64_t o0 = (pos - t0) / lt->rep, o1 = (tend - t0 - 1) / lt->rep; /* rows, inclusive */
+		tp_piece pc[TP_MAX_PIECES];
+		size_t np = 0;
+		for (uint32_t j = 0; j < lt->np; j++)
+			if (L->pieces[lt->pi + j].off != TP_ZERO && L->pieces[lt->pi + j].len)
+				pc[np++] = L->pieces[lt->pi + j];
+		if (!np) {
+			pos = tend;
+			continue;
+		}
+		qsort(pc, np, sizeof *pc, cmp_piece);
+		uint64_t base = L->h->data_start + L->h->t[lt->src].begin, first = pc[0].off, last = 0;
+		int dense = 1;
+		for (size_t j = 0; j < np; j++) {
+			if (j && pc[j].off > last && pc[j].off - last >= page)
+				dense = 0;
+			if (pc[j].off + pc[j].len > last)
+				last = pc[j].off + pc[j].len;
+		}
+		if (o1 > o0 && lt->stride - last + first >= page)
+			dense = 0;
+		if (dense) {
+			if (push(out, cap, &n, base + o0 * lt->stride + first, base + o1 * lt->stride + last, page) < 0)
+				break;
+			pos = tend;
+			continue;
+		}
+		for (uint64_t o = o0; o <= o1; o++) {
+			if (n + np > cap)
+				goto full;
+			for (size_t j = 0; j < np; j++)
+				push(out, cap, &n, base + o * lt->stride + pc[j].off, base + o * lt->stride + pc[j].off + pc[j].len,
+				     page);
+			uint64_t next = t0 + (o + 1) * lt->rep;
+			pos = next < tend ? next : tend;
+		}
+		pos = tend;
+	}
+full:
+	*covered = (pos < b ? pos : b) - a;
+	return n;
+}
