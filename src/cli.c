@@ -64,6 +64,10 @@ static const char *usage_mount =
 	"                      TP=1 loader builds the served shapes; global: config.json unchanged.\n"
 	"                      MNT/config.json is always the source's; safetensors headers say\n"
 	"                      tpfs.tp_size, tpfs.tp_rank and tpfs.plan in their __metadata__\n"
+	"  --ep                expert parallelism: the routed experts (the plan's \"experts\") are not\n"
+	"                      cut; rank r holds experts [r*E/N, (r+1)*E/N) whole (every tensor of\n"
+	"                      them: weights, biases, scales) and no other; names keep their global\n"
+	"                      index. Everything else is split as without --ep. N must divide E\n"
 	"  -f, --foreground    stay in the foreground (log to stderr)\n"
 	"  -d, --debug         libfuse debug output; counters at unmount (implies -f)\n"
 	"  -o OPTIONS          extra FUSE mount options (comma separated); the mount is always\n"
@@ -92,13 +96,14 @@ static const char *usage_mount =
 	"Unmount with 'tpfs umount MNT', 'fusermount3 -u MNT', or SIGTERM/SIGINT to the daemon.\n";
 
 static const char *usage_plan =
-	"usage: tpfs plan SRC --tp N [--rank R] [--json] [--plan NAME|FILE] [--strict] [--pad-vocab[=M]]\n"
+	"usage: tpfs plan SRC --tp N [--rank R] [--json] [--plan NAME|FILE] [--strict] [--pad-vocab[=M]] [--ep]\n"
 	"       tpfs plan SRC --tp N --io [--ranks LIST]\n"
 	"       tpfs plan --list\n"
 	"\n"
 	"Prints, for rank R (default 0), every tensor: the rule that matched, how it is split, its\n"
 	"full and local shapes and its local bytes; then per-rank totals (local, replicated, split)\n"
 	"and the tensors no rule matched (replicated; refused under --strict). Nothing is mounted.\n"
+	"--ep (expert parallelism, as for mount) also prints which routed experts each rank holds.\n"
 	"--json prints the resolved plan as a plan file (one exact rule per tensor) that --plan\n"
 	"accepts back, for editing. --list prints the built-in plans.\n"
 	"--io prints what each rank must read from the source: its rank files' bytes, the source bytes\n"
@@ -141,7 +146,7 @@ static int parse_u32(const char *s, uint32_t *out)
 	return 0;
 }
 
-/* Parses an option that mount and plan share (--tp, --plan, --strict, --pad-vocab) into mo.
+/* Parses an option that mount and plan share (--tp, --plan, --strict, --pad-vocab, --ep) into mo.
  * Returns 1 when c was one of them, 0 when it was not, or 2 (the exit status) after a usage
  * error. *have_t records --tp. */
 static int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, const char *usage)
@@ -158,6 +163,9 @@ static int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, 
 		return 1;
 	case 's':
 		mo->strict = 1;
+		return 1;
+	case 'E':
+		mo->ep = 1;
 		return 1;
 	case 'V':
 		mo->pad_vocab = 64;
@@ -236,6 +244,7 @@ static int cmd_mount(int argc, char **argv)
 		{"reply", required_argument, 0, 'y'}, {"max-background", required_argument, 0, 'b'},
 		{"release-pages", required_argument, 0, 'P'}, {"cuda-min-runs", required_argument, 0, 'C'},
 		{"cuda-min-bytes", required_argument, 0, 'B'}, {"config", required_argument, 0, 'c'},
+		{"ep", no_argument, 0, 'E'},
 		{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
 		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 	tp_model_opts mo = {.log = tp_log_model};
@@ -499,7 +508,7 @@ static int cmd_check(int argc, char **argv)
 /* ---- plan ---- */
 
 typedef struct plan_row {
-	int rule;
+	int rule, experts;
 	char why[160];
 	tp_spec spec;
 	uint64_t logical;
@@ -525,6 +534,7 @@ static void on_tensor(void *vctx, const struct tp_model *m, uint32_t node, uint3
 		return;
 	plan_row *r = &pc->rows[node][tensor];
 	r->rule = res->rule;
+	r->experts = res->experts;
 	r->spec = res->spec;
 	r->logical = res->logical;
 	snprintf(r->why, sizeof r->why, "%s", res->why);
@@ -597,6 +607,8 @@ static void print_json_plan(const tp_model *m, plan_ctx *pc)
 		for (size_t k = n->h.n; k-- > 0;) {
 			const st_tensor *t = &n->h.t[n->h.by_name[k]];
 			const plan_row *r = &pc->rows[i][n->h.by_name[k]];
+			if (r->rule == TP_RULE_EXPERTS)
+				continue; /* placed by the experts declarations below (--ep) */
 			cJSON *j = cJSON_CreateObject();
 			cJSON_AddStringToObject(j, "match", t->name);
 			if (r->spec.kind != TP_SPLIT) {
@@ -627,11 +639,59 @@ static void print_json_plan(const tp_model *m, plan_ctx *pc)
 			cJSON_AddItemToArray(rules, j);
 		}
 	}
+	if (m->plan.nexperts) { /* the routed experts, for --ep */
+		cJSON *xs = cJSON_AddArrayToObject(o, "experts");
+		for (int d = 0; d < m->plan.nexperts; d++) {
+			const tp_experts *x = &m->plan.experts[d];
+			cJSON *xo = cJSON_CreateObject();
+			cJSON_AddStringToObject(xo, "name", x->name);
+			cJSON_AddItemToObject(xo, "match", cJSON_CreateStringArray(x->pat, x->npat));
+			cJSON_AddStringToObject(xo, "count", x->count);
+			if (x->axis)
+				cJSON_AddNumberToObject(xo, "axis", x->axis);
+			cJSON_AddItemToArray(xs, xo);
+		}
+	}
 	char *s = cJSON_Print(o);
 	if (s)
 		puts(s);
 	free(s);
 	cJSON_Delete(o);
+}
+
+/* Which routed experts each rank holds under --ep, and their tensors and bytes per rank. */
+static void print_ep(const tp_model *m)
+{
+	printf("\nexpert parallelism (--ep): rank r holds routed experts [r*E/N, (r+1)*E/N) whole, and no other\n");
+	for (int d = 0; d < m->plan.nexperts; d++)
+		if (m->ep_count[d] > 0)
+			printf("  experts '%s' of plan %s: E = %lld ('%s'), %lld per rank\n", m->plan.experts[d].name,
+			       m->plan.name, (long long)m->ep_count[d], m->plan.experts[d].count,
+			       (long long)(m->ep_count[d] / m->T));
+	printf("  %llu expert tensors placed\n%-6s %-24s %14s %14s\n", (unsigned long long)m->ep_tensors, "rank", "experts",
+	       "tensors", "bytes");
+	for (uint32_t r = 0; r < m->T; r++) {
+		uint64_t nt = 0, by = 0, first, count;
+		for (uint32_t i = 0; i < m->nn; i++)
+			if (m->n[i].kind == TN_TENSORS && m->n[i].lay) {
+				nt += m->n[i].lay[r].nexpert;
+				by += m->n[i].lay[r].expert_bytes;
+			}
+		char ex[64] = "", hb[32];
+		size_t w = 0;
+		for (int d = 0; d < m->plan.nexperts && w < sizeof ex; d++) {
+			int seen = 0; /* declarations of the same E place the same experts; E = 0: unsized */
+			for (int k = 0; k < d; k++)
+				seen |= m->ep_count[k] == m->ep_count[d];
+			tp_model_ep_range(m, d, r, &first, &count);
+			if (seen || !count)
+				continue;
+			snprintf(ex + w, sizeof ex - w, "%s%llu-%llu", w ? " " : "", (unsigned long long)first,
+				 (unsigned long long)(first + count - 1));
+			w += strlen(ex + w);
+		}
+		printf("%-6u %-24s %14llu %14s\n", r, ex, (unsigned long long)nt, human(by, hb, sizeof hb));
+	}
 }
 
 /* tpfs plan --io: per rank and for the selected set, rank-file bytes, source run bytes and the
@@ -689,7 +749,8 @@ static int cmd_plan(int argc, char **argv)
 		{"tp", required_argument, 0, 't'}, {"rank", required_argument, 0, 'r'}, {"json", no_argument, 0, 'j'},
 		{"plan", required_argument, 0, 'p'}, {"strict", no_argument, 0, 's'},
 		{"pad-vocab", optional_argument, 0, 'V'}, {"list", no_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
-		{"io", no_argument, 0, 'i'}, {"ranks", required_argument, 0, 'K'}, {0, 0, 0, 0}};
+		{"io", no_argument, 0, 'i'}, {"ranks", required_argument, 0, 'K'}, {"ep", no_argument, 0, 'E'},
+		{0, 0, 0, 0}};
 	const char *ranks = NULL;
 	int io = 0;
 	plan_ctx pc = {0};
@@ -785,7 +846,9 @@ static int cmd_plan(int argc, char **argv)
 					shape_str(ls, sizeof ls, nd, lsh);
 				}
 				printf("%-56s %-10s %-44s %-22s %-22s %12llu\n", t->name,
-				       r && r->rule >= 0 ? m.plan.rules[r->rule].name : "-", r ? r->why : "?", fs, ls,
+				       r && r->rule >= 0 ? m.plan.rules[r->rule].name
+				       : r && r->rule == TP_RULE_EXPERTS ? m.plan.experts[r->experts].name : "-",
+				       r ? r->why : "?", fs, ls,
 				       (unsigned long long)(li == UINT32_MAX ? 0 : L->t[li].size));
 			}
 		}
@@ -808,6 +871,8 @@ static int cmd_plan(int argc, char **argv)
 				r = m.T - 2;
 			}
 		}
+		if (mo.ep)
+			print_ep(&m);
 		char a[32];
 		printf("source: %llu tensors in %llu files, %s of tensor data\n", (unsigned long long)m.ntensors,
 		       (unsigned long long)m.ntensor_files, human(m.src_bytes, a, sizeof a));

@@ -119,11 +119,13 @@ int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char
 				tp_spec_working_ts(&h->t[i], &specs[i], 64, ts, sizeof ts);
 				size_t l = strlen(e->msg);
 				tp_fmt(e->msg + l, sizeof e->msg - l, "; this tensor can be split for T = %s%s", ts,
-				       strstr(h->t[i].name, "experts.") ? "; or serve the experts with expert parallelism" : "");
+				       (specs[i].flags & TP_EXPERT) && specs[i].kind != TP_OWNED ? "; or serve the experts with expert parallelism (--ep)" : "");
 			}
 			tp_layout_free(L);
 			return -1;
 		}
+		if (c.absent)
+			continue; /* another rank's expert */
 		if (L->npieces + c.np > cap) {
 			while (L->npieces + c.np > cap)
 				cap *= 2;
@@ -146,10 +148,14 @@ int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char
 		lt->np = c.np;
 		memcpy(L->pieces + L->npieces, c.piece, c.np * sizeof *c.piece);
 		L->npieces += c.np;
-		if (specs[i].kind == TP_SPLIT)
-			L->split_bytes += c.size;
-		else
+		if (specs[i].kind == TP_REPLICATE)
 			L->repl_bytes += c.size;
+		else
+			L->split_bytes += c.size;
+		if (specs[i].flags & TP_EXPERT) {
+			L->expert_bytes += c.size;
+			L->nexpert++;
+		}
 	}
 	if (!order)
 		qsort_r(L->t, L->n, sizeof *L->t, cmp_writer, (void *)h);

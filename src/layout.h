@@ -38,8 +38,11 @@ typedef struct tp_layout {
 	uint64_t hdr_size;   /* 8-byte prefix + JSON + padding, a multiple of 8 */
 	uint64_t data_size;
 	uint64_t size;       /* hdr_size + data_size: the rank file's size */
-	uint64_t split_bytes;/* local bytes of tensors whose spec splits them */
+	uint64_t split_bytes;/* local bytes of tensors whose spec splits them (or places them whole on
+	                      * some ranks only: TP_OWNED) */
 	uint64_t repl_bytes; /* local bytes of replicated tensors */
+	uint64_t expert_bytes;/* local bytes of routed experts' tensors (specs flagged TP_EXPERT) */
+	size_t nexpert;      /* how many of the local tensors those are */
 	uint32_t *loc;       /* for each source tensor, its index in t[], or UINT32_MAX if absent */
 	const st_meta *xmeta;/* extra __metadata__ entries (borrowed; tp_layout_set_meta), or NULL */
 	size_t nxmeta;
@@ -48,7 +51,8 @@ typedef struct tp_layout {
 } tp_layout;
 
 /* Builds rank r's layout of the file whose header is h, with specs[i] the spec of h->t[i]
- * (TP_ABSENT tensors are left out). fname prefixes error messages; why (NULL, or one string
+ * (TP_ABSENT tensors, and TP_OWNED tensors of units another rank holds, are left out: the
+ * local header does not name them; a rank left with no tensor gets a valid empty file). fname prefixes error messages; why (NULL, or one string
  * per tensor) says which rule gave each spec, for messages. */
 int tp_layout_build(const st_header *h, const tp_spec *specs, const char *const *why, uint32_t T,
 		    uint32_t r, const char *fname, tp_layout *L, tp_err *e);

@@ -378,7 +378,7 @@ static void unload_tensors(tp_node *n)
 static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 {
 	tp_node *n = &m->n[idx];
-	tp_resolve_opts ro = {.T = m->T, .pad_vocab = m->o->pad_vocab};
+	tp_resolve_opts ro = {.T = m->T, .pad_vocab = m->o->pad_vocab, .ep = m->o->ep};
 	tp_spec *specs = calloc(n->h.n ? n->h.n : 1, sizeof *specs);
 	char (*why)[200] = calloc(n->h.n ? n->h.n : 1, sizeof *why);
 	cJSON **rj = calloc(n->h.n ? n->h.n : 1, sizeof *rj); /* the resolved plan's rules (rank_folder.h) */
@@ -407,7 +407,9 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 		else
 			tp_fmt(why[i], sizeof why[i], "%s", res.why);
 		whyp[i] = why[i];
-		if (m->o->keep_going && res.spec.kind == TP_SPLIT) {
+		if (res.rule == TP_RULE_EXPERTS)
+			m->ep_tensors++;
+		if (m->o->keep_going && res.spec.kind != TP_REPLICATE) {
 			/* try every rank now, so that every unservable tensor is reported */
 			tp_err ce;
 			char ctx[TP_ERR_MSG];
@@ -548,6 +550,8 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 			for (int i = 0; i < m->plan.nprefix; i++)
 				m->cfg.prefix[i] = m->plan.prefix[i];
 		}
+		if (rc == 0 && o->ep)
+			rc = tp_plan_ep_check(&m->plan, &m->cfg, m->T, m->ep_count, e);
 		/* the tensor index for companions */
 		tp_tindex lc = {0};
 		if (rc == 0)
@@ -556,6 +560,9 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 			if (m->n[i].kind == TN_TENSORS)
 				rc = plan_file(m, i, &lc, e);
 		tp_tindex_free(&lc);
+		if (rc == 0 && o->ep && !m->ep_tensors)
+			logf_(m, 0, "--ep: no tensor of %s is a routed expert of plan '%s' (its experts declarations match none)",
+			      m->src, m->plan.name);
 		for (uint32_t i = 0; i < m->nn && rc == 0; i++)
 			if (m->n[i].kind == TN_INDEX && idx_json[i])
 				rc = tp_index_rewrite(m, i, idx_json[i], e);
@@ -613,6 +620,19 @@ uint64_t tp_node_size(const tp_model *m, uint32_t i, uint32_t r)
 		return n->src_size;
 	default:
 		return 4096;
+	}
+}
+
+void tp_model_ep_range(const tp_model *m, int d, uint32_t r, uint64_t *first, uint64_t *count)
+{
+	*first = *count = 0;
+	if (!m->o || !m->o->ep || d < 0 || d >= m->plan.nexperts || m->ep_count[d] <= 0 || r >= m->T)
+		return;
+	tp_spec s = tp_spec_owned((uint64_t)m->ep_count[d], 0);
+	tp_share sh;
+	if (tp_share_of(s.seg[0], &s, m->T, r, &sh, "", NULL) == 0) { /* the layouts' distribution */
+		*first = sh.first;
+		*count = sh.count;
 	}
 }
 

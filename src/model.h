@@ -82,6 +82,7 @@ typedef struct tp_model_opts {
 	uint64_t pad_vocab;    /* 0 or a multiple (64 follows vLLM) */
 	int check_only;        /* walk and validate headers only (tpfs check): never fails on a file */
 	int config_global;     /* serve config.json unchanged in every rank folder (--config global) */
+	int ep;                /* expert parallelism: routed experts whole, rank r holding [r*E/T, (r+1)*E/T) */
 	int keep_going;        /* tpfs plan: report every tensor that cannot be cut (log level 2),
 	                        * replicate it in the layouts, count it in nrefused, and go on */
 	tp_log_fn log;
@@ -101,6 +102,8 @@ typedef struct tp_model {
 	uint64_t ntensors, nunmatched, ntensor_files;
 	uint64_t nrefused;     /* keep_going: tensors that cannot be served at this T */
 	uint64_t src_bytes;    /* data bytes of the planned safetensors files */
+	int64_t ep_count[TP_MAX_EXPERT_DECLS]; /* --ep: E of each of the plan's experts declarations */
+	uint64_t ep_tensors;   /* --ep: source tensors an experts declaration placed */
 	const tp_model_opts *o;
 	/* rank folders (rank_folder.h) */
 	struct cJSON **resolved; /* while planning: per node, its rules of the resolved plan */
@@ -126,6 +129,10 @@ uint32_t tp_node_child(const tp_model *m, uint32_t dir, const char *name);
 /* The node a relative path (as an index's weight_map gives it: "a/b.safetensors", "../x") leads
  * to from folder dir, or UINT32_MAX. */
 uint32_t tp_node_resolve(const tp_model *m, uint32_t dir, const char *rel);
+
+/* Expert parallelism (--ep): the routed experts of the plan's experts declaration d that rank r
+ * holds, [*first, *first + *count). Both 0 without --ep. */
+void tp_model_ep_range(const tp_model *m, int d, uint32_t r, uint64_t *first, uint64_t *count);
 
 /* Per-rank value of a config count the plan lists under per_rank; -1 if missing. */
 int64_t tp_model_rank_count(const tp_model *m, const tp_per_rank *pr, uint32_t r);

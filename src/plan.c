@@ -210,7 +210,66 @@ static int parse_rule(cJSON *o, int idx, const char *origin, tp_rule *r, tp_err 
 }
 
 static const char *plan_keys[] = {"tpfs_plan", "name", "description", "detect", "config_prefix", "extends",
-				  "per_rank", "rules", "comment", "resolved", NULL};
+				  "per_rank", "rules", "comment", "resolved", "experts", NULL};
+
+static const char *experts_keys[] = {"name", "match", "count", "axis", "comment", NULL};
+
+/* Parses one "experts" declaration. */
+static int parse_experts(cJSON *o, int idx, const char *origin, tp_experts *x, tp_err *e)
+{
+	memset(x, 0, sizeof *x);
+	char fallback[32];
+	tp_fmt(fallback, sizeof fallback, "#%d", idx);
+	if (!cJSON_IsObject(o))
+		return tp_fail(e, TP_EINVAL, "%s: experts declaration %s is not an object", origin, fallback);
+	x->name = str_field(o, "name");
+	if (!x->name) {
+		cJSON *n = cJSON_CreateString(fallback);
+		if (!n)
+			return tp_fail(e, TP_ENOMEM, "%s: out of memory", origin);
+		cJSON_AddItemToObject(o, "name", n);
+		x->name = n->valuestring;
+	}
+	const cJSON *k;
+	cJSON_ArrayForEach(k, o)
+	{
+		int known = 0;
+		for (int i = 0; experts_keys[i]; i++)
+			known |= strcmp(k->string, experts_keys[i]) == 0;
+		if (!known)
+			return tp_fail(e, TP_EINVAL, "%s: experts '%s': unknown field '%s' (known: name, match, count, axis, comment)",
+				       origin, x->name, k->string);
+	}
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "match");
+	if (cJSON_IsString(m)) {
+		x->pat[x->npat++] = m->valuestring;
+	} else if (cJSON_IsArray(m)) {
+		cJSON_ArrayForEach(k, m)
+		{
+			if (!cJSON_IsString(k) || x->npat == TP_MAX_PATTERNS)
+				return tp_fail(e, TP_EINVAL, "%s: experts '%s': match must hold at most %d strings", origin,
+					       x->name, TP_MAX_PATTERNS);
+			x->pat[x->npat++] = k->valuestring;
+		}
+	}
+	if (!x->npat)
+		return tp_fail(e, TP_EINVAL, "%s: experts '%s': 'match' (a pattern or a list of patterns) is required",
+			       origin, x->name);
+	if (expr_field(o, "count", &x->count, origin, x->name, e) < 0)
+		return -1;
+	if (!x->count)
+		return tp_fail(e, TP_EINVAL, "%s: experts '%s': 'count' (the number of routed experts, an expression) is required",
+			       origin, x->name);
+	const cJSON *ax = cJSON_GetObjectItemCaseSensitive(o, "axis");
+	if (ax) {
+		if (!cJSON_IsNumber(ax) || !(ax->valuedouble < ST_MAX_DIMS && ax->valuedouble >= -ST_MAX_DIMS) ||
+		    ax->valuedouble != (double)(int)ax->valuedouble)
+			return tp_fail(e, TP_EINVAL, "%s: experts '%s': 'axis' must be an integer (-%d to %d)", origin, x->name,
+				       ST_MAX_DIMS, ST_MAX_DIMS - 1);
+		x->axis = (int)ax->valuedouble;
+	}
+	return 0;
+}
 
 int tp_plan_parse(const char *text, size_t len, const char *origin, tp_plan *p, tp_err *e)
 {
@@ -271,6 +330,20 @@ int tp_plan_parse(const char *text, size_t len, const char *origin, tp_plan *p, 
 			goto bad;
 		p->nrules++;
 	}
+	cJSON *ex = cJSON_GetObjectItemCaseSensitive(o, "experts");
+	if (ex) {
+		if (!cJSON_IsArray(ex) || cJSON_GetArraySize(ex) > TP_MAX_EXPERT_DECLS) {
+			tp_fail(e, TP_EINVAL, "%s: \"experts\" must be a list of at most %d declarations", origin,
+				TP_MAX_EXPERT_DECLS);
+			goto bad;
+		}
+		cJSON_ArrayForEach(r, ex)
+		{
+			if (parse_experts(r, p->nexperts, origin, &p->experts[p->nexperts], e) < 0)
+				goto bad;
+			p->nexperts++;
+		}
+	}
 	const cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "per_rank");
 	if (pr) {
 		int m = cJSON_GetArraySize(pr);
@@ -321,6 +394,8 @@ int tp_plan_extend(tp_plan *p, tp_plan *base, tp_err *e)
 	memcpy(r + p->nrules, base->rules, (size_t)base->nrules * sizeof *r);
 	p->rules = r;
 	p->nrules += base->nrules;
+	for (int i = 0; i < base->nexperts && p->nexperts < TP_MAX_EXPERT_DECLS; i++)
+		p->experts[p->nexperts++] = base->experts[i];
 	if (!p->nprefix) {
 		memcpy(p->prefix, base->prefix, sizeof p->prefix);
 		p->nprefix = base->nprefix;

@@ -17,7 +17,16 @@
  *                  "segments": ["expr" | {"size": "expr", "heads"|"unit": "expr"}, ...],
  *                  "uneven": bool, "groups": bool,
  *                  "vocab": bool, "bias": "split|replicate", "div": n,
- *                  "reason": "why a refuse rule refuses" }, ... ] }
+ *                  "reason": "why a refuse rule refuses" }, ... ],
+ *     "experts": [ { "name": "routed", "match": "**.layers.{i}.mlp.experts.{e}.**" | [...],
+ *                    "count": "expr", "axis": n }, ... ] }
+ *
+ * "experts" declares which tensors are routed experts, for expert parallelism (--ep): a pattern
+ * with the expert-index wildcard {e} names the tensors of expert e; a pattern without it names
+ * fused experts tensors that hold every expert along "axis" (default 0: [E, ...]). "count" is
+ * the number of routed experts E. Under --ep these declarations decide before any rule: rank r
+ * of N holds experts [r*E/N, (r+1)*E/N) whole and no other. Without --ep they only mark the
+ * tensors as experts (refusals then suggest --ep).
  *
  * Name patterns are dotted: `*` inside a component matches any text without a dot, `{i}`
  * matches an integer component and binds i for expressions, `**` matches any number of
@@ -128,6 +137,17 @@ typedef struct tp_per_rank {
 	                    * (a count the split would change by default, e.g. head_dim; added if missing) */
 } tp_per_rank;
 
+#define TP_MAX_EXPERT_DECLS 8
+
+/* One "experts" declaration (see the format above). */
+typedef struct tp_experts {
+	const char *name;
+	const char *pat[TP_MAX_PATTERNS];
+	int npat;
+	const char *count; /* expression: E, the number of routed experts */
+	int axis;          /* fused tensors: the expert axis (negative: from the end) */
+} tp_experts;
+
 typedef struct tp_plan {
 	const char *name;
 	const char *description;
@@ -138,6 +158,8 @@ typedef struct tp_plan {
 	int nrules;
 	tp_per_rank *per_rank;
 	int nper_rank;
+	tp_experts experts[TP_MAX_EXPERT_DECLS]; /* the plan's own first, then its bases' */
+	int nexperts;
 	struct cJSON *json;              /* owns every string above */
 	struct cJSON *base[4];           /* the plans this one extends (their rules' strings) */
 	int nbase;
@@ -147,7 +169,7 @@ typedef struct tp_plan {
 int tp_plan_parse(const char *text, size_t len, const char *origin, tp_plan *p, tp_err *e);
 void tp_plan_free(tp_plan *p);
 
-/* Appends base's rules after p's own (for "extends"): p's rules win. Consumes base (p takes its
+/* Appends base's rules (and experts declarations) after p's own (for "extends"): p's win. Consumes base (p takes its
  * JSON; base is left empty). */
 int tp_plan_extend(tp_plan *p, tp_plan *base, tp_err *e);
 

@@ -760,15 +760,160 @@ static void stage_spec(job *j, tp_resolved *out)
 	memcpy(out->why, buf, sizeof out->why);
 }
 
+/* ======================= routed experts (expert parallelism) ======================= */
+
+static int resolve_rules(job *j, tp_resolved *out);
+
+/* The value the last pattern match bound to variable v, or -1. */
+static int64_t bound_var(const tp_expr_ctx *c, const char *v)
+{
+	for (int i = 0; i < c->nvar; i++)
+		if (strcmp(c->var[i], v) == 0)
+			return c->val[i];
+	return -1;
+}
+
+/* Evaluates the count of experts declaration x (a positive E). ctx prefixes messages. */
+static int experts_count(const tp_plan *pl, const tp_experts *x, tp_expr_ctx *cfg, const char *ctx, int64_t *E,
+			 tp_err *e)
+{
+	int rc = tp_expr_int(cfg, x->count, E, e);
+	if (rc == 1)
+		rc = tp_fail(e, TP_ERULE, "expression '%s' is missing from config.json", x->count);
+	else if (rc == 0 && *E <= 0)
+		rc = tp_fail(e, TP_ERULE, "expression '%s' is %lld, not positive", x->count, (long long)*E);
+	if (rc != 0) {
+		tp_err_prefix(e, "%s%splan '%s', experts '%s' (count)", ctx, *ctx ? ": " : "", pl->name, x->name);
+		e->code = TP_ERULE;
+		return -1;
+	}
+	return 0;
+}
+
+/* Stage 0, experts: the first experts declaration whose pattern covers the name. Sets
+ * out->experts. Under --ep the declaration decides the spec: returns 1 with out filled in.
+ * Returns 0 when the rules decide, -1 on error. */
+static int stage_experts(job *j, tp_resolved *out)
+{
+	const tp_plan *pl = j->pl;
+	const st_tensor *t = j->t;
+	for (int d = 0; d < pl->nexperts; d++) {
+		const tp_experts *x = &pl->experts[d];
+		for (int k = 0; k < x->npat; k++) {
+			j->cfg->nvar = 0;
+			tp_expr_bind(j->cfg, "T", j->o->T);
+			if (tp_pattern_match(x->pat[k], t->name, j->cfg) < 0)
+				continue;
+			out->experts = d;
+			if (!j->o->ep)
+				return 0;
+			int per_expert = strstr(x->pat[k], "{e}") != NULL;
+			int64_t ei = per_expert ? bound_var(j->cfg, "e") : 0, E;
+			if (experts_count(pl, x, j->cfg, j->tctx, &E, j->e) < 0)
+				return -1;
+			out->rule = TP_RULE_EXPERTS;
+			if (per_expert) {
+				if (ei < 0 || ei >= E)
+					return tp_fail(j->e, TP_EPLAN,
+						       "%s (experts '%s'): expert %lld, but '%s' = %lld routed experts (%s)", j->tctx,
+						       x->name, (long long)ei, x->count, (long long)E,
+						       j->cfg->used[0] ? j->cfg->used : "no config keys");
+				out->spec = tp_spec_owned((uint64_t)E, (uint64_t)ei);
+				out->spec.flags = TP_EXPERT;
+				tp_fmt(out->why, sizeof out->why, "expert %lld of %lld, whole on its rank (--ep)", (long long)ei,
+				       (long long)E);
+				return 1;
+			}
+			if (t->ndim == 0) {
+				out->spec = tp_spec_replicate();
+				out->spec.flags = TP_EXPERT;
+				tp_fmt(out->why, sizeof out->why, "replicate (a scalar shared by the experts)");
+				return 1;
+			}
+			int a = x->axis < 0 ? (int)t->ndim + x->axis : x->axis;
+			if (a < 0 || a >= (int)t->ndim)
+				return tp_fail(j->e, TP_EPLAN, "%s (experts '%s'): expert axis %d is out of range for %u dimensions",
+					       j->tctx, x->name, x->axis, t->ndim);
+			if (t->shape[a] != (uint64_t)E)
+				return tp_fail(j->e, TP_EPLAN,
+					       "%s (experts '%s'): axis %d holds %llu experts but '%s' = %lld (%s)", j->tctx,
+					       x->name, a, (unsigned long long)t->shape[a], x->count, (long long)E,
+					       j->cfg->used[0] ? j->cfg->used : "no config keys");
+			out->spec = tp_spec_split((uint32_t)a, (uint64_t)E, 1);
+			out->spec.flags = TP_EXPERT;
+			out->logical = (uint64_t)E;
+			tp_fmt(out->why, sizeof out->why, "experts axis %d, %lld experts, whole ones per rank (--ep)", a,
+			       (long long)E);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int tp_plan_ep_check(const tp_plan *pl, tp_expr_ctx *cfg, uint32_t T, int64_t *E, tp_err *e)
+{
+	if (!pl->nexperts)
+		return tp_fail(e, TP_EINVAL,
+			       "--ep: plan '%s' declares no routed experts (it has no \"experts\" section), so expert "
+			       "parallelism has nothing to place; a plan file can declare them (docs/PLANS.md)",
+			       pl->name);
+	for (int d = 0; d < pl->nexperts; d++) {
+		const tp_experts *x = &pl->experts[d];
+		cfg->nvar = 0;
+		tp_expr_bind(cfg, "T", T);
+		E[d] = 0;
+		if (tp_expr_int(cfg, x->count, &E[d], e) == 1) {
+			E[d] = 0; /* a declaration this config does not size (one a plan inherited): an
+			           * expert tensor it matches is refused when resolved */
+			continue;
+		}
+		if (experts_count(pl, x, cfg, "--ep", &E[d], e) < 0)
+			return -1;
+		if ((uint64_t)E[d] % T == 0)
+			continue;
+		char ns[256] = "";
+		size_t w = 0;
+		int k = 0;
+		for (int64_t n = 1; n <= E[d] && n <= TP_MAX_T; n++)
+			if (E[d] % n == 0 && w < sizeof ns) {
+				tp_fmt(ns + w, sizeof ns - w, "%s%lld", k++ ? ", " : "", (long long)n);
+				w += strlen(ns + w);
+			}
+		char used[sizeof cfg->used];
+		tp_fmt(used, sizeof used, "%s", cfg->used);
+		return tp_fail(e, TP_EPLAN,
+			       "--ep: %lld routed experts (%s; plan '%s', experts '%s') do not divide over %u "
+			       "ranks: rank r holds experts [r*E/N, (r+1)*E/N), so N must divide %lld: --tp %s",
+			       (long long)E[d], used[0] ? used : x->count, pl->name, x->name, T, (long long)E[d], ns);
+	}
+	return 0;
+}
+
 int tp_plan_resolve(const tp_plan *pl, tp_expr_ctx *cfg, const st_tensor *t, tp_lookup_fn lookup,
 		    void *lctx, const tp_resolve_opts *o, const char *ctx, tp_resolved *out, tp_err *e)
 {
 	memset(out, 0, sizeof *out);
 	out->spec = tp_spec_replicate();
 	out->rule = -1;
+	out->experts = -1;
 	job jb = {.pl = pl, .cfg = cfg, .t = t, .lookup = lookup, .lctx = lctx, .o = o, .ctx = ctx, .e = e};
 	job *j = &jb;
 	tp_fmt(j->tctx, sizeof j->tctx, "%s: tensor '%s'", ctx, t->name);
+	int rc = stage_experts(j, out);
+	if (rc != 0)
+		return rc < 0 ? -1 : 0;
+	rc = resolve_rules(j, out);
+	if (out->experts >= 0)
+		out->spec.flags |= TP_EXPERT;
+	return rc;
+}
+
+/* Stages 1-6: the rules decide. */
+static int resolve_rules(job *j, tp_resolved *out)
+{
+	const tp_plan *pl = j->pl;
+	const st_tensor *t = j->t;
+	tp_err *e = j->e;
 	int rc = stage_match(j, out);
 	if (rc <= 0) {
 		if (rc == 0)
@@ -813,7 +958,7 @@ int tp_plan_check_ranks(const st_tensor *t, const tp_spec *s, uint32_t T, const 
 		tp_spec_working_ts(t, s, 64, ts, sizeof ts);
 		tp_fmt(msg, sizeof msg, "%s", e->msg);
 		tp_fmt(e->msg, sizeof e->msg, "%s; this tensor can be split for T = %s%s", msg, ts,
-		       strstr(t->name, "experts.") ? "; or serve the experts with expert parallelism" : "");
+		       (s->flags & TP_EXPERT) && s->kind != TP_OWNED ? "; or serve the experts with expert parallelism (--ep)" : "");
 		return -1;
 	}
 	return 0;

@@ -57,12 +57,17 @@ typedef const st_tensor *(*tp_lookup_fn)(void *ctx, const char *name);
 typedef struct tp_resolve_opts {
 	uint32_t T;
 	uint64_t pad_vocab; /* 0: vocab rules must divide evenly; else pad to this multiple */
+	int ep;             /* expert parallelism: the plan's experts declarations decide first */
 } tp_resolve_opts;
+
+#define TP_RULE_EXPERTS (-3) /* tp_resolved.rule when an experts declaration decided (--ep) */
 
 /* What resolution decided for one tensor. */
 typedef struct tp_resolved {
 	tp_spec spec;
-	int rule;            /* index into plan->rules, or -1 when no rule matched */
+	int rule;            /* index into plan->rules, -1 when no rule matched, or TP_RULE_EXPERTS */
+	int experts;         /* index into plan->experts of the declaration that names the tensor a
+	                      * routed expert's, or -1 */
 	char why[160];       /* e.g. "column, 32 heads of 128", "replicate (row-parallel bias)" */
 	uint64_t logical;    /* logical axis length L (split tensors) */
 } tp_resolved;
@@ -70,10 +75,21 @@ typedef struct tp_resolved {
 /* Resolves the spec of tensor t. cfg holds config.json and the plan's prefixes. Checks the
  * rule against the shapes (size, heads, segments, companions' divisors) and reports a mismatch
  * with the tensor, the rule, the expression, and both numbers. ctx prefixes messages (file
- * name). Distribution over T is checked later, by the layout (or tp_plan_check_ranks). */
+ * name). Distribution over T is checked later, by the layout (or tp_plan_check_ranks).
+ * A tensor an experts declaration names gets TP_EXPERT in its spec's flags. Under o->ep that
+ * declaration decides instead of the rules: a tensor of expert e (the {e} of the pattern) is
+ * TP_OWNED by unit e of E; a fused experts tensor is split on its expert axis in E units of 1
+ * (its size there must be E; a scalar is replicated). */
 int tp_plan_resolve(const tp_plan *pl, tp_expr_ctx *cfg, const st_tensor *t, tp_lookup_fn lookup,
 		    void *lctx, const tp_resolve_opts *o, const char *ctx, tp_resolved *out,
 		    tp_err *e);
+
+/* Expert parallelism over T ranks: evaluates every experts declaration's count into E[] (one
+ * per plan->experts; 0 for a count whose keys config.json lacks: resolving a tensor that
+ * declaration matches then fails with TP_ERULE) and refuses a plan that declares no routed
+ * experts, a count that fails otherwise (TP_ERULE), and an E that T does not divide (TP_EPLAN,
+ * naming E and the values of T that work). */
+int tp_plan_ep_check(const tp_plan *pl, tp_expr_ctx *cfg, uint32_t T, int64_t *E, tp_err *e);
 
 /* Cuts t under s for every rank of T (the check `tpfs plan` makes so that every tensor that
  * cannot be served is reported, not only the first). Returns 0, or -1 with the first refusal

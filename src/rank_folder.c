@@ -282,6 +282,13 @@ int tp_rank_folder_build(tp_model *m, tp_err *e)
 		return tp_fail(e, TP_EIO, "config.json: cannot read it again (or it changed while planning)");
 	if (m->o->config_global || m->o->keep_going)
 		return 0; /* tpfs plan (keep_going) reports refusals, and prints the per-rank counts itself */
+	if (m->o->ep) {
+		/* whole experts under their global numbers: no count in config.json says that */
+		if (m->o->log)
+			m->o->log(m->o->ctx, 1, "--ep: every rank's config.json is the source's (a rank's share of the "
+				  "experts, kept under their global numbers, is not a count config.json can state)");
+		return 0;
+	}
 	n->gen = calloc(m->T, sizeof *n->gen);
 	n->gen_len = calloc(m->T, sizeof *n->gen_len);
 	if (!n->gen || !n->gen_len)

@@ -6,7 +6,7 @@
  *     tensor, and the per_rank keys) with SHA-256, and gives every rank file's header the __metadata__ entries
  *     tpfs.tp_size, tpfs.tp_rank and tpfs.plan ("<plan name> sha256:<hex>"), the source's own
  *     entries kept;
- *   - writes each rank's config.json (unless the model was opened with config_global): every
+ *   - writes each rank's config.json (unless the model was opened with config_global or ep): every
  *     count the plan lists under per_rank, at the top level and under each config_prefix
  *     (text_config), replaced by the rank's own value; every other byte kept (rank_config.h).
  * It works on a tp_model that tp_model_open has planned, and knows nothing of FUSE.

@@ -24,6 +24,16 @@ tp_spec tp_spec_split(uint32_t axis, uint64_t units, uint64_t unit)
 	return s;
 }
 
+tp_spec tp_spec_owned(uint64_t units, uint64_t owner)
+{
+	tp_spec s = tp_spec_replicate();
+	s.kind = TP_OWNED;
+	s.nseg = 1;
+	s.seg[0] = units;
+	s.owner = owner;
+	return s;
+}
+
 int tp_share_of(uint64_t units, const tp_spec *s, uint32_t T, uint32_t r, tp_share *out,
 		const char *ctx, tp_err *e)
 {
@@ -105,7 +115,19 @@ int tp_cut_tensor(const st_tensor *t, const tp_spec *s, uint32_t T, uint32_t r, 
 			       r, T, TP_MAX_T);
 	if (s->kind == TP_ABSENT)
 		return tp_fail(e, TP_EPLAN, "%s: an absent tensor has no cut", ctx);
-	if (s->kind == TP_REPLICATE) {
+	if (s->kind == TP_OWNED) {
+		tp_share sh;
+		if (s->owner >= s->seg[0])
+			return tp_fail(e, TP_EPLAN, "%s: belongs to unit %llu of %llu, past the last", ctx,
+				       (unsigned long long)s->owner, (unsigned long long)s->seg[0]);
+		if (tp_share_of(s->seg[0], s, T, r, &sh, ctx, e) < 0)
+			return -1;
+		if (s->owner < sh.first || s->owner - sh.first >= sh.count) {
+			c->absent = 1;
+			return 0;
+		}
+	}
+	if (s->kind == TP_REPLICATE || s->kind == TP_OWNED) {
 		c->size = nbytes;
 		c->outer = nbytes ? 1 : 0;
 		c->stride = c->rep = nbytes;

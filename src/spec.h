@@ -1,7 +1,8 @@
 /* spec.h: shard specs, the unit of meaning between plans and layouts.
  *
- * A spec says how one tensor is divided over T ranks: replicated whole, absent (expert
- * parallelism), or split along one axis. A split axis is made of segments (fused blocks such as
+ * A spec says how one tensor is divided over T ranks: replicated whole, absent, owned (whole on
+ * the ranks that hold one unit of an evenly distributed axis, absent from the others: a routed
+ * expert's tensor under expert parallelism), or split along one axis. A split axis is made of segments (fused blocks such as
  * [Q|K|V]), each made of units of equal width (a head, or one element; segments may have
  * different widths, as key heads and value heads do). Each segment's units are
  * distributed over the ranks on their own, and a rank's pieces of every segment are packed back
@@ -30,12 +31,16 @@ typedef enum tp_kind {
 	TP_REPLICATE = 0, /* the whole tensor on every rank */
 	TP_SPLIT,         /* a share of one axis on every rank */
 	TP_ABSENT,        /* not on this rank (expert parallelism); tp_share is not used */
+	TP_OWNED,         /* whole on the ranks whose share of seg[0] units (distributed like a
+	                   * split's) holds unit `owner`, absent from every other rank */
 } tp_kind;
 
 /* Distributions a split allows besides the even one (units % T == 0). */
 enum {
 	TP_UNEVEN = 1u << 0, /* units >= T: the first units % T ranks get one more */
 	TP_GROUPS = 1u << 1, /* units < T, T % units == 0: rank r keeps unit floor(r / (T / units)) */
+	TP_EXPERT = 1u << 2, /* a routed expert's tensor (the plan's experts declaration): changes no
+	                      * cut; refusals suggest expert parallelism (--ep) and layouts count it */
 };
 
 typedef struct tp_spec {
@@ -48,6 +53,7 @@ typedef struct tp_spec {
 	uint64_t div;              /* logical elements per stored element on the axis (>= 1) */
 	uint32_t flags;            /* TP_UNEVEN | TP_GROUPS */
 	uint64_t pad_to;           /* > 1: pad each segment's units up to a multiple, zero-filled */
+	uint64_t owner;            /* TP_OWNED: the unit (expert index) the tensor belongs to */
 } tp_spec;
 
 /* One rank's share of one segment, in units: real units [first, first + count), then `zeros`
@@ -65,6 +71,7 @@ typedef struct tp_piece {
 /* One tensor cut for one rank. Local bytes = for o in [0, outer): the pieces, in order, read
  * at source offset begin + o * stride + piece.off. */
 typedef struct tp_cut {
+	int absent;                  /* 1: the tensor is not on this rank (TP_OWNED); nothing else is set */
 	uint32_t ndim;
 	uint64_t shape[ST_MAX_DIMS]; /* local shape */
 	uint64_t size;               /* local bytes = outer * rep */
@@ -77,6 +84,9 @@ typedef struct tp_cut {
 tp_spec tp_spec_replicate(void);
 /* A split of `axis` into `units` units of width `unit` (one segment, even only). */
 tp_spec tp_spec_split(uint32_t axis, uint64_t units, uint64_t unit);
+/* A tensor that belongs whole to unit `owner` of `units` distributed evenly over the ranks
+ * (expert `owner` of E routed experts: rank r holds experts [r*E/T, (r+1)*E/T)). */
+tp_spec tp_spec_owned(uint64_t units, uint64_t owner);
 
 /* Distributes `units` over T ranks per the spec's flags and padding; fills rank r's share.
  * On failure returns -1 with a message that starts with ctx and says why. */
@@ -85,7 +95,10 @@ int tp_share_of(uint64_t units, const tp_spec *s, uint32_t T, uint32_t r, tp_sha
 
 /* Cuts tensor t for rank r of T. ctx prefixes messages (e.g. "file: tensor 'x'"). Checks that
  * the spec matches the shape (axis in range, segments x unit = the axis, divisor), that every
- * cut lands on a stored element and a byte boundary. Returns 0 or -1 with a message. */
+ * cut lands on a stored element and a byte boundary. An owned tensor is cut whole on the ranks
+ * that hold its unit and comes back with c->absent = 1 (size 0, no pieces) on the others; its
+ * units must divide over T (or the spec's flags allow the distribution) and owner < units.
+ * A TP_ABSENT spec has no cut (refused). Returns 0 or -1 with a message. */
 int tp_cut_tensor(const st_tensor *t, const tp_spec *s, uint32_t T, uint32_t r, tp_cut *c,
 		  const char *ctx, tp_err *e);
 

@@ -1,7 +1,7 @@
 /* fuzz_plan.c: libFuzzer target for plan files, expressions and resolution. The input is a plan
  * file and a config.json separated by a line "----". The plan is resolved against a fixed set of
  * tensors of real names and shapes (dense attention, MLA, KDA, GDN, MoE, quantized companions) and
- * each resolved spec is cut for T in {1, 2, 3, 4}. Nothing may crash or leak; a cut that succeeds
+ * each resolved spec is cut for T in {1, 2, 3, 4}, without and with expert parallelism. Nothing may crash or leak; a cut that succeeds
  * must give a local size equal to its program's. */
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -34,6 +34,7 @@ static const struct {
 	{"model.layers.3.linear_attn.conv1d.weight", ST_BF16, 3, {40, 1, 4}},
 	{"model.layers.3.mlp.experts.7.down_proj.weight", ST_F4, 2, {32, 48}},
 	{"model.layers.3.mlp.gate.e_score_correction_bias", ST_F32, 1, {8}},
+	{"model.layers.4.mlp.experts.gate_up_proj", ST_BF16, 3, {8, 64, 32}},
 };
 #define NFIXED (sizeof fixed / sizeof fixed[0])
 
@@ -77,15 +78,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int i = 0; i < pl.nprefix; i++)
 		cx.prefix[i] = pl.prefix[i];
 	const uint32_t Ts[] = {1, 2, 3, 4};
-	for (int ti = 0; ti < 4; ti++) {
-		tp_resolve_opts o = {.T = Ts[ti], .pad_vocab = ti == 2 ? 64 : 0};
+	for (int ti = 0; ti < 8; ti++) { /* each T without, then with expert parallelism */
+		tp_resolve_opts o = {.T = Ts[ti % 4], .pad_vocab = ti == 2 ? 64 : 0, .ep = ti >= 4};
+		int64_t E[TP_MAX_EXPERT_DECLS];
+		if (o.ep && tp_plan_ep_check(&pl, &cx, o.T, E, &e) < 0)
+			continue;
 		for (size_t i = 0; i < NFIXED; i++) {
 			tp_resolved res;
 			if (tp_plan_resolve(&pl, &cx, &tensors[i], lookup, NULL, &o, "fuzz", &res, &e) < 0)
 				continue;
-			for (uint32_t r = 0; r < Ts[ti]; r++) {
+			for (uint32_t r = 0; r < o.T; r++) {
 				tp_cut c;
-				if (tp_cut_tensor(&tensors[i], &res.spec, Ts[ti], r, &c, "fuzz", &e) < 0)
+				if (tp_cut_tensor(&tensors[i], &res.spec, o.T, r, &c, "fuzz", &e) < 0)
 					break;
 				uint64_t sum = 0;
 				for (uint32_t k = 0; k < c.np; k++)

@@ -49,7 +49,7 @@ for k, v in seeds.items():
 configs = {
     "llama": {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 1,
               "head_dim": 16, "intermediate_size": 64, "vocab_size": 96},
-    "deepseek": {"model_type": "deepseek_v3", "num_attention_heads": 2, "q_lora_rank": 128, "kv_lora_rank": 64,
+    "deepseek": {"model_type": "deepseek_v3", "n_routed_experts": 8, "num_attention_heads": 2, "q_lora_rank": 128, "kv_lora_rank": 64,
                  "qk_nope_head_dim": 64, "qk_rope_head_dim": 128, "v_head_dim": 64, "vocab_size": 96,
                  "quantization_config": {"weight_block_size": [128, 128]}},
     "kda": {"model_type": "glm5_next", "text_config": {"layer_types": ["linear_attention"] * 3,

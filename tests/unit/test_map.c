@@ -515,12 +515,158 @@ static void test_mapper_cost(void **state)
 	st_header_free(&h);
 }
 
+/* Reads the whole rank file of L (header and data) through tp_map and the CPU gather. */
+static uint8_t *read_rank(const tp_layout *L, const file *f)
+{
+	uint8_t *img = calloc(L->size + 1, 1), *buf = malloc(L->size + 1);
+	tp_layout_header(L, (char *)img);
+	tp_src src = {.fd = -1, .map = f->bytes, .size = f->size};
+	tp_run runs[8];
+	tp_err e;
+	uint64_t got = 0;
+	while (got < L->size) {
+		uint64_t cov;
+		size_t nr = tp_map(L, got, L->size - got, runs, 8, &cov);
+		assert_true(cov > 0);
+		if (tp_gather_cpu(runs, nr, &src, img, buf + got, &e) < 0)
+			fail_msg("gather: %s", e.msg);
+		got += cov;
+	}
+	free(img);
+	return buf;
+}
+
+/* Expert parallelism: E = 8 experts' tensors owned (TP_OWNED), next to a split and a replicated
+ * tensor. Per the placement rule written here (rank r holds experts [r*E/T, (r+1)*E/T)), for
+ * T = 1, 2, 4, 8 and every rank: the rank file's header (parsed back) names exactly the rank's
+ * experts plus the others, each expert tensor's bytes are the source's whole tensor, the split
+ * tensor is cut as without experts, and loc marks the other experts absent. A file holding only
+ * other ranks' experts is a valid safetensors file with no tensor. E = 8 over T = 3 and an
+ * owner past E are refused. */
+static void test_owned_experts(void **state)
+{
+	(void)state;
+	enum { E = 8 };
+	tcase cs[2 * E + 2];
+	char names[2 * E][48];
+	size_t n = 0;
+	for (int x = 0; x < E; x++) {
+		snprintf(names[2 * x], sizeof names[0], "layers.1.experts.%d.w1.weight", x);
+		snprintf(names[2 * x + 1], sizeof names[0], "layers.1.experts.%d.w1.weight_scale_inv", x);
+		tp_spec o = tp_spec_owned(E, (uint64_t)x);
+		o.flags = TP_EXPERT;
+		cs[n++] = (tcase){names[2 * x], ST_F8_E4M3, 2, {24, 16}, o};
+		cs[n++] = (tcase){names[2 * x + 1], ST_F32, 2, {1, 1}, o};
+	}
+	cs[n++] = (tcase){"layers.1.attn.q.weight", ST_BF16, 2, {16, 6}, split(0, 8, 2, 0)};
+	cs[n++] = (tcase){"layers.1.norm.weight", ST_F32, 1, {6}, tp_spec_replicate()};
+	file f;
+	make_file(cs, n, &f);
+	tp_spec *specs = calloc(f.h.n, sizeof *specs);
+	for (size_t i = 0; i < f.h.n; i++)
+		specs[i] = case_of(cs, n, f.h.t[i].name)->spec;
+	uint32_t Ts[] = {1, 2, 4, 8};
+	for (size_t ti = 0; ti < 4; ti++) {
+		uint32_t T = Ts[ti];
+		for (uint32_t r = 0; r < T; r++) {
+			tp_layout L;
+			tp_err e;
+			if (tp_layout_build(&f.h, specs, NULL, T, r, "src.safetensors", &L, &e) < 0)
+				fail_msg("T=%u r=%u: %s", T, r, e.msg);
+			uint8_t *img = read_rank(&L, &f);
+			st_header lh;
+			uint64_t jl = 0;
+			for (int i = 7; i >= 0; i--)
+				jl = (jl << 8) | img[i];
+			if (st_parse_header((char *)img + 8, jl, L.size, "rank", &lh, &e) < 0)
+				fail_msg("T=%u r=%u: rank header refused: %s", T, r, e.msg);
+			size_t want_n = 2 * (E / T) + 2, nexp = 0;
+			assert_int_equal(lh.n, want_n);
+			for (size_t i = 0; i < f.h.n; i++) {
+				const st_tensor *t = &f.h.t[i];
+				const st_tensor *lt = st_find(&lh, t->name);
+				int x = -1;
+				sscanf(t->name, "layers.1.experts.%d.", &x);
+				if (x >= 0) {
+					int mine = x >= (int)(r * E / T) && x < (int)((r + 1) * E / T);
+					if (!mine) {
+						if (lt || L.loc[i] != UINT32_MAX)
+							fail_msg("T=%u r=%u: %s present on a rank that does not hold expert %d", T, r, t->name, x);
+						continue;
+					}
+					if (!lt)
+						fail_msg("T=%u r=%u: %s missing", T, r, t->name);
+					nexp++;
+					assert_int_equal(lt->ndim, t->ndim);
+					assert_memory_equal(lt->shape, t->shape, t->ndim * sizeof t->shape[0]);
+					assert_int_equal(lt->end - lt->begin, t->end - t->begin);
+					assert_memory_equal(img + lh.data_start + lt->begin, f.bytes + f.h.data_start + t->begin,
+							    t->end - t->begin);
+				} else if (strstr(t->name, "attn")) {
+					/* 8 units of 2 rows, evenly: rows [16r/T, 16(r+1)/T) of 6 BF16 */
+					assert_non_null(lt);
+					assert_int_equal(lt->shape[0], 16 / T);
+					assert_memory_equal(img + lh.data_start + lt->begin,
+							    f.bytes + f.h.data_start + t->begin + (uint64_t)r * (16 / T) * 12, (16 / T) * 12);
+				} else {
+					assert_non_null(lt);
+					assert_memory_equal(img + lh.data_start + lt->begin, f.bytes + f.h.data_start + t->begin, 24);
+				}
+			}
+			assert_int_equal(nexp, 2 * (E / T));
+			assert_int_equal(L.nexpert, 2 * (E / T));
+			assert_int_equal(L.expert_bytes, (E / T) * (24 * 16 + 4));
+			st_header_free(&lh);
+			free(img);
+			tp_layout_free(&L);
+		}
+	}
+	/* a file of expert 7's tensors only: empty on every other rank, still a valid file */
+	file g;
+	make_file(&cs[14], 2, &g);
+	tp_spec gs[2] = {cs[14].spec, cs[15].spec};
+	for (uint32_t r = 0; r < 4; r++) {
+		tp_layout L;
+		tp_err e;
+		assert_int_equal(tp_layout_build(&g.h, gs, NULL, 4, r, "expert7.safetensors", &L, &e), 0);
+		uint8_t *img = read_rank(&L, &g);
+		st_header lh;
+		uint64_t jl = 0;
+		for (int i = 7; i >= 0; i--)
+			jl = (jl << 8) | img[i];
+		if (st_parse_header((char *)img + 8, jl, L.size, "rank", &lh, &e) < 0)
+			fail_msg("r=%u: rank header refused: %s", r, e.msg);
+		assert_int_equal(lh.n, r == 3 ? 2 : 0);
+		assert_int_equal(L.size, L.hdr_size + (r == 3 ? 24 * 16 + 4 : 0));
+		assert_int_equal(L.hdr_size % 8, 0);
+		st_header_free(&lh);
+		free(img);
+		tp_layout_free(&L);
+	}
+	st_header_free(&g.h);
+	free(g.bytes);
+	/* 8 experts over 3 ranks, and an expert past the count: refused */
+	tp_layout L;
+	tp_err e;
+	assert_int_equal(tp_layout_build(&f.h, specs, NULL, 3, 0, "src.safetensors", &L, &e), -1);
+	assert_non_null(strstr(e.msg, "8 units do not divide over 3 ranks"));
+	assert_non_null(strstr(e.msg, "this tensor can be split for T = 1, 2, 4, 8"));
+	tp_spec bad = tp_spec_owned(E, E);
+	tp_cut c;
+	assert_int_equal(tp_cut_tensor(&f.h.t[0], &bad, 2, 0, &c, "x", &e), -1);
+	assert_non_null(strstr(e.msg, "belongs to unit 8 of 8, past the last"));
+	free(specs);
+	st_header_free(&f.h);
+	free(f.bytes);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_random_reads),
 		cmocka_unit_test(test_union_is_original),
 		cmocka_unit_test(test_mapper_cost),
+		cmocka_unit_test(test_owned_experts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

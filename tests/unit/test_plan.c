@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "planner.h"
@@ -170,9 +171,9 @@ static const want qwen_moe[] = {
 	REPL("model.layers.1.self_attn.k_norm.weight", ST_BF16, 1, 6),
 	REPL("model.layers.1.mlp.gate.weight", ST_BF16, 2, 4, 48),
 	REPL("model.layers.1.mlp.shared_expert_gate.weight", ST_BF16, 2, 1, 48),
-	{"model.layers.1.mlp.experts.3.gate_proj.weight", ST_BF16, 2, {32, 48}, 1, 0, 32, 1, 0, 1},
-	{"model.layers.1.mlp.experts.3.up_proj.weight", ST_BF16, 2, {32, 48}, 1, 0, 32, 1, 0, 1},
-	{"model.layers.1.mlp.experts.3.down_proj.weight", ST_BF16, 2, {48, 32}, 1, 1, 32, 1, 0, 1},
+	{"model.layers.1.mlp.experts.3.gate_proj.weight", ST_BF16, 2, {32, 48}, 1, 0, 32, 1, TP_EXPERT, 1},
+	{"model.layers.1.mlp.experts.3.up_proj.weight", ST_BF16, 2, {32, 48}, 1, 0, 32, 1, TP_EXPERT, 1},
+	{"model.layers.1.mlp.experts.3.down_proj.weight", ST_BF16, 2, {48, 32}, 1, 1, 32, 1, TP_EXPERT, 1},
 	{"model.layers.1.mlp.shared_expert.up_proj.weight", ST_BF16, 2, {64, 48}, 1, 0, 64, 1, 0, 1},
 	{"model.layers.1.mlp.shared_expert.down_proj.weight", ST_BF16, 2, {48, 64}, 1, 1, 64, 1, 0, 1},
 	{"model.layers.0.mlp.down_proj.weight", ST_BF16, 2, {48, 96}, 1, 1, 96, 1, 0, 1},
@@ -204,8 +205,8 @@ static const want deepseek[] = {
 	REPL("model.layers.0.self_attn.indexer.weights_proj.weight", ST_BF16, 2, 4, 32),
 	REPL("model.layers.1.mlp.gate.weight", ST_BF16, 2, 4, 32),
 	REPL("model.layers.1.mlp.gate.e_score_correction_bias", ST_F32, 1, 4),
-	{"model.layers.1.mlp.experts.0.gate_proj.weight", ST_BF16, 2, {24, 32}, 1, 0, 24, 1, 0, 1},
-	{"model.layers.1.mlp.experts.0.down_proj.weight", ST_BF16, 2, {32, 24}, 1, 1, 24, 1, 0, 1},
+	{"model.layers.1.mlp.experts.0.gate_proj.weight", ST_BF16, 2, {24, 32}, 1, 0, 24, 1, TP_EXPERT, 1},
+	{"model.layers.1.mlp.experts.0.down_proj.weight", ST_BF16, 2, {32, 24}, 1, 1, 24, 1, TP_EXPERT, 1},
 	{"model.layers.1.mlp.shared_experts.up_proj.weight", ST_BF16, 2, {48, 32}, 1, 0, 48, 1, 0, 1},
 	{"model.layers.1.mlp.shared_experts.down_proj.weight", ST_BF16, 2, {32, 48}, 1, 1, 48, 1, 0, 1},
 	{"model.layers.2.embed_tokens.weight", ST_BF16, 2, {96, 32}, 1, 0, 96, 1, 0, 1},
@@ -248,8 +249,8 @@ static const want kda[] = {
 	{KL "o_proj.weight", ST_BF16, 2, {32, 32}, 1, 1, 4, 8, 0, 1},
 	{"model.language_model.layers.1.self_attn.q_b_proj.weight", ST_BF16, 2, {48, 24}, 1, 0, 4, 12, TP_UNEVEN, 1},
 	{"model.language_model.layers.1.self_attn.o_proj.weight", ST_BF16, 2, {32, 24}, 1, 1, 4, 6, TP_UNEVEN, 1},
-	{"model.language_model.layers.1.block_sparse_moe.experts.2.w1.weight", ST_BF16, 2, {24, 32}, 1, 0, 24, 1, 0, 1},
-	{"model.language_model.layers.1.block_sparse_moe.experts.2.w2.weight", ST_BF16, 2, {32, 24}, 1, 1, 24, 1, 0, 1},
+	{"model.language_model.layers.1.block_sparse_moe.experts.2.w1.weight", ST_BF16, 2, {24, 32}, 1, 0, 24, 1, TP_EXPERT, 1},
+	{"model.language_model.layers.1.block_sparse_moe.experts.2.w2.weight", ST_BF16, 2, {32, 24}, 1, 1, 24, 1, TP_EXPERT, 1},
 	REPL("model.language_model.layers.1.block_sparse_moe.gate.weight", ST_BF16, 2, 4, 32),
 	REPL("model.visual.blocks.0.mlp.fc1.weight", ST_BF16, 2, 64, 32),
 };
@@ -653,6 +654,292 @@ static void test_model_open_missing(void **state)
 	assert_null(m.src);
 }
 
+/* ---- expert parallelism: the experts declarations ---- */
+
+/* Resolves every tensor of w with plan pl under --ep at T; returns the first failure's code
+ * (TP_OK when all resolve) with res[i] filled in. */
+static tp_code resolve_ep(const tp_plan *pl, const char *config, const want *w, size_t n, uint32_t T,
+			  tp_resolved *res, tp_err *e)
+{
+	cJSON *c = cJSON_Parse(config);
+	assert_non_null(c);
+	tp_expr_ctx cx = {.config = c};
+	load(w, n);
+	tp_resolve_opts o = {.T = T, .ep = 1};
+	tp_code code = TP_OK;
+	for (size_t i = 0; i < n && code == TP_OK; i++)
+		if (tp_plan_resolve(pl, &cx, &ck.t[i], lookup, &ck, &o, "f.safetensors", &res[i], e) < 0)
+			code = e->code;
+	cJSON_Delete(c);
+	return code;
+}
+
+/* Under --ep the built-in MoE plans place routed experts whole: a tensor of expert e (weight,
+ * FP8 block scale) is owned by unit e of E; a fused [E, ...] tensor and its [E, ...] companions
+ * are split on the expert axis in E units of 1; everything else (attention, shared experts,
+ * router, dense MLP) resolves exactly as without --ep (compared with the spec resolved without
+ * it, and with the rules: q_proj in heads, the shared expert column-parallel). */
+static void test_ep_resolve(void **state)
+{
+	(void)state;
+	const char *qcfg = "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 48, \"num_attention_heads\": 8,"
+			   " \"num_key_value_heads\": 4, \"head_dim\": 6, \"moe_intermediate_size\": 32,"
+			   " \"shared_expert_intermediate_size\": 64, \"intermediate_size\": 96, \"num_experts\": 4}";
+	const want q[] = {
+		{"model.layers.1.mlp.experts.3.gate_proj.weight", ST_BF16, 2, {32, 48}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.1.mlp.experts.0.down_proj.weight", ST_BF16, 2, {48, 32}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.2.mlp.experts.gate_up_proj", ST_BF16, 3, {4, 64, 48}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.2.mlp.experts.down_proj", ST_BF16, 3, {4, 48, 32}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.2.mlp.experts.gate_up_proj_bias", ST_BF16, 2, {4, 64}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.1.self_attn.q_proj.weight", ST_BF16, 2, {48, 48}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.1.mlp.shared_expert.gate_proj.weight", ST_BF16, 2, {64, 48}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.1.mlp.gate.weight", ST_BF16, 2, {4, 48}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.0.mlp.up_proj.weight", ST_BF16, 2, {96, 48}, 0, 0, 0, 0, 0, 0},
+	};
+	size_t n = sizeof q / sizeof q[0];
+	cJSON *cfg = cJSON_Parse(qcfg);
+	tp_plan pl;
+	tp_err e;
+	char origin[256];
+	assert_int_equal(tp_plan_choose(cfg, NULL, &pl, origin, sizeof origin, &e), 0);
+	assert_true(pl.nexperts >= 1);
+	tp_resolved res[16], tp[16];
+	if (resolve_ep(&pl, qcfg, q, n, 2, res, &e) != TP_OK)
+		fail_msg("--ep: %s", e.msg);
+	/* expert 3 and expert 0: owned, whole */
+	assert_int_equal(res[0].spec.kind, TP_OWNED);
+	assert_int_equal(res[0].spec.seg[0], 4);
+	assert_int_equal(res[0].spec.owner, 3);
+	assert_int_equal(res[0].spec.flags, TP_EXPERT);
+	assert_int_equal(res[0].rule, TP_RULE_EXPERTS);
+	assert_int_equal(res[1].spec.kind, TP_OWNED);
+	assert_int_equal(res[1].spec.owner, 0);
+	/* fused: the expert axis in 4 units of 1 */
+	for (int i = 2; i <= 4; i++) {
+		assert_int_equal(res[i].spec.kind, TP_SPLIT);
+		assert_int_equal(res[i].spec.axis, 0);
+		assert_int_equal(res[i].spec.nseg, 1);
+		assert_int_equal(res[i].spec.seg[0], 4);
+		assert_int_equal(res[i].spec.unit, 1);
+		assert_int_equal(res[i].spec.div, 1);
+		assert_int_equal(res[i].spec.flags, TP_EXPERT);
+	}
+	/* the rest as without --ep */
+	load(q, n);
+	tp_expr_ctx cx = {.config = cfg};
+	tp_resolve_opts o = {.T = 2};
+	for (size_t i = 5; i < n; i++) {
+		assert_int_equal(tp_plan_resolve(&pl, &cx, &ck.t[i], lookup, &ck, &o, "f.safetensors", &tp[i], &e), 0);
+		assert_memory_equal(&res[i].spec, &tp[i].spec, sizeof tp[i].spec);
+		assert_int_equal(res[i].rule, tp[i].rule);
+		assert_int_equal(res[i].experts, -1);
+	}
+	assert_int_equal(res[5].spec.kind, TP_SPLIT); /* q_proj: 8 heads of 6 */
+	assert_int_equal(res[5].spec.seg[0], 8);
+	assert_int_equal(res[5].spec.unit, 6);
+	assert_int_equal(res[6].spec.kind, TP_SPLIT); /* the shared expert stays tensor-parallel */
+	assert_int_equal(res[6].spec.seg[0], 64);
+	assert_int_equal(res[7].spec.kind, TP_REPLICATE);
+	/* without --ep, an expert is cut on its intermediate size and flagged (refusals suggest --ep) */
+	load(q, n);
+	assert_int_equal(tp_plan_resolve(&pl, &cx, &ck.t[0], lookup, &ck, &o, "f.safetensors", &tp[0], &e), 0);
+	assert_int_equal(tp[0].spec.kind, TP_SPLIT);
+	assert_int_equal(tp[0].spec.seg[0], 32);
+	assert_int_equal(tp[0].spec.flags, TP_EXPERT);
+	assert_int_equal(tp[0].experts, 0);
+
+	/* refusals: a fused tensor whose expert axis is not E, an expert index past E */
+	const want bad1[] = {{"model.layers.2.mlp.experts.down_proj", ST_BF16, 3, {6, 48, 32}, 0, 0, 0, 0, 0, 0}};
+	assert_int_equal(resolve_ep(&pl, qcfg, bad1, 1, 2, res, &e), TP_EPLAN);
+	assert_non_null(strstr(e.msg, "tensor 'model.layers.2.mlp.experts.down_proj' (experts 'routed'): axis 0 holds 6 experts "
+				      "but 'first(num_experts, num_local_experts)' = 4 (num_experts=4)"));
+	const want bad2[] = {{"model.layers.1.mlp.experts.4.up_proj.weight", ST_BF16, 2, {32, 48}, 0, 0, 0, 0, 0, 0}};
+	assert_int_equal(resolve_ep(&pl, qcfg, bad2, 1, 2, res, &e), TP_EPLAN);
+	assert_non_null(strstr(e.msg, "expert 4, but 'first(num_experts, num_local_experts)' = 4 routed experts (num_experts=4)"));
+
+	/* the model-level check: E over T, naming E and the T that work */
+	cx.nprefix = 0;
+	int64_t E[TP_MAX_EXPERT_DECLS];
+	assert_int_equal(tp_plan_ep_check(&pl, &cx, 2, E, &e), 0);
+	assert_int_equal(E[0], 4);
+	assert_int_equal(tp_plan_ep_check(&pl, &cx, 3, E, &e), -1);
+	assert_int_equal(e.code, TP_EPLAN);
+	assert_non_null(strstr(e.msg, "--ep: 4 routed experts (num_experts=4; plan 'qwen-moe', experts 'routed') do not divide "
+				      "over 3 ranks: rank r holds experts [r*E/N, (r+1)*E/N), so N must divide 4: --tp 1, 2, 4"));
+	tp_plan_free(&pl);
+	cJSON_Delete(cfg);
+	/* E = 256 at T = 3: every divisor up to 1024 is offered */
+	cfg = cJSON_Parse("{\"model_type\": \"deepseek_v3\", \"n_routed_experts\": 256}");
+	assert_int_equal(tp_plan_choose(cfg, NULL, &pl, origin, sizeof origin, &e), 0);
+	cx.config = cfg;
+	assert_int_equal(tp_plan_ep_check(&pl, &cx, 3, E, &e), -1);
+	assert_non_null(strstr(e.msg, "256 routed experts (n_routed_experts=256; plan 'deepseek'"));
+	assert_non_null(strstr(e.msg, "--tp 1, 2, 4, 8, 16, 32, 64, 128, 256"));
+	/* a count config.json cannot give: no placement, and an expert tensor is the plan's error */
+	cJSON_Delete(cfg);
+	cfg = cJSON_Parse("{\"model_type\": \"deepseek_v3\"}");
+	cx.config = cfg;
+	assert_int_equal(tp_plan_ep_check(&pl, &cx, 2, E, &e), 0);
+	assert_int_equal(E[0], 0);
+	const want un[] = {{"model.layers.1.mlp.experts.5.gate_proj.weight", ST_BF16, 2, {24, 32}, 0, 0, 0, 0, 0, 0}};
+	assert_int_equal(resolve_ep(&pl, "{}", un, 1, 2, res, &e), TP_ERULE);
+	assert_non_null(strstr(e.msg, "tensor 'model.layers.1.mlp.experts.5.gate_proj.weight': plan 'deepseek', experts 'routed' (count): "
+				      "expression 'first(n_routed_experts, num_local_experts, num_experts)' is missing from config.json"));
+	/* FP8: an expert's block scale travels with it */
+	const char *dcfg = "{\"model_type\": \"deepseek_v3\", \"n_routed_experts\": 8, \"moe_intermediate_size\": 256,"
+			   " \"hidden_size\": 256, \"quantization_config\": {\"weight_block_size\": [128, 128]}}";
+	const want d[] = {
+		{"model.layers.1.mlp.experts.5.gate_proj.weight", ST_F8_E4M3, 2, {256, 256}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.1.mlp.experts.5.gate_proj.weight_scale_inv", ST_F32, 2, {2, 2}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.1.mlp.shared_experts.gate_proj.weight_scale_inv", ST_F32, 2, {2, 2}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.1.mlp.shared_experts.gate_proj.weight", ST_F8_E4M3, 2, {256, 256}, 0, 0, 0, 0, 0, 0},
+	};
+	if (resolve_ep(&pl, dcfg, d, 4, 4, res, &e) != TP_OK)
+		fail_msg("--ep deepseek: %s", e.msg);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(res[i].spec.kind, TP_OWNED);
+		assert_int_equal(res[i].spec.seg[0], 8);
+		assert_int_equal(res[i].spec.owner, 5);
+	}
+	assert_int_equal(res[2].spec.kind, TP_SPLIT); /* shared experts: block scale cut with the weight */
+	assert_int_equal(res[2].spec.div, 128);
+	tp_plan_free(&pl);
+	cJSON_Delete(cfg);
+	/* a plan without experts declarations cannot serve --ep */
+	cfg = cJSON_Parse("{\"model_type\": \"llama\"}");
+	assert_int_equal(tp_plan_choose(cfg, NULL, &pl, origin, sizeof origin, &e), 0);
+	cx.config = cfg;
+	assert_int_equal(tp_plan_ep_check(&pl, &cx, 2, E, &e), -1);
+	assert_non_null(strstr(e.msg, "--ep: plan 'llama' declares no routed experts"));
+	tp_plan_free(&pl);
+	cJSON_Delete(cfg);
+}
+
+/* Experts declarations in plan files: fields checked, a user plan's declarations come before
+ * those of the built-in it extends, an axis from the end. */
+static void test_ep_declarations(void **state)
+{
+	(void)state;
+	tp_plan pl;
+	tp_err e;
+	assert_int_equal(parse("{\"tpfs_plan\": 1, \"name\": \"x\", \"rules\": [], \"experts\": [{\"match\": \"a.{e}.**\"}]}",
+			       &pl, &e), -1);
+	assert_non_null(strstr(e.msg, "test.json: experts '#0': 'count' (the number of routed experts, an expression) is required"));
+	assert_int_equal(parse("{\"tpfs_plan\": 1, \"name\": \"x\", \"rules\": [], \"experts\": [{\"count\": 4}]}", &pl, &e), -1);
+	assert_non_null(strstr(e.msg, "'match' (a pattern or a list of patterns) is required"));
+	assert_int_equal(parse("{\"tpfs_plan\": 1, \"name\": \"x\", \"rules\": [], \"experts\": [{\"match\": \"a\", \"count\": 4,"
+			       " \"size\": 3}]}", &pl, &e), -1);
+	assert_non_null(strstr(e.msg, "unknown field 'size'"));
+	assert_int_equal(parse("{\"tpfs_plan\": 1, \"name\": \"x\", \"rules\": [], \"experts\": {}}", &pl, &e), -1);
+	assert_non_null(strstr(e.msg, "\"experts\" must be a list"));
+	/* a user plan over qwen-moe: its own declaration first (last axis: [.., E]), then the base's */
+	char path[] = "/tmp/tpfs-test-plan-XXXXXX.json";
+	int fd = mkstemps(path, 5);
+	assert_true(fd >= 0);
+	const char *text = "{\"tpfs_plan\": 1, \"name\": \"mine\", \"extends\": \"qwen-moe\", \"rules\": [],"
+			   " \"experts\": [{\"name\": \"packed\", \"match\": \"**.moe.w_all\", \"count\": \"num_experts\", \"axis\": -1}]}";
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	char origin[256];
+	assert_int_equal(tp_plan_choose(NULL, path, &pl, origin, sizeof origin, &e), 0);
+	unlink(path);
+	assert_int_equal(pl.nexperts, 2);
+	assert_string_equal(pl.experts[0].name, "packed");
+	assert_string_equal(pl.experts[1].name, "routed");
+	const want w[] = {
+		{"model.layers.0.moe.w_all", ST_BF16, 3, {2, 6, 4}, 0, 0, 0, 0, 0, 0},
+		{"model.layers.0.mlp.experts.1.up_proj.weight", ST_BF16, 2, {2, 6}, 0, 0, 0, 0, 0, 0},
+	};
+	tp_resolved res[2];
+	if (resolve_ep(&pl, "{\"num_experts\": 4}", w, 2, 2, res, &e) != TP_OK)
+		fail_msg("%s", e.msg);
+	assert_int_equal(res[0].spec.kind, TP_SPLIT);
+	assert_int_equal(res[0].spec.axis, 2);
+	assert_int_equal(res[0].experts, 0);
+	assert_int_equal(res[1].spec.kind, TP_OWNED);
+	assert_int_equal(res[1].experts, 1);
+	tp_plan_free(&pl);
+}
+
+/* Every built-in MoE plan declares its routed experts, in the names and config keys of its
+ * checkpoints: under --ep a per-expert tensor is owned by its expert, a fused [E, ...] tensor is
+ * split on axis 0 in E units; the shared experts stay tensor-parallel. */
+static void test_ep_builtins(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *plan, *config, *name;
+		st_dtype dt;
+		uint32_t ndim;
+		uint64_t shape[4];
+		int owned; /* 1: owned by expert `owner`; 0: split on axis 0 in E units */
+		uint64_t E, owner;
+	} cases[] = {
+		{"qwen-moe", "{\"num_local_experts\": 8}", "model.layers.3.mlp.experts.7.down_proj.weight", ST_BF16, 2, {32, 16}, 1, 8, 7},
+		{"qwen3-next", "{\"num_experts\": 8}", "model.layers.3.mlp.experts.2.up_proj.weight", ST_BF16, 2, {16, 32}, 1, 8, 2},
+		{"deepseek", "{\"n_routed_experts\": 16}", "model.layers.3.mlp.experts.9.gate_proj.weight_scale_inv", ST_F32, 2, {1, 1}, 1, 16, 9},
+		{"kda", "{\"num_experts\": 4}", "model.layers.1.block_sparse_moe.experts.3.w2.weight", ST_BF16, 2, {32, 16}, 1, 4, 3},
+		{"mixtral", "{\"num_local_experts\": 8}", "model.layers.0.block_sparse_moe.experts.5.w1.weight", ST_BF16, 2, {16, 32}, 1, 8, 5},
+		{"ernie4_5-moe", "{\"moe_num_experts\": 8}", "model.layers.1.mlp.experts.6.gate_proj.weight", ST_BF16, 2, {16, 32}, 1, 8, 6},
+		{"gpt-oss", "{\"num_local_experts\": 4}", "model.layers.0.mlp.experts.gate_up_proj", ST_BF16, 3, {4, 32, 32}, 0, 4, 0},
+		{"gpt-oss", "{\"num_local_experts\": 4}", "model.layers.0.mlp.experts.down_proj_blocks", ST_U8, 4, {4, 32, 1, 16}, 0, 4, 0},
+		{"gpt-oss", "{\"num_local_experts\": 4}", "model.layers.0.mlp.experts.down_proj_bias", ST_BF16, 2, {4, 32}, 0, 4, 0},
+		{"llama4", "{\"text_config\": {\"num_local_experts\": 16}}", "language_model.model.layers.1.feed_forward.experts.gate_up_proj",
+		 ST_BF16, 3, {16, 32, 64}, 0, 16, 0},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		tp_plan pl;
+		tp_err e;
+		if (tp_plan_builtin(cases[i].plan, &pl, &e) < 0)
+			fail_msg("%s: %s", cases[i].plan, e.msg);
+		const want w[] = {{cases[i].name, cases[i].dt, cases[i].ndim,
+				   {cases[i].shape[0], cases[i].shape[1], cases[i].shape[2], cases[i].shape[3]}, 0, 0, 0, 0, 0, 0}};
+		cJSON *c = cJSON_Parse(cases[i].config);
+		tp_expr_ctx cx = {.config = c, .nprefix = pl.nprefix};
+		for (int k = 0; k < pl.nprefix; k++)
+			cx.prefix[k] = pl.prefix[k];
+		int64_t E[TP_MAX_EXPERT_DECLS];
+		if (tp_plan_ep_check(&pl, &cx, 2, E, &e) < 0)
+			fail_msg("%s: %s", cases[i].plan, e.msg);
+		load(w, 1);
+		tp_resolve_opts o = {.T = 2, .ep = 1};
+		tp_resolved res;
+		if (tp_plan_resolve(&pl, &cx, &ck.t[0], lookup, &ck, &o, "f", &res, &e) < 0)
+			fail_msg("%s: %s: %s", cases[i].plan, cases[i].name, e.msg);
+		if (res.rule != TP_RULE_EXPERTS || !(res.spec.flags & TP_EXPERT) ||
+		    (cases[i].owned && (res.spec.kind != TP_OWNED || res.spec.seg[0] != cases[i].E || res.spec.owner != cases[i].owner)) ||
+		    (!cases[i].owned && (res.spec.kind != TP_SPLIT || res.spec.axis != 0 || res.spec.seg[0] != cases[i].E || res.spec.unit != 1)))
+			fail_msg("%s: %s: %s (kind %d, units %llu)", cases[i].plan, cases[i].name, res.why, res.spec.kind,
+				 (unsigned long long)res.spec.seg[0]);
+		cJSON_Delete(c);
+		tp_plan_free(&pl);
+	}
+	/* the shared experts of the MoE plans are not routed experts */
+	const char *shared[][2] = {{"deepseek", "model.layers.1.mlp.shared_experts.up_proj.weight"},
+				   {"kda", "model.layers.1.block_sparse_moe.shared_experts.up_proj.weight"},
+				   {"qwen-moe", "model.layers.1.mlp.shared_expert.up_proj.weight"},
+				   {"ernie4_5-moe", "model.layers.1.mlp.shared_experts.up_proj.weight"},
+				   {"llama4", "model.layers.1.feed_forward.shared_expert.up_proj.weight"}};
+	for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
+		tp_plan pl;
+		tp_err e;
+		assert_int_equal(tp_plan_builtin(shared[i][0], &pl, &e), 0);
+		const want w[] = {{shared[i][1], ST_BF16, 2, {16, 32}, 0, 0, 0, 0, 0, 0}};
+		cJSON *c = cJSON_Parse("{\"moe_intermediate_size\": 16, \"n_shared_experts\": 1, \"shared_expert_intermediate_size\": 16,"
+				       " \"intermediate_size\": 16, \"moe_num_shared_experts\": 1}");
+		tp_expr_ctx cx = {.config = c};
+		load(w, 1);
+		tp_resolve_opts o = {.T = 2, .ep = 1};
+		tp_resolved res;
+		if (tp_plan_resolve(&pl, &cx, &ck.t[0], lookup, &ck, &o, "f", &res, &e) < 0)
+			fail_msg("%s: %s: %s", shared[i][0], shared[i][1], e.msg);
+		if (res.experts != -1 || res.spec.kind != TP_SPLIT || res.spec.flags != 0)
+			fail_msg("%s: %s: %s", shared[i][0], shared[i][1], res.why);
+		cJSON_Delete(c);
+		tp_plan_free(&pl);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -660,7 +947,8 @@ int main(void)
 		cmocka_unit_test(test_kda),         cmocka_unit_test(test_qwen3_next),  cmocka_unit_test(test_generic),
 		cmocka_unit_test(test_quantized),   cmocka_unit_test(test_vocab),       cmocka_unit_test(test_kinds),
 		cmocka_unit_test(test_rule_errors), cmocka_unit_test(test_choice),      cmocka_unit_test(test_model_open_missing),
-		cmocka_unit_test(test_bare_reference),
+		cmocka_unit_test(test_bare_reference), cmocka_unit_test(test_ep_resolve),  cmocka_unit_test(test_ep_declarations),
+		cmocka_unit_test(test_ep_builtins),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

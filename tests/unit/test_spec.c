@@ -344,6 +344,42 @@ static void test_cut_refusals(void **state)
 	refuse_cut(&t, &s, 2, "split axis 0 but the tensor has 0 dimensions");
 }
 
+/* An owned tensor (expert parallelism): whole, one contiguous run, on the rank whose even share
+ * of the units holds its owner (unit 4 of 6: rank 4 / (6 / T)); absent (no shape, no bytes) on
+ * every other rank; refused when the units do not divide over T or the owner is past them. */
+static void test_cut_owned(void **state)
+{
+	(void)state;
+	uint64_t sh[] = {8, 5};
+	st_tensor t = tensor(ST_BF16, 2, sh);
+	tp_spec s = tp_spec_owned(6, 4);
+	uint32_t Ts[] = {1, 2, 3, 6};
+	for (size_t k = 0; k < 4; k++)
+		for (uint32_t r = 0; r < Ts[k]; r++) {
+			tp_cut c = cut(&t, &s, Ts[k], r);
+			if (r != 4 / (6 / Ts[k])) {
+				assert_int_equal(c.absent, 1);
+				assert_int_equal(c.size, 0);
+				assert_int_equal(c.np, 0);
+				continue;
+			}
+			assert_int_equal(c.absent, 0);
+			assert_int_equal(c.size, 80);
+			assert_int_equal(c.shape[0], 8);
+			assert_int_equal(c.shape[1], 5);
+			assert_int_equal(c.np, 1);
+			assert_int_equal(c.piece[0].off, 0);
+			assert_int_equal(c.piece[0].len, 80);
+			assert_int_equal(c.outer, 1);
+		}
+	refuse_cut(&t, &s, 4, "6 units do not divide over 4 ranks");
+	char ts[96];
+	tp_spec_working_ts(&t, &s, 64, ts, sizeof ts);
+	assert_string_equal(ts, "1, 2, 3, 6");
+	s = tp_spec_owned(6, 6);
+	refuse_cut(&t, &s, 2, "belongs to unit 6 of 6, past the last");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -358,6 +394,7 @@ int main(void)
 		cmocka_unit_test(test_cut_padded_and_empty),
 		cmocka_unit_test(test_cut_quantized),
 		cmocka_unit_test(test_cut_refusals),
+		cmocka_unit_test(test_cut_owned),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

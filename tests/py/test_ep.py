@@ -1,0 +1,537 @@
+"""Issue 15: expert parallelism (--ep), rank folders that hold whole routed experts.
+
+The placement rule, written here from the issue (not from the C code): with E routed experts and
+N ranks, rank r holds experts [r*E/N, (r+1)*E/N) whole, with every tensor of each (weights,
+biases, FP8 block scales, MXFP4 blocks and scales), under their global names, and no other
+expert; fused experts tensors [E, ...] are cut on the expert axis; everything else is split as
+without --ep. Checked through real mounts, for four checkpoints:
+
+- Qwen3-MoE (F32, per-expert tensors, experts spread so that some rank files hold no tensor);
+- DeepSeek-V3 with FP8 128x128 block-scaled experts, at T = 4 where the tensor-parallel cut of
+  the experts (64 rows, inside a block) is refused: the mount without --ep is refused and the
+  refusal names --ep, the mount with --ep is served;
+- the transformers 5 fused layout of Qwen3-MoE (experts.gate_up_proj [E, 2I, D], down_proj
+  [E, D, I], with [E, ...] biases);
+- gpt-oss's fused MXFP4 layout (blocks, scales and biases per expert), under the built-in plan at
+  T = 4 where its tensor-parallel cut is refused, and under a user plan's experts declaration;
+- a tiny Qwen3-MoE written by transformers' save_pretrained, its MoE block run by transformers.
+
+Byte level: every expert tensor of rank r is the source's whole tensor for the experts in r's
+range (fused: the source's [r*E/N, (r+1)*E/N) slice), no other expert is in the rank's headers
+or its index's weight_map, every other tensor is byte-identical to the mount without --ep, every
+rank file (empty ones included) opens with the official parser, and the index's total_size is the
+rank's bytes. Numerically (float64): the MoE block computed with expert parallelism (each rank
+routes with its own router copy, computes the routed experts it holds for the tokens routed to
+them, shared experts tensor-parallel from its local slices, outputs summed over ranks) equals the
+unsplit block to 1e-5 relative. E not divisible by N is refused naming E and the N that work.
+`tpfs plan --ep` prints each rank's experts.
+"""
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import numpy as np
+from safetensors import safe_open
+
+import fixtures
+import tpfs_test as tt
+
+tt.require_fuse()
+F = tt.Failures()
+work = tempfile.mkdtemp(prefix="tpfs-ep-")
+rng = np.random.default_rng(15)
+EXPERT = re.compile(r"\.experts\.(\d+)\.")
+FUSED = re.compile(r"\.experts\.(gate_up_proj|down_proj)")
+
+
+# ---- checkpoints ----
+
+def save_raw_files(out, config, tensors, file_of):
+    """Raw tensors {name: (dtype, shape, bytes)} over the files file_of(name) names, with an index."""
+    os.makedirs(out, exist_ok=True)
+    files = {}
+    for n in tensors:
+        files.setdefault(file_of(n), {})[n] = tensors[n]
+    wm, total = {}, 0
+    for fn, part in sorted(files.items()):
+        tt.write_raw(os.path.join(out, fn), part, {"format": "pt"})
+        for n, t in part.items():
+            wm[n] = fn
+            total += len(t[2])
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": wm}, f, indent=2)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def as_raw(tensors):
+    return {k: ("F32", v.shape, np.ascontiguousarray(v, np.float32).tobytes()) for k, v in tensors.items()}
+
+
+def qwen_moe():
+    """fixtures.qwen3_moe (E = 4, layer 1 MoE), experts 0-1 in one file and 2-3 in another, so
+    that at T = 2 each rank has a file with no tensor."""
+    c, t = fixtures.qwen3_moe()
+    def file_of(n):
+        m = EXPERT.search(n)
+        return "model-00001-of-00003.safetensors" if not m else \
+            "model-%05d-of-00003.safetensors" % (2 + int(m.group(1)) // 2)
+    return c, as_raw(t), file_of
+
+
+def deepseek_fp8_ep():
+    """DeepSeek-V3-like FP8 (128x128 block scales): 8 heads of (64 nope + 64 rope, 64 v), so that
+    attention cuts on block boundaries at T = 4; a dense layer 0; layer 1 with E = 8 routed experts
+    of intermediate 256 (T = 4 would cut them at 64 rows, inside a block) and 2 shared experts
+    (512 rows, 128 per rank at T = 4)."""
+    c = fixtures._ds_config("deepseek_v3", "DeepseekV3ForCausalLM", hidden_size=256, num_attention_heads=8,
+                            q_lora_rank=256, kv_lora_rank=128, qk_nope_head_dim=64, qk_rope_head_dim=64,
+                            v_head_dim=64, n_routed_experts=8, n_shared_experts=2, moe_intermediate_size=256,
+                            intermediate_size=512, vocab_size=128, num_nextn_predict_layers=0,
+                            num_experts_per_tok=3, n_group=1, topk_group=1, norm_topk_prob=True,
+                            routed_scaling_factor=2.5)
+    c["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                "weight_block_size": [128, 128]}
+    b = fixtures.RawBuilder(25)
+    D, H = c["hidden_size"], c["num_attention_heads"]
+    dn, dr, dv = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+    b.bytes_("model.embed_tokens.weight", "BF16", c["vocab_size"], D)
+    for i in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        b.fp8_block(p + "self_attn.q_a_proj", c["q_lora_rank"], D)
+        b.f32(p + "self_attn.q_a_layernorm.weight", c["q_lora_rank"])
+        b.fp8_block(p + "self_attn.q_b_proj", H * (dn + dr), c["q_lora_rank"])
+        b.fp8_block(p + "self_attn.kv_a_proj_with_mqa", c["kv_lora_rank"] + dr, D)
+        b.f32(p + "self_attn.kv_a_layernorm.weight", c["kv_lora_rank"])
+        b.fp8_block(p + "self_attn.kv_b_proj", H * (dn + dv), c["kv_lora_rank"])
+        b.fp8_block(p + "self_attn.o_proj", D, H * dv)
+        if i < c["first_k_dense_replace"]:
+            for nm, n, k in (("gate_proj", c["intermediate_size"], D), ("up_proj", c["intermediate_size"], D),
+                             ("down_proj", D, c["intermediate_size"])):
+                b.fp8_block(p + "mlp." + nm, n, k)
+        else:
+            E, Im, Is = c["n_routed_experts"], c["moe_intermediate_size"], c["moe_intermediate_size"] * c["n_shared_experts"]
+            b.f32(p + "mlp.gate.weight", E, D)
+            b.f32(p + "mlp.gate.e_score_correction_bias", E)
+            for e, I in [("experts.%d." % e, Im) for e in range(E)] + [("shared_experts.", Is)]:
+                b.fp8_block(p + "mlp." + e + "gate_proj", I, D)
+                b.fp8_block(p + "mlp." + e + "up_proj", I, D)
+                b.fp8_block(p + "mlp." + e + "down_proj", D, I)
+        b.f32(p + "input_layernorm.weight", D)
+        b.f32(p + "post_attention_layernorm.weight", D)
+    b.f32("model.norm.weight", D)
+    b.bytes_("lm_head.weight", "BF16", c["vocab_size"], D)
+    return c, b.t
+
+
+def qwen_fused():
+    """The transformers 5 layout of Qwen3-MoE: experts.gate_up_proj [E, 2I, D] ([gate | up] rows),
+    experts.down_proj [E, D, I], here with per-expert biases [E, 2I] and [E, D]; E = 8."""
+    c, full = fixtures.qwen3_moe(seed=31)
+    E, I, D = 8, c["moe_intermediate_size"], c["hidden_size"]
+    c["num_experts"] = E
+    t = {k: v for k, v in full.items() if not EXPERT.search(k) and ".mlp.gate." not in k}
+    g = np.random.default_rng(31)
+    for i in range(c["num_hidden_layers"]):
+        if i in c["mlp_only_layers"]:
+            continue
+        p = "model.layers.%d.mlp." % i
+        t[p + "gate.weight"] = g.standard_normal((E, D)).astype(np.float32)
+        t[p + "experts.gate_up_proj"] = g.standard_normal((E, 2 * I, D)).astype(np.float32)
+        t[p + "experts.gate_up_proj_bias"] = g.standard_normal((E, 2 * I)).astype(np.float32)
+        t[p + "experts.down_proj"] = g.standard_normal((E, D, I)).astype(np.float32)
+        t[p + "experts.down_proj_bias"] = g.standard_normal((E, D)).astype(np.float32)
+    return c, as_raw(t)
+
+
+def gptoss_mxfp4(model_type):
+    """A gpt-oss MXFP4 MoE layer (the published layout): experts.gate_up_proj_blocks U8
+    [E, 2I, D/32, 16], _scales U8 [E, 2I, D/32], _bias F32 [E, 2I], down_proj_blocks [E, D, I/32, 16],
+    _scales, _bias [E, D]; E = 4, I = 64: T = 4 would cut down's 2 blocks of 32 over 4 ranks."""
+    c = dict(model_type=model_type, hidden_size=64, num_attention_heads=4, num_key_value_heads=4, head_dim=16,
+             num_local_experts=4, intermediate_size=64, vocab_size=64, num_hidden_layers=1)
+    b = fixtures.RawBuilder(33)
+    E, D, I = 4, 64, 64
+    p = "model.layers.0."
+    for nm in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        b.f32(p + "self_attn." + nm + ".weight", D, D)
+    b.f32(p + "self_attn.sinks", 4)
+    b.f32(p + "mlp.router.weight", E, D)
+    b.f32(p + "mlp.router.bias", E)
+    b.bytes_(p + "mlp.experts.gate_up_proj_blocks", "U8", E, 2 * I, D // 32, 16)
+    b.bytes_(p + "mlp.experts.gate_up_proj_scales", "U8", E, 2 * I, D // 32)
+    b.f32(p + "mlp.experts.gate_up_proj_bias", E, 2 * I)
+    b.bytes_(p + "mlp.experts.down_proj_blocks", "U8", E, D, I // 32, 16)
+    b.bytes_(p + "mlp.experts.down_proj_scales", "U8", E, D, I // 32)
+    b.f32(p + "mlp.experts.down_proj_bias", E, D)
+    b.f32(p + "input_layernorm.weight", D)
+    return c, b.t
+
+
+GPTOSS_PLAN = {
+    "tpfs_plan": 1, "name": "test-gptoss", "extends": "llama",
+    "rules": [{"name": "router", "match": "**.layers.{i}.mlp.router", "split": "replicate"},
+              {"name": "sinks", "match": "**.layers.{i}.self_attn.sinks", "split": "column", "heads": "num_attention_heads"}],
+    "experts": [{"name": "fused", "match": "**.layers.{i}.mlp.experts", "count": "num_local_experts"}],
+}
+
+
+# ---- reading rank folders ----
+
+def read_rank(path):
+    """{name: (dtype, shape, bytes)} of every safetensors file of a rank folder (the official
+    parser must open each, empty ones included), the index, and the files with no tensor."""
+    out, empty = {}, []
+    for fn in sorted(os.listdir(path)):
+        if not fn.endswith(".safetensors"):
+            continue
+        with safe_open(os.path.join(path, fn), framework="np") as f:
+            keys = set(f.keys())
+        t, _ = tt.read_raw(os.path.join(path, fn))
+        F.check(keys == set(t), "%s: safe_open sees the tensors the header lists" % fn)
+        if not t:
+            empty.append(fn)
+        for k, v in t.items():
+            out[k] = v + (fn,)
+    with open(os.path.join(path, "model.safetensors.index.json")) as f:
+        idx = json.load(f)
+    return out, idx, empty
+
+
+def mount_read(src, T, *extra):
+    with tt.Mount(src, T, *extra) as m:
+        return [read_rank(m.rank(r)) for r in range(T)]
+
+
+def held(E, T, r):
+    return range(r * E // T, (r + 1) * E // T)
+
+
+def expert_of(name):
+    m = EXPERT.search(name)
+    return int(m.group(1)) if m else None
+
+
+def check_bytes(what, full, E, T, ep, tp=None, fused_axis0=()):
+    """The byte-level demands for one --ep mount (ep: per-rank read_rank results); tp: the same
+    checkpoint mounted without --ep at the same T (None when that is refused)."""
+    for r in range(T):
+        local, idx, _ = ep[r]
+        mine = set(held(E, T, r))
+        for k, (dt, shape, b) in full.items():
+            e = expert_of(k)
+            if e is not None:
+                if e in mine:
+                    F.check(k in local and local[k][:3] == (dt, tuple(shape), b),
+                            "%s T=%d r=%d: %s is the source's whole tensor" % (what, T, r, k))
+                else:
+                    F.check(k not in local, "%s T=%d r=%d: %s (expert %d) absent" % (what, T, r, k, e))
+                    F.check(k not in idx["weight_map"], "%s T=%d r=%d: %s not in weight_map" % (what, T, r, k))
+            elif FUSED.search(k):
+                per = len(b) // shape[0]
+                lo, hi = r * shape[0] // T, (r + 1) * shape[0] // T
+                want = (dt, (hi - lo,) + tuple(shape[1:]), b[lo * per:hi * per])
+                F.check(k in local and local[k][:3] == want,
+                        "%s T=%d r=%d: %s holds experts [%d, %d) of the source" % (what, T, r, k, lo, hi))
+            elif tp is not None:
+                F.check(k in local and local[k][:3] == tp[r][0].get(k, (None,))[:3],
+                        "%s T=%d r=%d: %s byte-identical to the mount without --ep" % (what, T, r, k))
+            else:
+                F.check(k in local, "%s T=%d r=%d: %s present" % (what, T, r, k))
+        F.check(set(idx["weight_map"]) == set(local) and all(idx["weight_map"][k] == local[k][3] for k in local),
+                "%s T=%d r=%d: weight_map lists exactly the rank's tensors, in their files" % (what, T, r))
+        F.check(idx["metadata"]["total_size"] == sum(len(v[2]) for v in local.values()),
+                "%s T=%d r=%d: total_size is the rank's bytes" % (what, T, r))
+    n_exp = {k for k in full if expert_of(k) is not None}
+    got = [k for r in range(T) for k in ep[r][0] if expert_of(k) is not None]
+    F.check(sorted(got) == sorted(n_exp), "%s T=%d: every expert tensor on exactly one rank" % (what, T))
+
+
+# ---- numerics (float64) ----
+
+def f32(t):
+    return np.frombuffer(t[2], np.float32).reshape(t[1]).astype(np.float64)
+
+
+def deq(t, w):
+    """A weight as float64: F32 as is, FP8 block-scaled as byte value x its 128x128 block scale."""
+    mod = w[:-len(".weight")]
+    if t[w][0] == "F32":
+        return f32(t[w])
+    q = np.frombuffer(t[w][2], np.uint8).reshape(t[w][1]).astype(np.float64)
+    s = f32(t[mod + ".weight_scale_inv"])
+    n, k = q.shape
+    return q * s[np.arange(n)[:, None] // 128, np.arange(k)[None, :] // 128]
+
+
+def silu(x):
+    return x * 0.5 * (1 + np.tanh(x / 2))  # x * sigmoid(x), without overflow
+
+
+def swiglu(x, g, u, d):
+    return (silu(x @ g.T) * (x @ u.T)) @ d.T
+
+
+def route_softmax(x, t, p, k, norm):
+    logits = x @ f32(t[p + "gate.weight"]).T
+    s = np.exp(logits - logits.max(axis=1, keepdims=True))
+    s /= s.sum(axis=1, keepdims=True)
+    top = np.argsort(-s, axis=1, kind="stable")[:, :k]
+    w = np.take_along_axis(s, top, axis=1)
+    return top, (w / w.sum(axis=1, keepdims=True) if norm else w)
+
+
+def route_deepseek(x, t, p, k, scale):
+    s = 0.5 * (1 + np.tanh((x @ f32(t[p + "gate.weight"]).T) / 2))  # sigmoid
+    top = np.argsort(-(s + f32(t[p + "gate.e_score_correction_bias"])), axis=1, kind="stable")[:, :k]
+    w = np.take_along_axis(s, top, axis=1)
+    return top, w / w.sum(axis=1, keepdims=True) * scale
+
+
+def routed(x, top, w, experts, expert_fn):
+    """Sum over the given experts of weight x expert(tokens routed to it)."""
+    out = np.zeros_like(x)
+    for e in experts:
+        rows, slot = np.nonzero(top == e)
+        if len(rows):
+            out[rows] += w[rows, slot][:, None] * expert_fn(e, x[rows])
+    return out
+
+
+def held_experts(local, p):
+    return sorted({expert_of(k) for k in local if k.startswith(p) and expert_of(k) is not None})
+
+
+def rel(a, b):
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-300))
+
+
+def check_moe(what, T, full, ranks, block):
+    """block(t, r or None) is the MoE block output from tensors t (None: the unsplit block)."""
+    want = block(full, None)
+    got = sum(block(ranks[r][0], r) for r in range(T))
+    err = rel(got, want)
+    F.check(err < 1e-5, "%s T=%d: EP MoE block equals the unsplit block (max rel err %.2e)" % (what, T, err))
+    if T > 1:  # the check can fail: without the last rank's output the sum is far off
+        part = sum(block(ranks[r][0], r) for r in range(T - 1))
+        F.check(rel(part, want) > 1e-3, "%s T=%d: dropping rank %d's output breaks the equality" % (what, T, T - 1))
+    return err
+
+
+results = []
+
+# ---- 1. Qwen3-MoE, per-expert tensors ----
+src = os.path.join(work, "qwen3_moe")
+cfg, full, file_of = qwen_moe()
+save_raw_files(src, cfg, full, file_of)
+E, k = cfg["num_experts"], cfg["num_experts_per_tok"]
+x = rng.standard_normal((16, cfg["hidden_size"]))
+p = "model.layers.1.mlp."
+
+
+def qwen_block(t, r):
+    top, w = route_softmax(x, t, p, k, cfg["norm_topk_prob"])
+    mine = range(E) if r is None else held_experts(t, p)
+    def expert(e, xs):
+        q = p + "experts.%d." % e
+        return swiglu(xs, f32(t[q + "gate_proj.weight"]), f32(t[q + "up_proj.weight"]), f32(t[q + "down_proj.weight"]))
+    return routed(x, top, w, mine, expert)
+
+
+for T in (1, 2, 4):
+    ep = mount_read(src, T, "--ep")
+    tp = mount_read(src, T)
+    check_bytes("qwen3_moe", full, E, T, ep, tp)
+    for r in range(T):
+        F.check(held_experts(ep[r][0], p) == list(held(E, T, r)),
+                "qwen3_moe T=%d r=%d: holds experts %s" % (T, r, list(held(E, T, r))))
+    if T == 2:
+        F.check(ep[0][2] == ["model-00003-of-00003.safetensors"] and ep[1][2] == ["model-00002-of-00003.safetensors"],
+                "qwen3_moe T=2: the file of the other rank's experts is an empty, valid file (%s, %s)" % (ep[0][2], ep[1][2]))
+    err = check_moe("qwen3_moe", T, full, ep, qwen_block)
+    results.append("qwen3_moe T=%d --ep: experts whole per rank, MoE block rel err %.1e" % (T, err))
+
+# E not divisible by N: refused before mounting, naming E and the N that work
+mnt = tempfile.mkdtemp(prefix="tpfs-ep-mnt-")
+want_msg = "--ep: 4 routed experts (num_experts=4; plan 'qwen-moe', experts 'routed') do not divide over 3 ranks"
+for cmd in (["mount", src, mnt, "--tp", 3, "--ep", "-f"], ["plan", src, "--tp", 3, "--ep"]):
+    pr = tt.tpfs(*cmd)
+    F.check(pr.returncode == 1 and want_msg in pr.stderr and "N must divide 4: --tp 1, 2, 4" in pr.stderr,
+            "tpfs %s --tp 3 --ep refused naming E = 4 and N = 1, 2, 4: %s" % (cmd[0], pr.stderr.strip()))
+F.check(not tt.is_mounted(mnt), "nothing mounted at T = 3")
+os.rmdir(mnt)
+# a plan without experts declarations: --ep refused
+pr = tt.tpfs("plan", src, "--tp", 2, "--ep", "--plan", "llama")
+F.check(pr.returncode == 1 and "--ep: plan 'llama' declares no routed experts" in pr.stderr,
+        "--ep with a plan that declares no experts is refused: %s" % pr.stderr.strip())
+
+# tpfs plan --ep: each rank's experts
+pr = tt.tpfs("plan", src, "--tp", 4, "--ep")
+rows = {int(m.group(1)): m.group(2) for m in re.finditer(r"^(\d+)\s+(\d+-\d+)\s+\d+\s", pr.stdout, re.M)}
+F.check(pr.returncode == 0 and rows == {r: "%d-%d" % (r, r) for r in range(4)},
+        "tpfs plan --tp 4 --ep prints each rank's expert range: %s" % rows)
+
+# ---- 2. DeepSeek-V3, FP8 block-scaled experts, at T = 4 where the TP cut of the experts is refused ----
+src = os.path.join(work, "deepseek_fp8")
+cfg, full = deepseek_fp8_ep()
+fixtures.save_raw(src, cfg, full)
+E, k = cfg["n_routed_experts"], cfg["num_experts_per_tok"]
+D = cfg["hidden_size"]
+x = rng.standard_normal((24, D))
+p = "model.layers.1.mlp."
+
+
+def ds_block(t, r):
+    top, w = route_deepseek(x, t, p, k, cfg["routed_scaling_factor"])
+    mine = range(E) if r is None else held_experts(t, p)
+    def expert(e, xs):
+        q = p + "experts.%d." % e
+        return swiglu(xs, deq(t, q + "gate_proj.weight"), deq(t, q + "up_proj.weight"), deq(t, q + "down_proj.weight"))
+    q = p + "shared_experts."  # tensor-parallel: local column slices, a partial row-parallel sum
+    shared = swiglu(x, deq(t, q + "gate_proj.weight"), deq(t, q + "up_proj.weight"), deq(t, q + "down_proj.weight"))
+    return routed(x, top, w, mine, expert) + shared
+
+
+mnt = tempfile.mkdtemp(prefix="tpfs-ep-mnt-")
+pr = tt.tpfs("mount", src, mnt, "--tp", 4, "-f")
+F.check(pr.returncode == 1 and "experts." in pr.stderr and "128" in pr.stderr and "(--ep)" in pr.stderr,
+        "deepseek_fp8 T=4 without --ep: refused, the refusal names --ep: %s" % pr.stderr.strip())
+F.check(not tt.is_mounted(mnt), "deepseek_fp8 T=4 without --ep: nothing mounted")
+os.rmdir(mnt)
+pr = tt.tpfs("plan", src, "--tp", 4, "--ep")
+F.check(pr.returncode == 0, "tpfs plan --tp 4 --ep of the FP8 checkpoint succeeds: %s" % pr.stderr.strip())
+rows = {int(m.group(1)): m.group(2) for m in re.finditer(r"^(\d+)\s+(\d+-\d+)\s+\d+\s", pr.stdout, re.M)}
+F.check(rows == {r: "%d-%d" % (2 * r, 2 * r + 1) for r in range(4)}, "plan --ep: ranks hold experts 0-1 .. 6-7: %s" % rows)
+print("---- tpfs plan %s --tp 4 --ep: the placement ----" % os.path.basename(src))
+print(pr.stdout[pr.stdout.find("expert parallelism"):pr.stdout.find("source:", pr.stdout.find("expert parallelism"))])
+for T in (2, 4):
+    ep = mount_read(src, T, "--ep")
+    tp = mount_read(src, T) if T == 2 else None
+    check_bytes("deepseek_fp8", full, E, T, ep, tp)
+    for r in range(T):
+        loc = ep[r][0]
+        for e in held(E, T, r):
+            F.check(p + "experts.%d.down_proj.weight_scale_inv" % e in loc,
+                    "deepseek_fp8 T=%d r=%d: expert %d's block scales travel with it" % (T, r, e))
+        F.check(loc[p + "shared_experts.gate_proj.weight"][1] == (512 // T, D),
+                "deepseek_fp8 T=%d r=%d: shared experts column-parallel" % (T, r))
+    err = check_moe("deepseek_fp8", T, full, ep, ds_block)
+    results.append("deepseek_fp8 T=%d --ep: FP8 experts whole with their scales, MoE block rel err %.1e" % (T, err))
+
+# ---- 3. fused experts, the transformers 5 layout (with biases) ----
+src = os.path.join(work, "qwen_fused")
+cfg, full = qwen_fused()
+fixtures.save_raw(src, cfg, full)
+E, k, I = cfg["num_experts"], cfg["num_experts_per_tok"], cfg["moe_intermediate_size"]
+x = rng.standard_normal((16, cfg["hidden_size"]))
+p = "model.layers.1.mlp."
+
+
+def fused_block(t, r):
+    top, w = route_softmax(x, t, p, k, cfg["norm_topk_prob"])
+    gu, gub = f32(t[p + "experts.gate_up_proj"]), f32(t[p + "experts.gate_up_proj_bias"])
+    dn, dnb = f32(t[p + "experts.down_proj"]), f32(t[p + "experts.down_proj_bias"])
+    first = 0 if r is None else r * E // T
+    def expert(e, xs):
+        j = e - first  # the rank's local index of global expert e
+        h = xs @ gu[j].T + gub[j]
+        return (silu(h[:, :I]) * h[:, I:]) @ dn[j].T + dnb[j]
+    return routed(x, top, w, range(first, first + gu.shape[0]), expert)
+
+
+for T in (2, 4):
+    ep = mount_read(src, T, "--ep")
+    check_bytes("qwen_fused", full, E, T, ep, mount_read(src, T) if T == 2 else None)
+    err = check_moe("qwen_fused", T, full, ep, fused_block)
+    results.append("qwen_fused T=%d --ep: [E, ...] tensors cut on the expert axis, MoE block rel err %.1e" % (T, err))
+
+# ---- 4. gpt-oss MXFP4 fused experts: the built-in plan, and a user plan's declaration ----
+for kind in ("gpt_oss", "tpfs_test_moe"):
+    src = os.path.join(work, kind)
+    cfg, full = gptoss_mxfp4(kind)
+    fixtures.save_raw(src, cfg, full)
+    extra = []
+    if kind != "gpt_oss":  # an architecture no built-in knows: the user's plan declares the experts
+        extra = ["--plan", os.path.join(work, "gptoss-plan.json")]
+        with open(extra[1], "w") as f:
+            json.dump(GPTOSS_PLAN, f)
+    else:
+        mnt = tempfile.mkdtemp(prefix="tpfs-ep-mnt-")
+        pr = tt.tpfs("mount", src, mnt, "--tp", 4, "-f")
+        F.check(pr.returncode == 1 and "down_proj_blocks" in pr.stderr and "(--ep)" in pr.stderr,
+                "gpt_oss T=4 without --ep: refused (down's 2 blocks over 4 ranks), naming --ep: %s" % pr.stderr.strip())
+        os.rmdir(mnt)
+    for T in (2, 4):
+        ep = mount_read(src, T, "--ep", *extra)
+        check_bytes(kind, full, cfg["num_local_experts"], T, ep, mount_read(src, T, *extra) if T == 2 else None)
+        results.append("%s MXFP4 T=%d --ep: blocks, scales and biases of experts [r*E/N, (r+1)*E/N) per rank" % (kind, T))
+
+# ---- 5. real model code: a tiny Qwen3-MoE saved by transformers, the block by transformers ----
+def real_qwen3_moe():
+    """transformers' Qwen3MoeForCausalLM (E = 8) written by save_pretrained over several files (its
+    per-expert layout, E as num_local_experts); for each T, each rank's MoE tensors (router, its
+    experts) plus zeros for the experts it lacks (which must be exactly the other ranks' experts)
+    and for the tensors outside the block are loaded by from_pretrained with no missing, unexpected
+    or mismatched key, and the sum over ranks of the real MoE block's outputs equals the block of
+    the model loaded from the source."""
+    import torch
+    from safetensors.torch import load, load_file, save_file
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    torch.manual_seed(15)
+    c = Qwen3MoeConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=64,
+                       moe_intermediate_size=16, num_experts=8, num_experts_per_tok=2, num_hidden_layers=2,
+                       vocab_size=64, decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True)
+    src = os.path.join(work, "real_qwen3_moe")
+    Qwen3MoeForCausalLM(c).save_pretrained(src, max_shard_size="40KB")
+    names = {}
+    for fn in os.listdir(src):
+        if fn.endswith(".safetensors"):
+            for k, v in load_file(os.path.join(src, fn)).items():
+                names[k] = v
+    F.check(any(expert_of(k) is not None for k in names), "transformers saved per-expert tensors: %d" % len(names))
+
+    def block(path):
+        m, info = Qwen3MoeForCausalLM.from_pretrained(path, output_loading_info=True)
+        F.check(not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"],
+                "real_qwen3_moe: %s loads strictly: %s" % (os.path.basename(path), info))
+        m = m.float().eval()  # float32: the experts' grouped matmul takes no float64
+        with torch.no_grad():
+            return m.model.layers[1].mlp(xt).double().numpy()
+
+    xt = torch.from_numpy(rng.standard_normal((1, 24, 32)).astype(np.float32))
+    want = block(src)
+    for T in (2, 4):
+        filled = []
+        with tt.Mount(src, T, "--ep") as mt:
+            for r in range(T):
+                local = {}
+                for fn in os.listdir(mt.rank(r)):
+                    if fn.endswith(".safetensors"):
+                        with open(os.path.join(mt.rank(r), fn), "rb") as f:  # read, not mapped: the mount goes
+                            local.update(load(f.read()))
+                lacks = {k for k in names if k not in local}
+                others = {k for k in names if expert_of(k) is not None and expert_of(k) not in held(8, T, r)}
+                F.check(lacks == others, "real_qwen3_moe T=%d r=%d: lacks exactly the other ranks' experts" % (T, r))
+                path = os.path.join(work, "real_r%d_%d" % (T, r))
+                os.makedirs(path)
+                # the MoE block's tensors (router, experts) from the rank; the rest (attention,
+                # tensor-parallel, not part of the block) and the absent experts as zeros
+                save_file({k: local[k] if k in local and ".mlp." in k else torch.zeros_like(v) for k, v in names.items()},
+                          os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+                with open(os.path.join(src, "config.json")) as f:  # the global config: whole experts
+                    cfg_text = f.read()
+                with open(os.path.join(path, "config.json"), "w") as f:
+                    f.write(cfg_text)
+                filled.append(path)
+        got = sum(block(path) for path in filled)
+        err = rel(got, want)
+        F.check(err < 1e-5, "real_qwen3_moe T=%d: sum of the ranks' real MoE blocks equals the block (%.2e)" % (T, err))
+        results.append("real_qwen3_moe T=%d --ep: transformers' MoE block summed over ranks, rel err %.1e" % (T, err))
+
+
+real_qwen3_moe()
+shutil.rmtree(work, ignore_errors=True)
+print("\n".join(results))
+F.done("test_ep")
