@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh [SECONDS]: builds the libFuzzer targets with clang (build/fuzz) and runs each for
-# half of SECONDS (default 60 in all) from the seed corpus in tests/fuzz/corpus. Exits non-zero on
+# a third of SECONDS (default 60 in all) from the seed corpus in tests/fuzz/corpus. Exits non-zero on
 # a crash, leaving the reproducer (crash-*) in build/fuzz/work. New inputs go to build/fuzz/work,
 # never into the repository.
 set -euo pipefail
@@ -10,8 +10,8 @@ if [ ! -f build/fuzz/build.ninja ]; then
   CC=clang meson setup build/fuzz -Dfuzz=enabled -Dtests=disabled -Db_lundef=false >/dev/null
 fi
 ninja -C build/fuzz >/dev/null
-per=$(( secs / 2 > 1 ? secs / 2 : 1 ))
-for t in header plan; do
+per=$(( secs / 3 > 1 ? secs / 3 : 1 ))
+for t in header plan config; do
   work="build/fuzz/work/$t"
   mkdir -p "$work/corpus"
   cp -n tests/fuzz/corpus/$t/* "$work/corpus/" 2>/dev/null || true

@@ -59,6 +59,11 @@ static const char *usage_mount =
 	"  --strict            refuse tensors no rule matches and invalid files anywhere in SRC\n"
 	"  --pad-vocab[=M]     pad vocabulary rows to a multiple of M (default 64, as vLLM) so that\n"
 	"                      any N dividing the padded size works; padded rows read as zeros\n"
+	"  --config local|global  local (default): each rank's config.json gives its own counts (heads,\n"
+	"                      intermediate sizes, vocabulary rows: the plan's per_rank keys), so a\n"
+	"                      TP=1 loader builds the served shapes; global: config.json unchanged.\n"
+	"                      MNT/config.json is always the source's; safetensors headers say\n"
+	"                      tpfs.tp_size, tpfs.tp_rank and tpfs.plan in their __metadata__\n"
 	"  --ep                expert parallelism: the routed experts (the plan's \"experts\") are not\n"
 	"                      cut; rank r holds experts [r*E/N, (r+1)*E/N) whole (every tensor of\n"
 	"                      them: weights, biases, scales) and no other; names keep their global\n"
@@ -238,7 +243,8 @@ static int cmd_mount(int argc, char **argv)
 		{"log", required_argument, 0, 'L'}, {"gather", required_argument, 0, 'g'},
 		{"reply", required_argument, 0, 'y'}, {"max-background", required_argument, 0, 'b'},
 		{"release-pages", required_argument, 0, 'P'}, {"cuda-min-runs", required_argument, 0, 'C'},
-		{"cuda-min-bytes", required_argument, 0, 'B'}, {"ep", no_argument, 0, 'E'},
+		{"cuda-min-bytes", required_argument, 0, 'B'}, {"config", required_argument, 0, 'c'},
+		{"ep", no_argument, 0, 'E'},
 		{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
 		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 	tp_model_opts mo = {.log = tp_log_model};
@@ -270,6 +276,11 @@ static int cmd_mount(int argc, char **argv)
 				return die_usage(usage_mount, "--threads: give 1..1024");
 			break;
 		case 'L': fo.log_path = optarg; break;
+		case 'c':
+			if (strcmp(optarg, "local") && strcmp(optarg, "global"))
+				return die_usage(usage_mount, "--config: local or global");
+			mo.config_global = optarg[0] == 'g';
+			break;
 		case 'g':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
 				return die_usage(usage_mount, "--gather: auto, cpu or cuda");
@@ -569,6 +580,8 @@ static void print_json_plan(const tp_model *m, plan_ctx *pc)
 	snprintf(desc, sizeof desc, "Resolved from plan %s for %s: one exact rule per tensor, T-independent.",
 		 m->plan_origin, m->src);
 	cJSON_AddStringToObject(o, "description", desc);
+	if (m->plan.nprefix) /* where the per_rank keys are (each rank's config.json) */
+		cJSON_AddItemToObject(o, "config_prefix", cJSON_CreateStringArray(m->plan.prefix, m->plan.nprefix));
 	if (m->plan.nper_rank) {
 		cJSON *pr = cJSON_AddArrayToObject(o, "per_rank");
 		for (int i = 0; i < m->plan.nper_rank; i++) {
@@ -578,6 +591,10 @@ static void print_json_plan(const tp_model *m, plan_ctx *pc)
 				cJSON_AddTrueToObject(q, "groups");
 			if (m->plan.per_rank[i].uneven)
 				cJSON_AddTrueToObject(q, "uneven");
+			if (m->plan.per_rank[i].vocab)
+				cJSON_AddTrueToObject(q, "vocab");
+			if (m->plan.per_rank[i].value)
+				cJSON_AddStringToObject(q, "value", m->plan.per_rank[i].value);
 			cJSON_AddItemToArray(pr, q);
 		}
 	}

@@ -204,6 +204,7 @@ typedef struct tp_fs {
 	struct fuse_session *se;
 	uint32_t nn, T;
 	fuse_ino_t stats_ino;
+	fuse_ino_t cfg_ino;         /* MNT/config.json (the source's), or 0 when there is none */
 	_Atomic(char *) *hdr;  /* [i * T + r]: local header bytes, made on first use */
 	nstate *ns;            /* [i]: per node */
 	int inval[2];          /* node numbers to invalidate (| INVAL_ATTR: attributes only) */
@@ -487,6 +488,14 @@ static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 		st->st_nlink = 1;
 		st->st_size = 0; /* generated on open, read with direct_io */
 		st->st_mtim = fs->started;
+	} else if (ino == fs->cfg_ino) { /* the source's config.json: its owner and mode */
+		uint32_t c = fs->m->config_node;
+		st->st_mode = S_IFREG | (atomic_load(&fs->ns[c].mode) & 0555);
+		st->st_uid = atomic_load(&fs->ns[c].uid);
+		st->st_gid = atomic_load(&fs->ns[c].gid);
+		st->st_nlink = 1;
+		st->st_size = (off_t)fs->m->config_len;
+		st->st_mtim = fs->m->n[fs->m->config_node].mtime;
 	} else if (decode(fs, ino, &r, &i) == 0) {
 		const tp_node *n = &fs->m->n[i];
 		uint32_t mode = atomic_load(&fs->ns[i].mode);
@@ -899,8 +908,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	tp_fs *fs = fuse_req_userdata(req);
 	uint32_t r, i;
 	if (parent == FUSE_ROOT_ID) {
-		if (strcmp(name, STATS_NAME) == 0) {
-			reply_entry(req, fs, fs->stats_ino);
+		if (strcmp(name, STATS_NAME) == 0 || (fs->cfg_ino && strcmp(name, "config.json") == 0)) {
+			reply_entry(req, fs, name[0] == 'c' ? fs->cfg_ino : fs->stats_ino);
 			return;
 		}
 		char *end;
@@ -932,7 +941,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	tp_fs *fs = fuse_req_userdata(req);
 	struct stat st;
 	uint32_t r, i;
-	if (ino != FUSE_ROOT_ID && ino != fs->stats_ino && decode(fs, ino, &r, &i) < 0) {
+	if (ino != FUSE_ROOT_ID && ino != fs->stats_ino && ino != fs->cfg_ino && decode(fs, ino, &r, &i) < 0) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
@@ -956,7 +965,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 		return;
 	}
 	uint32_t nranks = fs->o->serve ? fs->o->nserve : fs->T, rk = 0;
-	count = 2 + (top ? nranks + 1 : fs->m->n[i].nchild);
+	count = 2 + (top ? nranks + 1 + (fs->cfg_ino != 0) : fs->m->n[i].nchild);
 	size_t used = 0;
 	for (off_t k = off; k < (off_t)count; k++) {
 		char name[32];
@@ -977,8 +986,8 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 			child = ino_of(fs, rk, 0);
 			rk = 0;
 		} else if (top) {
-			nm = STATS_NAME;
-			child = fs->stats_ino;
+			nm = k - 2 == (off_t)nranks ? STATS_NAME : "config.json";
+			child = k - 2 == (off_t)nranks ? fs->stats_ino : fs->cfg_ino;
 		} else {
 			uint32_t c = fs->m->n[i].child[k - 2];
 			nm = fs->m->n[c].name;
@@ -1018,6 +1027,14 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	uint32_t r, i;
+	if (ino == fs->cfg_ino) { /* MNT/config.json: the source's, served from memory */
+		fi->keep_cache = 1;
+		if (atomic_load(&fs->ns[fs->m->config_node].bad))
+			fuse_reply_err(req, EIO);
+		else
+			fuse_reply_open(req, fi);
+		return;
+	}
 	if (decode(fs, ino, &r, &i) < 0) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -1217,6 +1234,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 		return;
 	}
 	uint32_t r, i;
+	if (ino == fs->cfg_ino) {
+		uint32_t c = fs->m->config_node;
+		uint64_t len = fs->m->config_len, o = (uint64_t)off < len ? (uint64_t)off : len;
+		if (source_changed(fs, c, -1) < 0)
+			fuse_reply_err(req, EIO);
+		else
+			fuse_reply_buf(req, fs->m->config_text + o, size < len - o ? size : len - o);
+		return;
+	}
 	if (decode(fs, ino, &r, &i) < 0) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -1224,7 +1250,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	const tp_node *n = &fs->m->n[i];
 	if (n->kind == TN_TENSORS) {
 		read_tensors(req, fs, r, i, size, off);
-	} else if (n->kind == TN_INDEX) {
+	} else if (n->kind == TN_INDEX || n->kind == TN_CONFIG) {
 		if (source_changed(fs, i, -1) < 0) {
 			fuse_reply_err(req, EIO);
 			return;
@@ -1579,6 +1605,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	fs.nn = m->nn;
 	fs.T = m->T;
 	fs.stats_ino = 2 + (fuse_ino_t)m->T * m->nn;
+	fs.cfg_ino = m->config_text ? fs.stats_ino + 1 : 0;
 	fs.ifd = fs.stop[0] = fs.stop[1] = fs.inval[0] = fs.inval[1] = -1;
 	clock_gettime(CLOCK_REALTIME, &fs.started);
 	int rc = -1;

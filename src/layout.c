@@ -35,7 +35,7 @@ uint32_t tp_layout_shape(const tp_layout *L, const tp_ltensor *lt, uint64_t *sha
 /* Writes (or, with w->p == NULL, counts) the local header; returns its size. */
 static uint64_t write_header(const tp_layout *L, st_wbuf *w)
 {
-	st_w_begin(w, L->h->meta, L->h->nmeta);
+	st_w_begin_x(w, L->h->meta, L->h->nmeta, L->xmeta, L->nxmeta);
 	for (size_t i = 0; i < L->n; i++) {
 		const tp_ltensor *lt = &L->t[i];
 		const st_tensor *t = &L->h->t[lt->src];
@@ -44,6 +44,15 @@ static uint64_t write_header(const tp_layout *L, st_wbuf *w)
 		st_w_tensor(w, t->name, t->dtype, nd, shape, lt->off, lt->off + lt->size);
 	}
 	return st_w_end(w);
+}
+
+void tp_layout_set_meta(tp_layout *L, const st_meta *x, size_t n)
+{
+	st_wbuf w = {.p = NULL};
+	L->xmeta = x;
+	L->nxmeta = n;
+	L->hdr_size = write_header(L, &w);
+	L->size = L->hdr_size + L->data_size;
 }
 
 void tp_layout_header(const tp_layout *L, char *buf)

@@ -44,6 +44,8 @@ typedef struct tp_layout {
 	uint64_t expert_bytes;/* local bytes of routed experts' tensors (specs flagged TP_EXPERT) */
 	size_t nexpert;      /* how many of the local tensors those are */
 	uint32_t *loc;       /* for each source tensor, its index in t[], or UINT32_MAX if absent */
+	const st_meta *xmeta;/* extra __metadata__ entries (borrowed; tp_layout_set_meta), or NULL */
+	size_t nxmeta;
 	int borrowed;        /* t and loc belong to another layout of the same file (built with it
 	                      * as `like`), which must outlive this one */
 } tp_layout;
@@ -67,6 +69,10 @@ int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char
 /* The indexes of h's tensors in the writer's order (dtype size descending, then name); NULL when
  * out of memory. The caller frees it. */
 uint32_t *tp_layout_order(const st_header *h);
+
+/* Adds n extra __metadata__ entries (after the source's; an extra key replaces the source's
+ * entry of that key) and updates hdr_size and size. x is borrowed: it must outlive L. */
+void tp_layout_set_meta(tp_layout *L, const st_meta *x, size_t n);
 
 /* Writes the local header (L->hdr_size bytes) into buf. Deterministic: the same layout always
  * gives the same bytes. */

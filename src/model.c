@@ -1,5 +1,6 @@
 /* model.c: walking, validating and planning a source checkpoint (see model.h). */
 #include "model.h"
+#include "rank_folder.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -380,6 +381,7 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 	tp_resolve_opts ro = {.T = m->T, .pad_vocab = m->o->pad_vocab, .ep = m->o->ep};
 	tp_spec *specs = calloc(n->h.n ? n->h.n : 1, sizeof *specs);
 	char (*why)[200] = calloc(n->h.n ? n->h.n : 1, sizeof *why);
+	cJSON **rj = calloc(n->h.n ? n->h.n : 1, sizeof *rj); /* the resolved plan's rules (rank_folder.h) */
 	const char **whyp = calloc(n->h.n ? n->h.n : 1, sizeof *whyp);
 	int rc = 0;
 	if (!specs || !why || !whyp)
@@ -427,7 +429,13 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 		}
 		if (m->o->on_tensor)
 			m->o->on_tensor(m->o->ctx, m, idx, (uint32_t)i, &res);
+		if (rj)
+			rj[i] = tp_resolved_rule(&m->plan, &n->h.t[i], &res);
 	}
+	if (rj)
+		tp_resolved_keep(m, idx, rj);
+	else
+		m->resolved_failed = 1;
 	if (rc == 0) {
 		n->lay = calloc(m->T, sizeof *n->lay);
 		if (!n->lay)
@@ -558,6 +566,8 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 		for (uint32_t i = 0; i < m->nn && rc == 0; i++)
 			if (m->n[i].kind == TN_INDEX && idx_json[i])
 				rc = tp_index_rewrite(m, i, idx_json[i], e);
+		if (rc == 0)
+			rc = tp_rank_folder_build(m, e);
 	}
 	for (uint32_t i = 0; i < m->nn; i++)
 		cJSON_Delete(idx_json[i]);
@@ -589,6 +599,7 @@ void tp_model_close(tp_model *m)
 		free(n->real);
 		free(n->error);
 	}
+	tp_rank_folder_free(m);
 	free(m->n);
 	cJSON_Delete(m->config);
 	tp_plan_free(&m->plan);
@@ -603,6 +614,7 @@ uint64_t tp_node_size(const tp_model *m, uint32_t i, uint32_t r)
 	case TN_TENSORS:
 		return n->lay ? n->lay[r].size : n->src_size;
 	case TN_INDEX:
+	case TN_CONFIG:
 		return n->gen ? n->gen_len[r] : n->src_size;
 	case TN_PLAIN:
 		return n->src_size;
@@ -629,12 +641,15 @@ int64_t tp_model_rank_count(const tp_model *m, const tp_per_rank *pr, uint32_t r
 	tp_expr_ctx c = m->cfg;
 	int64_t v;
 	tp_err e;
-	if (tp_expr_int(&c, pr->key, &v, &e) != 0 || v < 0)
+	if (tp_expr_int(&c, pr->value ? pr->value : pr->key, &v, &e) != 0 || v < 0)
 		return -1;
+	if (pr->value)
+		return v;
 	tp_spec s = tp_spec_split(0, (uint64_t)v, 1);
 	s.flags = (pr->uneven ? TP_UNEVEN : 0) | (pr->groups ? TP_GROUPS : 0);
+	s.pad_to = pr->vocab && m->o->pad_vocab > 1 ? m->o->pad_vocab : 0;
 	tp_share sh;
 	if (tp_share_of((uint64_t)v, &s, m->T, r, &sh, pr->key, &e) < 0)
 		return -1;
-	return (int64_t)sh.count;
+	return (int64_t)(sh.count + sh.zeros);
 }

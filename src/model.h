@@ -35,6 +35,7 @@ typedef enum tp_node_kind {
 	TN_TENSORS, /* a valid safetensors file, served per rank from its layouts */
 	TN_INDEX,   /* a *.safetensors.index.json, rewritten per rank */
 	TN_PLAIN,   /* any other file (or an unneeded invalid one), served unchanged */
+	TN_CONFIG,  /* the root's config.json, rewritten per rank (rank_folder.h) */
 } tp_node_kind;
 
 typedef struct tp_node {
@@ -62,8 +63,8 @@ typedef struct tp_node {
 	const uint8_t *map;        /* read-only shared mapping of src_size bytes, or NULL */
 	st_header h;
 	tp_layout *lay;            /* T layouts */
-	/* TN_INDEX */
-	char **gen;                /* T rewritten indexes */
+	/* TN_INDEX, TN_CONFIG */
+	char **gen;                /* T rewritten files */
 	uint64_t *gen_len;
 } tp_node;
 
@@ -80,6 +81,7 @@ typedef struct tp_model_opts {
 	int strict;            /* unmatched tensors and any invalid file refuse the model */
 	uint64_t pad_vocab;    /* 0 or a multiple (64 follows vLLM) */
 	int check_only;        /* walk and validate headers only (tpfs check): never fails on a file */
+	int config_global;     /* serve config.json unchanged in every rank folder (--config global) */
 	int ep;                /* expert parallelism: routed experts whole, rank r holding [r*E/T, (r+1)*E/T) */
 	int keep_going;        /* tpfs plan: report every tensor that cannot be cut (log level 2),
 	                        * replicate it in the layouts, count it in nrefused, and go on */
@@ -103,6 +105,15 @@ typedef struct tp_model {
 	int64_t ep_count[TP_MAX_EXPERT_DECLS]; /* --ep: E of each of the plan's experts declarations */
 	uint64_t ep_tensors;   /* --ep: source tensors an experts declaration placed */
 	const tp_model_opts *o;
+	/* rank folders (rank_folder.h) */
+	struct cJSON **resolved; /* while planning: per node, its rules of the resolved plan */
+	int resolved_failed;     /* a rule could not be kept (out of memory) */
+	char *plan_tag;          /* "<plan name> sha256:<hex of the resolved plan>" */
+	st_meta *rank_meta;      /* 3 per rank: tpfs.plan, tpfs.tp_rank, tpfs.tp_size */
+	char (*rank_num)[12];    /* T + 1 strings: each rank's number, then T */
+	char *config_text;       /* the source's config.json (MNT/config.json), or NULL */
+	size_t config_len;
+	uint32_t config_node;    /* its node, or UINT32_MAX */
 } tp_model;
 
 /* Opens and plans SRC for o->T ranks. On failure returns -1 with a message; *m is then empty. */

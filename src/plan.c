@@ -358,8 +358,10 @@ int tp_plan_parse(const char *text, size_t len, const char *origin, tp_plan *p, 
 			tp_per_rank *q = &p->per_rank[p->nper_rank++];
 			q->key = key;
 			if (bool_field(k, "uneven", &q->uneven, origin, key, e) < 0 ||
-			    bool_field(k, "groups", &q->groups, origin, key, e) < 0)
+			    bool_field(k, "groups", &q->groups, origin, key, e) < 0 ||
+			    bool_field(k, "vocab", &q->vocab, origin, key, e) < 0)
 				goto bad;
+			q->value = str_field(k, "value");
 		}
 	}
 	return 0;

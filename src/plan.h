@@ -9,7 +9,8 @@
  *     "detect": {"model_type": [...], "architectures": [...]},
  *     "config_prefix": ["text_config"],
  *     "extends": "llama",                    (user plans: fall back to that built-in's rules)
- *     "per_rank": [{"key": "num_attention_heads", "groups": false, "uneven": false}, ...],
+ *     "per_rank": [{"key": "num_attention_heads", "groups": false, "uneven": false}, ...,
+ *                  {"key": "vocab_size", "vocab": true}, {"key": "head_dim", "value": "expr"}],
  *     "rules": [ { "name": "...", "match": "model.layers.{i}.self_attn.q_proj" | [...],
  *                  "when": "expr", "split": KIND (TP_SPLIT_KINDS below),
  *                  "axis": n, "heads": "expr", "unit": "expr", "size": "expr",
@@ -131,6 +132,9 @@ typedef struct tp_rule {
 typedef struct tp_per_rank {
 	const char *key;
 	int uneven, groups;
+	int vocab;         /* shared like a vocab rule: padded to --pad-vocab when given */
+	const char *value; /* or NULL; else every rank's value: this expression over the source config
+	                    * (a count the split would change by default, e.g. head_dim; added if missing) */
 } tp_per_rank;
 
 #define TP_MAX_EXPERT_DECLS 8

@@ -563,17 +563,29 @@ void st_w_json_string(st_wbuf *w, const char *s)
 
 void st_w_begin(st_wbuf *w, const st_meta *meta, size_t nmeta)
 {
+	st_w_begin_x(w, meta, nmeta, NULL, 0);
+}
+
+void st_w_begin_x(st_wbuf *w, const st_meta *meta, size_t nmeta, const st_meta *extra, size_t nextra)
+{
 	w->len = 0;
 	w->entries = 0;
 	st_w_raw(w, "\0\0\0\0\0\0\0\0{", ST_PREFIX + 1);
-	if (nmeta) {
+	if (nmeta + nextra) {
 		w_str(w, "\"__metadata__\":{");
-		for (size_t i = 0; i < nmeta; i++) {
-			if (i)
+		size_t k = 0;
+		for (size_t i = 0; i < nmeta + nextra; i++) {
+			const st_meta *m = i < nmeta ? &meta[i] : &extra[i - nmeta];
+			size_t x = 0;
+			while (i < nmeta && x < nextra && strcmp(extra[x].key, m->key))
+				x++;
+			if (i < nmeta && x < nextra)
+				continue; /* replaced by an extra entry */
+			if (k++)
 				st_w_raw(w, ",", 1);
-			st_w_json_string(w, meta[i].key);
+			st_w_json_string(w, m->key);
 			st_w_raw(w, ":", 1);
-			st_w_json_string(w, meta[i].value);
+			st_w_json_string(w, m->value);
 		}
 		st_w_raw(w, "}", 1);
 		w->entries++;

@@ -121,6 +121,9 @@ typedef struct st_wbuf {
 /* Starts a header: reserves the 8-byte prefix, opens the object, writes __metadata__ (keys in
  * the given order) when nmeta > 0. */
 void st_w_begin(st_wbuf *w, const st_meta *meta, size_t nmeta);
+/* The same with extra entries written after meta's; an entry of meta whose key an extra entry
+ * also has is left out (the extra value wins, so keys stay unique). */
+void st_w_begin_x(st_wbuf *w, const st_meta *meta, size_t nmeta, const st_meta *extra, size_t nextra);
 /* Writes one tensor entry; entries must be written in data order. */
 void st_w_tensor(st_wbuf *w, const char *name, st_dtype dtype, uint32_t ndim,
 		 const uint64_t *shape, uint64_t begin, uint64_t end);

@@ -104,7 +104,7 @@ F.check(not tt.is_mounted(mnt), "the mount is gone after the test mount")
 t0 = time.time()
 p = tt.tpfs("mount", src, mnt, "--tp", 2)
 F.check(p.returncode == 0, "background mount: %s" % p.stderr)
-F.check(tt.is_mounted(mnt) and sorted(os.listdir(mnt)) == [".tpfs-stats", "rank0", "rank1"],
+F.check(tt.is_mounted(mnt) and sorted(os.listdir(mnt)) == [".tpfs-stats", "config.json", "rank0", "rank1"],
         "the mount answers as soon as tpfs returns")
 F.check(os.path.getsize(os.path.join(mnt, "rank1", "model-00001-of-00002.safetensors")) > 0, "files readable at once")
 stats = open(os.path.join(mnt, ".tpfs-stats")).read()

@@ -51,8 +51,18 @@ def write_plan(name, obj):
 
 
 def tree_hash(path):
+    """Every file's bytes by digest; a safetensors file by its tensors and metadata, with
+    tpfs.plan reduced to its digest (the plan's name differs between a plan and its resolved copy)."""
     h = {}
     for fn in sorted(os.listdir(path)):
+        if fn.endswith(".safetensors"):
+            tensors, meta = tt.read_raw(os.path.join(path, fn))
+            meta = dict(meta or {})
+            if "tpfs.plan" in meta:
+                meta["tpfs.plan"] = meta["tpfs.plan"].split(" ")[-1]
+            h[fn] = (sorted((k, v[0], v[1], hashlib.sha256(v[2]).hexdigest()) for k, v in tensors.items()),
+                     sorted(meta.items()))
+            continue
         with open(os.path.join(path, fn), "rb") as f:
             h[fn] = hashlib.sha256(f.read()).hexdigest()
     return h

@@ -93,7 +93,7 @@ for T, lst, ranks in ((8, "4-7", [4, 5, 6, 7]), (8, "0,3", [0, 3]), (8, "5", [5]
                       (2, "1", [1])):
     with Mount(src, T, "--ranks", lst, first=ranks[0]) as m:
         names = sorted(os.listdir(m.path))
-        F.check(names == sorted([".tpfs-stats"] + ["rank%d" % r for r in ranks]),
+        F.check(names == sorted([".tpfs-stats", "config.json"] + ["rank%d" % r for r in ranks]),
                 "--tp %d --ranks %s lists %s" % (T, lst, names))
         for r in range(T + 2):
             F.check(os.path.exists(m.rank(r)) == (r in ranks), "--tp %d --ranks %s: rank%d %s" % (

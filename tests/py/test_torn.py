@@ -80,7 +80,7 @@ with tt.Mount(src, 2, allow_stderr=ALLOW) as m:
     time.sleep(0.1)
     states = [read_state(os.path.join(m.rank(r), A), snap[r]) for r in range(2)]
     F.check(states == ["eio", "eio"], "hard link rewrite: both ranks fail with EIO 100 ms later (%s)" % states)
-    F.check(read_state(os.path.join(m.rank(0), "config.json"), open(os.path.join(src, "config.json"), "rb").read())
+    F.check(read_state(os.path.join(m.path, "config.json"), open(os.path.join(src, "config.json"), "rb").read())
             == "same", "hard link rewrite: other files still served")
     F.check(m.proc.poll() is None, "hard link rewrite: the daemon is alive")
     unmount_fast(m, "hard link rewrite")

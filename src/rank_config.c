@@ -1,0 +1,278 @@
+/* rank_config.c: rewriting config.json text for one rank (see rank_config.h).
+ *
+ * cJSON first checks that the text is valid JSON; a small scanner then walks it once, keeping the
+ * dotted path of the current key, and records edits: a value span to replace, or a point at
+ * the end of an object where a missing key is added in the style (indent, separator) of the
+ * object's last member. The output is the source with the edits applied, in text order. */
+#include "rank_config.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PATH 1024
+#define MAX_NEST 1000 /* as cJSON */
+
+typedef struct edit {
+	size_t at, end;      /* replace src[at, end) (at == end: insert) */
+	size_t set;          /* index into the set list */
+	const char *indent;  /* insert: text before the key (",\n    "), its length, and the separator */
+	size_t nindent;
+	const char *colon;
+	size_t ncolon;
+	int first;           /* insert into an empty object: no comma */
+} edit;
+
+typedef struct scan {
+	const char *s;
+	size_t n, i;
+	char path[MAX_PATH];       /* the dotted path of the current key ("" at the top) */
+	int lost;                  /* > 0 inside a key whose path does not fit: nothing there matches */
+	size_t plen;
+	const tp_cfg_set *set;
+	size_t nset;
+	int *seen;
+	edit *ed;
+	size_t ned, cap;
+	const char *fname;
+	tp_err *e;
+} scan;
+
+/* Skips what cJSON skips between tokens: every byte up to 32 (NUL included). */
+static void ws(scan *c)
+{
+	while (c->i < c->n && (unsigned char)c->s[c->i] <= 32)
+		c->i++;
+}
+
+static int add_edit(scan *c, edit ed)
+{
+	if (c->ned == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 16;
+		edit *p = realloc(c->ed, cap * sizeof *p);
+		if (!p)
+			return tp_fail(c->e, TP_ENOMEM, "out of memory");
+		c->ed = p;
+		c->cap = cap;
+	}
+	c->ed[c->ned++] = ed;
+	return 0;
+}
+
+static int value(scan *c, int depth);
+
+static void skip_string(scan *c)
+{
+	c->i++; /* the opening quote */
+	while (c->i < c->n && c->s[c->i] != '"')
+		c->i += c->s[c->i] == '\\' ? 2 : 1;
+	c->i++;
+}
+
+/* Is the parent path of set k exactly path[0, plen)? Then *key receives its last component. */
+static int parent_is(const scan *c, size_t k, const char **key)
+{
+	const char *p = c->set[k].path, *dot = strrchr(p, '.');
+	size_t pl = dot ? (size_t)(dot - p) : 0;
+	*key = dot ? dot + 1 : p;
+	return pl == c->plen && memcmp(p, c->path, pl) == 0;
+}
+
+static int object(scan *c, int depth)
+{
+	size_t plen0 = c->plen, last_end = 0, ind0 = 0, ind1 = 0, col0 = 0, col1 = 0;
+	int members = 0;
+	c->i++;
+	for (;;) {
+		size_t w0 = c->i;
+		ws(c);
+		if (c->i >= c->n)
+			return -1;
+		if (c->s[c->i] == '}')
+			break;
+		if (c->s[c->i] == ',') {
+			c->i++;
+			continue;
+		}
+		if (c->s[c->i] != '"')
+			return -1;
+		ind0 = w0, ind1 = c->i;
+		size_t k0 = c->i + 1;
+		skip_string(c);
+		size_t k1 = c->i - 1;
+		col0 = c->i;
+		ws(c);
+		if (c->i >= c->n || c->s[c->i] != ':')
+			return -1;
+		c->i++;
+		ws(c);
+		col1 = c->i;
+		size_t klen = k1 - k0, at = plen0 + (plen0 ? 1 : 0);
+		/* an empty key, or one with a dot or an escape, is not a path component a set can name */
+		int named = klen && !memchr(c->s + k0, '\\', klen) && !memchr(c->s + k0, '.', klen);
+		int lost = at + (named ? klen : 1) + 1 > MAX_PATH; /* longer than any set path */
+		c->lost += lost;
+		if (lost)
+			at = plen0, named = 0, klen = 0;
+		if (plen0)
+			c->path[plen0] = '.';
+		if (named)
+			memcpy(c->path + at, c->s + k0, klen);
+		else if (!lost)
+			c->path[at] = '\\'; /* no set path names it (or what it holds) */
+		c->plen = at + (named ? klen : !lost);
+		c->path[c->plen] = 0;
+		size_t v0 = c->i, k = 0;
+		while (k < c->nset && (c->lost || strcmp(c->set[k].path, c->path)))
+			k++;
+		if (k < c->nset) {
+			char ch = v0 < c->n ? c->s[v0] : 0;
+			if (ch != '-' && (ch < '0' || ch > '9') && strncmp(c->s + v0, "null", 4))
+				return tp_fail(c->e, TP_EINVAL, "%s: \"%s\" is not a number, so it cannot hold a rank's count",
+					       c->fname, c->set[k].path);
+			c->seen[k]++;
+		}
+		if (value(c, depth + 1) < 0)
+			return -1;
+		if (k < c->nset && add_edit(c, (edit){.at = v0, .end = c->i, .set = k}) < 0)
+			return -1;
+		last_end = c->i;
+		members++;
+		c->lost -= lost;
+		c->plen = plen0;
+		c->path[plen0] = 0;
+	}
+	/* add the missing keys whose object this is */
+	for (size_t k = 0; k < c->nset; k++) {
+		const char *key;
+		if (c->lost || !c->set[k].add || c->seen[k] || !parent_is(c, k, &key))
+			continue;
+		edit ed = {.at = members ? last_end : c->i, .set = k, .first = !members};
+		ed.end = ed.at;
+		if (members) {
+			ed.indent = c->s + ind0, ed.nindent = ind1 - ind0;
+			ed.colon = c->s + col0, ed.ncolon = col1 - col0;
+		}
+		c->seen[k]++;
+		if (add_edit(c, ed) < 0)
+			return -1;
+	}
+	c->i++; /* '}' */
+	return 0;
+}
+
+static int value(scan *c, int depth)
+{
+	if (depth > MAX_NEST)
+		return tp_fail(c->e, TP_ELIMIT, "%s: nested deeper than %d", c->fname, MAX_NEST);
+	ws(c);
+	if (c->i >= c->n)
+		return -1;
+	char ch = c->s[c->i];
+	if (ch == '{')
+		return object(c, depth);
+	if (ch == '"') {
+		skip_string(c);
+		return 0;
+	}
+	if (ch == '[') {
+		size_t plen0 = c->plen; /* deeper levels write only past it */
+		int lost = plen0 + 3 > MAX_PATH;
+		c->lost += lost;
+		if (!lost) {
+			memcpy(c->path + plen0, "[]", 3); /* elements have no name a set can give */
+			c->plen = plen0 + 2;
+		}
+		c->i++;
+		for (;;) {
+			ws(c);
+			if (c->i >= c->n)
+				return -1;
+			if (c->s[c->i] == ']')
+				break;
+			if (c->s[c->i] == ',') {
+				c->i++;
+				continue;
+			}
+			if (value(c, depth + 1) < 0)
+				return -1;
+		}
+		c->i++;
+		c->lost -= lost;
+		c->path[plen0] = 0;
+		c->plen = plen0;
+		return 0;
+	}
+	size_t v0 = c->i; /* a number or a literal: up to the next delimiter */
+	while (c->i < c->n && (unsigned char)c->s[c->i] > 32 && !strchr(",]}", c->s[c->i]))
+		c->i++;
+	return c->i > v0 ? 0 : -1;
+}
+
+int tp_rank_config(const char *src, size_t len, const tp_cfg_set *set, size_t nset, const char *fname,
+		   char **out, size_t *outlen, tp_err *e)
+{
+	*out = NULL;
+	*outlen = 0;
+	cJSON *j = cJSON_ParseWithLength(src, len);
+	int is_obj = cJSON_IsObject(j);
+	cJSON_Delete(j);
+	if (!is_obj)
+		return tp_fail(e, TP_EINVAL, "%s: not a JSON object", fname);
+	scan c = {.s = src, .n = len, .set = set, .nset = nset, .fname = fname, .e = e};
+	c.seen = calloc(nset ? nset : 1, sizeof *c.seen);
+	if (!c.seen)
+		return tp_fail(e, TP_ENOMEM, "out of memory");
+	tp_err_clear(e);
+	int rc = value(&c, 0);
+	if (rc < 0 && (!e || e->code == TP_OK))
+		rc = tp_fail(e, TP_EINVAL, "%s: cannot follow the JSON near byte %zu", fname, c.i);
+	for (size_t k = 0; k < nset && rc == 0; k++)
+		if (!c.seen[k])
+			rc = tp_fail(e, TP_EINVAL, "%s: no key \"%s\" to give the rank's value%s", fname, set[k].path,
+				     set[k].add ? " (its object is missing)" : "");
+	/* write: source pieces between the edits, and each edit's text */
+	size_t cap = len + 1, w = 0, from = 0;
+	for (size_t k = 0; k < c.ned; k++)
+		cap += 64 + strlen(set[c.ed[k].set].path) + c.ed[k].nindent + c.ed[k].ncolon;
+	char *o = rc == 0 ? malloc(cap) : NULL;
+	if (rc == 0 && !o)
+		rc = tp_fail(e, TP_ENOMEM, "out of memory");
+	for (size_t k = 0; k < c.ned && rc == 0; k++) {
+		const edit *d = &c.ed[k];
+		memcpy(o + w, src + from, d->at - from);
+		w += d->at - from;
+		if (d->at == d->end) {
+			const char *key = strrchr(set[d->set].path, '.');
+			key = key ? key + 1 : set[d->set].path;
+			if (!d->first) {
+				o[w++] = ',';
+				memcpy(o + w, d->indent, d->nindent);
+				w += d->nindent;
+			}
+			w += (size_t)snprintf(o + w, cap - w, "\"%s\"", key);
+			if (d->ncolon) {
+				memcpy(o + w, d->colon, d->ncolon);
+				w += d->ncolon;
+			} else {
+				w += (size_t)snprintf(o + w, cap - w, ": ");
+			}
+		}
+		if (set[d->set].null)
+			w += (size_t)snprintf(o + w, cap - w, "null");
+		else
+			w += (size_t)snprintf(o + w, cap - w, "%lld", (long long)set[d->set].value);
+		from = d->end;
+	}
+	if (rc == 0) {
+		memcpy(o + w, src + from, len - from);
+		w += len - from;
+		o[w] = 0;
+		*out = o;
+		*outlen = w;
+	}
+	free(c.ed);
+	free(c.seen);
+	return rc;
+}

@@ -1,0 +1,49 @@
+/* rank_folder.h: what makes a rank folder stand alone.
+ *
+ * A TP=1 loader pointed at MNT/rank{r} must build exactly the served shapes and be able to tell
+ * which split it holds. After planning, this module
+ *   - digests the resolved plan (the rules `tpfs plan --json` prints, one exact rule per
+ *     tensor, and the per_rank keys) with SHA-256, and gives every rank file's header the __metadata__ entries
+ *     tpfs.tp_size, tpfs.tp_rank and tpfs.plan ("<plan name> sha256:<hex>"), the source's own
+ *     entries kept;
+ *   - writes each rank's config.json (unless the model was opened with config_global or ep): every
+ *     count the plan lists under per_rank, at the top level and under each config_prefix
+ *     (text_config), replaced by the rank's own value; every other byte kept (rank_config.h).
+ * It works on a tp_model that tp_model_open has planned, and knows nothing of FUSE.
+ */
+#ifndef TP_RANK_FOLDER_H
+#define TP_RANK_FOLDER_H
+
+#include "model.h"
+
+struct cJSON;
+
+/* One rule of the resolved plan for tensor t, as `tpfs plan --json` lists it (an exact match,
+ * replicate or an axis split with its unit, size, divisor, segments and flags). NULL when out of
+ * memory. */
+struct cJSON *tp_resolved_rule(const tp_plan *pl, const st_tensor *t, const tp_resolved *res);
+
+/* Takes rule[i] (tp_resolved_rule of tensor i, or NULL) of every tensor of node idx, in the
+ * order `tpfs plan --json` lists them (names descending), for the digest. Frees rule[]. */
+void tp_resolved_keep(tp_model *m, uint32_t idx, struct cJSON **rule);
+
+/* The content of the resolved plan, whose SHA-256 is the digest in tpfs.plan: the compact JSON
+ * (no spaces, members in the order `tpfs plan --json` prints them) of {"per_rank": [...],
+ * "rules": [...]} as that output holds them. The name, description and source path are left
+ * out, so the same split of the same tensors has the same digest wherever it is mounted from
+ * and whichever plan file (a built-in or its resolved copy) produced it. In Python:
+ *   json.dumps({"per_rank": p.get("per_rank", []), "rules": p["rules"]},
+ *              separators=(",", ":"), ensure_ascii=False)
+ * Consumes the rules kept by tp_resolved_keep. Returns a malloc'd string, or NULL when out of
+ * memory. */
+char *tp_resolved_plan_text(tp_model *m);
+
+/* After planning: the plan digest, the rank metadata of every layout, and (unless
+ * m->o->config_global) every rank's config.json. Returns 0, or -1 with a message naming the
+ * key that cannot be given a rank's value and why. */
+int tp_rank_folder_build(tp_model *m, tp_err *e);
+
+/* Frees what tp_rank_folder_build (and tp_resolved_keep) allocated in m. */
+void tp_rank_folder_free(tp_model *m);
+
+#endif

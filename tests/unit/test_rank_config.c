@@ -1,0 +1,191 @@
+/* test_rank_config.c: a rank's config.json written from the source text (rank_config.h), and the
+ * SHA-256 the rank metadata uses (sha256.h). Expected texts are written out by hand from the
+ * contract: only the named values change, every other byte stays; SHA-256 digests are the
+ * FIPS 180-4 example vectors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rank_config.h"
+#include "sha256.h"
+
+static void expect(const char *src, const tp_cfg_set *set, size_t n, const char *want)
+{
+	char *out;
+	size_t len;
+	tp_err e;
+	if (tp_rank_config(src, strlen(src), set, n, "config.json", &out, &len, &e) < 0)
+		fail_msg("refused: %s", e.msg);
+	assert_int_equal(len, strlen(out));
+	assert_string_equal(out, want);
+	free(out);
+}
+
+static void refuse(const char *src, const tp_cfg_set *set, size_t n, const char *want)
+{
+	char *out = (char *)1;
+	size_t len;
+	tp_err e;
+	tp_err_clear(&e);
+	int rc = tp_rank_config(src, strlen(src), set, n, "config.json", &out, &len, &e);
+	if (rc == 0 || !strstr(e.msg, want))
+		fail_msg("rc %d msg '%s' (want '%s')", rc, e.msg, want);
+	assert_null(out);
+}
+
+static void test_values_only(void **state)
+{
+	(void)state;
+	const char *src = "{\n  \"num_attention_heads\": 64,\n  \"hidden_size\": 4096,\n  \"rope_theta\": 1e6,\n"
+			  "  \"intermediate_size\":11008, \"x\": [64, {\"num_attention_heads\": 3}],\n"
+			  "  \"num_key_value_heads\" : 8\n}\n";
+	tp_cfg_set s[] = {{"num_attention_heads", 32, 0, 0}, {"intermediate_size", 5504, 0, 0}, {"num_key_value_heads", 4, 0, 0}};
+	expect(src, s, 3,
+	       "{\n  \"num_attention_heads\": 32,\n  \"hidden_size\": 4096,\n  \"rope_theta\": 1e6,\n"
+	       "  \"intermediate_size\":5504, \"x\": [64, {\"num_attention_heads\": 3}],\n"
+	       "  \"num_key_value_heads\" : 4\n}\n");
+	/* nothing to set: the same bytes */
+	expect(src, NULL, 0, src);
+}
+
+static void test_nested(void **state)
+{
+	(void)state;
+	const char *src = "{\"architectures\":[\"X\"],\"text_config\":{\"num_attention_heads\":64,"
+			  "\"linear_attn_config\":{\"num_heads\":32,\"head_dim\":128},\"vocab_size\":154880},"
+			  "\"vision_config\":{\"num_attention_heads\":16},\"num_attention_heads\":64}";
+	tp_cfg_set s[] = {{"text_config.num_attention_heads", 22, 0, 0},
+			  {"text_config.linear_attn_config.num_heads", 16, 0, 0},
+			  {"text_config.vocab_size", 77440, 0, 0},
+			  {"num_attention_heads", 21, 0, 0}};
+	expect(src, s, 4,
+	       "{\"architectures\":[\"X\"],\"text_config\":{\"num_attention_heads\":22,"
+	       "\"linear_attn_config\":{\"num_heads\":16,\"head_dim\":128},\"vocab_size\":77440},"
+	       "\"vision_config\":{\"num_attention_heads\":16},\"num_attention_heads\":21}");
+}
+
+static void test_add(void **state)
+{
+	(void)state;
+	tp_cfg_set s[] = {{"head_dim", 128, 1, 0}, {"num_attention_heads", 16, 1, 0}};
+	expect("{\n    \"hidden_size\": 4096,\n    \"num_attention_heads\": 32\n}", s, 2,
+	       "{\n    \"hidden_size\": 4096,\n    \"num_attention_heads\": 16,\n    \"head_dim\": 128\n}");
+	tp_cfg_set t[] = {{"text_config.head_dim", 64, 1, 0}};
+	expect("{\"text_config\": {}, \"a\": 1}", t, 1, "{\"text_config\": {\"head_dim\": 64}, \"a\": 1}");
+	expect("{\"text_config\":{\"a\":1}}", t, 1, "{\"text_config\":{\"a\":1,\"head_dim\":64}}");
+}
+
+static void test_refusals(void **state)
+{
+	(void)state;
+	tp_cfg_set s[] = {{"num_attention_heads", 2, 0, 0}};
+	refuse("{\"num_attention_heads\": \"64\"}", s, 1, "\"num_attention_heads\" is not a number");
+	refuse("{\"hidden_size\": 64}", s, 1, "no key \"num_attention_heads\"");
+	refuse("{\"num_attention_heads\": 64", s, 1, "not a JSON object");
+	refuse("[1, 2]", s, 1, "not a JSON object");
+	tp_cfg_set t[] = {{"text_config.head_dim", 2, 1, 0}};
+	refuse("{\"head_dim\": 4}", t, 1, "its object is missing");
+	/* a key with an escape is never taken for a plain one */
+	refuse("{\"num_attention\\u005fheads\": 64}", s, 1, "no key");
+}
+
+/* Deep nesting and key paths longer than any set path: nothing inside them is matched, the rest
+ * is rewritten as usual, and nothing is added inside them. */
+static void test_deep(void **state)
+{
+	(void)state;
+	size_t cap = 200000, n = 0;
+	char *src = malloc(cap), *want = malloc(cap);
+	n += (size_t)snprintf(src + n, cap - n, "{\"x\":");
+	for (int i = 0; i < 450; i++)
+		n += (size_t)snprintf(src + n, cap - n, "[{\"k\":");
+	n += (size_t)snprintf(src + n, cap - n, "{}");
+	for (int i = 0; i < 450; i++)
+		n += (size_t)snprintf(src + n, cap - n, "}]");
+	n += (size_t)snprintf(src + n, cap - n, ",\"");
+	memset(src + n, 'y', 3000);
+	n += 3000;
+	n += (size_t)snprintf(src + n, cap - n, "\":{\"b\":{}},\"a\":{\"b\":5}}");
+	memcpy(want, src, n + 1);
+	memcpy(strstr(want, "\"b\":5") + 4, "2", 1);
+	tp_cfg_set s[] = {{"a.b", 2, 0, 0}};
+	expect(src, s, 1, want);
+	tp_cfg_set t[] = {{"a.b", 2, 0, 0}, {"c", 7, 1, 0}};
+	memcpy(want + strlen(want) - 1, ",\"c\":7}", 8);
+	expect(src, t, 2, want);
+	free(src);
+	free(want);
+}
+
+/* What cJSON accepts, the rewrite follows: NUL bytes between tokens (cJSON skips every byte up to
+ * 32), text after the object; and only plain keys are path components: an empty key is not the
+ * top level, "a.b" is not a then b. Found by fuzzing. */
+static void test_null(void **state)
+{
+	(void)state;
+	tp_cfg_set s[] = {{"pad_token_id", 0, 0, 1}, {"text_config.pad_token_id", 72, 0, 0}};
+	expect("{\"pad_token_id\": 200, \"text_config\": {\"pad_token_id\": 200}}", s, 2,
+	       "{\"pad_token_id\": null, \"text_config\": {\"pad_token_id\": 72}}");
+}
+
+static void test_cjson_quirks(void **state)
+{
+	(void)state;
+	static const char nul[] = "{\"x\": [0,\0\0 {\"y\": 2}], \"n\":\0 4}";
+	char *out;
+	size_t len;
+	tp_err e;
+	tp_cfg_set s[] = {{"n", 2, 0, 0}};
+	assert_int_equal(tp_rank_config(nul, sizeof nul - 1, s, 1, "c", &out, &len, &e), 0);
+	assert_int_equal(len, sizeof nul - 1);
+	assert_memory_equal(out, "{\"x\": [0,\0\0 {\"y\": 2}], \"n\":\0 2}", len);
+	free(out);
+	tp_cfg_set t[] = {{"x", 7, 1, 0}, {"a.b", 3, 0, 0}};
+	expect("{\"\":{\"c\":1},\"a.b\":5,\"a\":{\"b\":6}} trailing", t, 2,
+	       "{\"\":{\"c\":1},\"a.b\":5,\"a\":{\"b\":3},\"x\":7} trailing");
+}
+
+static void test_sha256(void **state)
+{
+	(void)state;
+	char hex[65];
+	tp_sha256_hex("abc", 3, hex);
+	assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	tp_sha256_hex("", 0, hex);
+	assert_string_equal(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+	const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+	tp_sha256_hex(two, strlen(two), hex);
+	assert_string_equal(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+	/* a million 'a', fed in uneven pieces */
+	tp_sha256 s;
+	uint8_t d[32];
+	char a[997];
+	memset(a, 'a', sizeof a);
+	tp_sha256_init(&s);
+	size_t left = 1000000;
+	for (size_t k = 1; left; k = k % 996 + 1) {
+		size_t n = k < left ? k : left;
+		tp_sha256_update(&s, a, n);
+		left -= n;
+	}
+	tp_sha256_final(&s, d);
+	static const uint8_t want[32] = {0xcd, 0xc7, 0x6e, 0x5c, 0x99, 0x14, 0xfb, 0x92, 0x81, 0xa1, 0xc7,
+					 0xe2, 0x84, 0xd7, 0x3e, 0x67, 0xf1, 0x80, 0x9a, 0x48, 0xa4, 0x97,
+					 0x20, 0x0e, 0x04, 0x6d, 0x39, 0xcc, 0xc7, 0x11, 0x2c, 0xd0};
+	assert_memory_equal(d, want, 32);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_values_only), cmocka_unit_test(test_nested), cmocka_unit_test(test_add),
+		cmocka_unit_test(test_refusals), cmocka_unit_test(test_deep),
+		cmocka_unit_test(test_cjson_quirks), cmocka_unit_test(test_null), cmocka_unit_test(test_sha256),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
