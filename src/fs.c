@@ -205,6 +205,8 @@ typedef struct tp_fs {
 	uint32_t nn, T;
 	fuse_ino_t stats_ino;
 	fuse_ino_t cfg_ino;         /* MNT/config.json (the source's), or 0 when there is none */
+	pthread_mutex_t fh_lock;    /* guards open_fh */
+	struct fhandle *open_fh;    /* handles not released yet: an unmount may leave RELEASE unsent */
 	_Atomic(char *) *hdr;  /* [i * T + r]: local header bytes, made on first use */
 	nstate *ns;            /* [i]: per node */
 	int inval[2];          /* node numbers to invalidate (| INVAL_ATTR: attributes only) */
@@ -253,9 +255,23 @@ typedef struct fhandle {
 	int fd;
 	char *buf; /* stats: the text */
 	size_t len;
+	struct fhandle *prev, *next; /* on tp_fs.open_fh until released */
 } fhandle;
 
 static const uint8_t zero_page[1 << 20];
+
+static void fh_free(fhandle *h)
+{
+	if (h->fd >= 0)
+		close(h->fd);
+	free(h->buf);
+	free(h);
+}
+
+/* Puts h on the list of open handles (so that teardown frees what no RELEASE reached). */
+static void fh_track(struct tp_fs *fs, fhandle *h);
+/* Takes h off that list and frees it. */
+static void fh_release(struct tp_fs *fs, fhandle *h);
 
 /* Drops this process's page-table entries of the source pages behind runs (the pages stay in
  * the page cache): without it, every source page a reply touched would count in the daemon's
@@ -1021,6 +1037,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			return;
 		}
 		h->fd = -1;
+		fh_track(fs, h);
 		fi->fh = (uint64_t)(uintptr_t)h;
 		fi->direct_io = 1;
 		fuse_reply_open(req, fi);
@@ -1068,21 +1085,42 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fuse_reply_err(req, err);
 			return;
 		}
+		fh_track(fs, h);
 		fi->fh = (uint64_t)(uintptr_t)h;
 	}
 	fuse_reply_open(req, fi);
+}
+
+static void fh_track(tp_fs *fs, fhandle *h)
+{
+	pthread_mutex_lock(&fs->fh_lock);
+	h->prev = NULL;
+	h->next = fs->open_fh;
+	if (h->next)
+		h->next->prev = h;
+	fs->open_fh = h;
+	pthread_mutex_unlock(&fs->fh_lock);
+}
+
+static void fh_release(tp_fs *fs, fhandle *h)
+{
+	pthread_mutex_lock(&fs->fh_lock);
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		fs->open_fh = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	pthread_mutex_unlock(&fs->fh_lock);
+	fh_free(h);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
 	fhandle *h = (fhandle *)(uintptr_t)fi->fh;
-	if (h) {
-		if (h->fd >= 0)
-			close(h->fd);
-		free(h->buf);
-		free(h);
-	}
+	if (h)
+		fh_release(fuse_req_userdata(req), h);
 	fuse_reply_err(req, 0);
 }
 
@@ -1601,6 +1639,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	tp_fs fs;
 	memset(&fs, 0, sizeof fs);
 	fs.m = m;
+	pthread_mutex_init(&fs.fh_lock, NULL);
 	fs.o = o;
 	fs.nn = m->nn;
 	fs.T = m->T;
@@ -1770,6 +1809,11 @@ out_report:
 	if (log_file)
 		fclose(log_file);
 	log_file = NULL;
+	while (fs.open_fh) { /* no request runs any more: what no RELEASE reached */
+		fhandle *h = fs.open_fh;
+		fs.open_fh = h->next;
+		fh_free(h);
+	}
 out_win:
 	free((void *)fs.win);
 out_rs:

@@ -72,9 +72,14 @@ def worker(T, r, jobs_path, out_path):
             res["error"] = "another rank failed to load"
         res["seconds"] = round(time.time() - t0, 2)
         results[job["family"]] = res
-    dist.destroy_process_group()
     with open(out_path + ".%d" % r, "w") as f:
         json.dump(results, f)
+    # Tearing the gloo group down at exit sometimes aborts ("terminate called without an active
+    # exception") after all the work is done: wait for every rank, then leave at once.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def read_dir(path):
