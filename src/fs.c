@@ -803,7 +803,18 @@ static int add_watch(tp_fs *fs, const char *path, const char *name, uint32_t nod
 {
 	const uint32_t mask = *name ? IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_ONLYDIR
 				    : IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF;
-	int wd = inotify_add_watch(fs->ifd, path, mask | IN_MASK_ADD);
+	/* the mount exists by now: path (resolved at planning) is opened without following any link
+	 * (a folder swapped for a link into MNT would make inotify_add_watch wait on the mount, whose
+	 * loop this thread has yet to run), and the watch is added through the fd */
+	int fd = open_real(path, O_PATH | O_CLOEXEC | (*name ? O_DIRECTORY : 0));
+	if (fd < 0)
+		return -1;
+	char proc[64];
+	snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+	int wd = inotify_add_watch(fs->ifd, proc, mask | IN_MASK_ADD);
+	int err = errno;
+	close(fd);
+	errno = err;
 	if (wd < 0)
 		return -1;
 	if (fs->nw == *cap) {
@@ -823,7 +834,8 @@ static int add_watch(tp_fs *fs, const char *path, const char *name, uint32_t nod
 	return 0;
 }
 
-/* Watches the folder path of a file for name events of its last component. */
+/* Watches the folder path of a file for name events of its last component. path holds no link
+ * (add_watch refuses one). */
 static int add_name_watch(tp_fs *fs, const char *path, uint32_t node, size_t *cap)
 {
 	char *d = strdup(path), *b = strdup(path);
@@ -845,8 +857,8 @@ static void start_watching(tp_fs *fs)
 	for (uint32_t i = 0; i < fs->nn; i++) {
 		const tp_node *n = &fs->m->n[i];
 		int rc = add_watch(fs, n->real, "", i, &cap);
-		if (i && rc == 0)
-			rc = add_name_watch(fs, n->abspath, i, &cap);
+		if (i && rc == 0) /* the name under its folder as given: that folder resolved is the parent's */
+			rc = add_watch(fs, fs->m->n[n->parent].real, n->name, i, &cap);
 		if (i && rc == 0 && strcmp(n->real, n->abspath))
 			rc = add_name_watch(fs, n->real, i, &cap);
 		if (rc < 0) {
