@@ -298,7 +298,11 @@ static int cmd_mount(int argc, char **argv)
 				return die_usage(usage_mount, "--release-pages: on or off");
 			fo.release_pages = optarg[1] == 'n';
 			break;
-		case 'K': ranks = optarg; break;
+		case 'K':
+			if (ranks)
+				return die_usage(usage_mount, "--ranks given twice: give one list, e.g. --ranks 0,1");
+			ranks = optarg;
+			break;
 		case 'I':
 			if (strcmp(optarg, "exact") && strcmp(optarg, "readahead") && strcmp(optarg, "random"))
 				return die_usage(usage_mount, "--source-io: exact, readahead or random");
@@ -753,7 +757,11 @@ static int cmd_plan(int argc, char **argv)
 			break;
 		case 'j': json = 1; break;
 		case 'i': io = 1; break;
-		case 'K': ranks = optarg; break;
+		case 'K':
+			if (ranks)
+				return die_usage(usage_plan, "--ranks given twice: give one list, e.g. --ranks 0,1");
+			ranks = optarg;
+			break;
 		case 'l':
 			for (int i = 0; i < tp_builtin_count(); i++) {
 				size_t len;

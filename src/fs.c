@@ -1503,7 +1503,26 @@ static void ready_helper(tp_fs *fs, int report_fd)
 	} else {
 		set_readahead(fs, st.st_dev);
 		snprintf(msg, sizeof msg, "O");
-		tp_log(1, "serving %s as %u ranks at %s (plan: %s)", fs->m->src, fs->T, fs->o->mnt, fs->m->plan_origin);
+		char set[96] = "";
+		if (fs->o->serve) { /* the served set, as ranges: "ranks 8-15 of" */
+			size_t k = (size_t)snprintf(set, sizeof set, "ranks ");
+			for (uint32_t r = 0; r < fs->T; r++) {
+				if (!fs->o->serve[r] || (r && fs->o->serve[r - 1]))
+					continue;
+				uint32_t end = r;
+				while (end + 1 < fs->T && fs->o->serve[end + 1])
+					end++;
+				if (k > sizeof set - 32) { /* a long list is cut short */
+					k += (size_t)snprintf(set + k, sizeof set - k, ",...");
+					break;
+				}
+				k += (size_t)(end > r ? snprintf(set + k, sizeof set - k, "%s%u-%u", k > 6 ? "," : "", r, end)
+						      : snprintf(set + k, sizeof set - k, "%s%u", k > 6 ? "," : "", r));
+			}
+			snprintf(set + k, sizeof set - k, " of ");
+		}
+		tp_log(1, "serving %s as %s%u ranks at %s (plan: %s)", fs->m->src, set, fs->T, fs->o->mnt,
+		       fs->m->plan_origin);
 	}
 	send_note(report_fd, msg);
 	_exit(msg[0] == 'O' ? 0 : 1);
