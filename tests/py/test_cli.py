@@ -38,6 +38,14 @@ for cmd in ("mount", "umount", "plan", "check", "stats"):
 p = tt.tpfs("mount", "--help")
 for word in ("--tp", "--plan", "--strict", "--pad-vocab", "--readahead", "-o", "umount"):
     F.check(word in p.stdout, "mount --help mentions %s" % word)
+# the help says what the review found missing (joined: phrases may wrap)
+mh = " ".join(p.stdout.split())
+for phrase in ("model_type no built-in plan knows is refused", "--plan generic opts in", "user_allow_other in /etc/fuse.conf",
+               "keep their global numbers (8-15 gives rank8 .. rank15)", "Pick readahead on stores limited by request count"):
+    F.check(phrase in mh, "mount --help says %r" % phrase)
+ph = " ".join(tt.tpfs("plan", "--help").stdout.split())
+for phrase in ("model_type no built-in plan knows is refused", "--plan generic opts in"):
+    F.check(phrase in ph, "plan --help says %r" % phrase)
 F.check(tt.tpfs().returncode == 2, "no command: usage, exit 2")
 F.check(tt.tpfs("frobnicate").returncode == 2, "unknown command: exit 2")
 
