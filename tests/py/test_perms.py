@@ -256,5 +256,20 @@ F.check("cannot watch" in log, "watch swap: the unwatched folder is logged (%r)"
 os.remove(os.path.join(src5, "private"))
 os.rename(os.path.join(src5, "private.old"), os.path.join(src5, "private"))
 os.rmdir(mnt)
+# what the README's safety section says: only SRC's own mode and what is under it are copied; a
+# 0700 folder above SRC does not protect a 0644 file in it from other users under -o allow_other,
+# and a restrictive mode on SRC itself does
+above = os.path.join(work, "above")
+src6 = os.path.join(above, "src6")
+shutil.copytree(src, src6, symlinks=True)
+os.chmod(above, 0o700)
+os.chmod(src6, 0o755)
+F.check(as_nobody("cat", os.path.join(src6, "public.txt")).returncode != 0, "0700 folder above SRC keeps others out of SRC")
+with tt.Mount(src6, 2, "-o", "allow_other") as m:
+    allowed(os.path.join(m.rank(0), "public.txt"), "anyone\n", "0644 file in SRC under a 0700 folder above SRC (README)")
+os.chmod(src6, 0o700)
+with tt.Mount(src6, 2, "-o", "allow_other") as m:
+    p = as_nobody("cat", os.path.join(m.rank(0), "public.txt"))
+    F.check(p.returncode != 0 and not p.stdout, "SRC itself 0700: another user is denied (%r)" % p.stdout)
 shutil.rmtree(work)
 F.done("perms")
