@@ -53,9 +53,12 @@ static const char *usage_mount =
 	"options:\n"
 	"  --tp N              number of ranks (tensor-parallel size), 1..1024 (required)\n"
 	"  --ranks LIST        serve only these rank folders of the N-way split, e.g. 8-15 or 0,3 (one\n"
-	"                      node of a multi-node job; the source is read only for these ranks)\n"
+	"                      node of a multi-node job; the source is read only for these ranks);\n"
+	"                      the folders keep their global numbers (8-15 gives rank8 .. rank15)\n"
 	"  --plan NAME|FILE    a built-in plan by name, or a plan file (default: detect from config.json;\n"
-	"                      'tpfs plan --list' lists the built-in plans)\n"
+	"                      'tpfs plan --list' lists the built-in plans). A model_type no built-in\n"
+	"                      plan knows is refused; --plan generic opts in to a guess by tensor name\n"
+	"                      that refuses what a name cannot tell (fused or 3-D experts tensors)\n"
 	"  --strict            refuse tensors no rule matches and invalid files anywhere in SRC\n"
 	"  --pad-vocab[=M]     pad vocabulary rows to a multiple of M (default 64, as vLLM) so that\n"
 	"                      any N dividing the padded size works; padded rows read as zeros\n"
@@ -73,7 +76,8 @@ static const char *usage_mount =
 	"  -o OPTIONS          extra FUSE mount options (comma separated); the mount is always\n"
 	"                      ro and default_permissions: each file keeps the owner, group and\n"
 	"                      read/execute bits of its source; other users reach the mount only\n"
-	"                      with -o allow_other\n"
+	"                      with -o allow_other (as a non-root user, that needs user_allow_other\n"
+	"                      in /etc/fuse.conf)\n"
 	"  --readahead KB      readahead window set on the mount (default 4096: reads arrive as\n"
 	"                      1 MiB requests, several in flight; 0 leaves the kernel's 128)\n"
 	"  --threads N         worker threads (default 16)\n"
@@ -91,7 +95,9 @@ static const char *usage_mount =
 	"  --release-pages on|off  drop the daemon's mapping of source pages after each reply so its\n"
 	"                      RSS stays flat (default on; the pages stay in the page cache)\n"
 	"  --source-io MODE    exact (default: no readahead on the source, the next runs' pages\n"
-	"                      prefetched), readahead (the kernel's) or random (neither; for measuring)\n"
+	"                      prefetched), readahead (the kernel's) or random (neither; for measuring).\n"
+	"                      Pick readahead on stores limited by request count rather than bytes:\n"
+	"                      more bytes are read, in fewer and larger requests\n"
 	"\n"
 	"Unmount with 'tpfs umount MNT', 'fusermount3 -u MNT', or SIGTERM/SIGINT to the daemon.\n";
 
@@ -104,6 +110,8 @@ static const char *usage_plan =
 	"full and local shapes and its local bytes; then per-rank totals (local, replicated, split)\n"
 	"and the tensors no rule matched (replicated; refused under --strict). Nothing is mounted.\n"
 	"--ep (expert parallelism, as for mount) also prints which routed experts each rank holds.\n"
+	"--plan is as for mount: a model_type no built-in plan knows is refused; --plan generic opts\n"
+	"in to a guess by tensor name that refuses what a name cannot tell.\n"
 	"--json prints the resolved plan as a plan file (one exact rule per tensor) that --plan\n"
 	"accepts back, for editing. --list prints the built-in plans.\n"
 	"--io prints what each rank must read from the source: its rank files' bytes, the source bytes\n"
@@ -309,7 +317,11 @@ static int cmd_mount(int argc, char **argv)
 				return die_usage(usage_mount, "--release-pages: on or off");
 			fo.release_pages = optarg[1] == 'n';
 			break;
-		case 'K': ranks = optarg; break;
+		case 'K':
+			if (ranks)
+				return die_usage(usage_mount, "--ranks given twice: give one list, e.g. --ranks 0,1");
+			ranks = optarg;
+			break;
 		case 'I':
 			if (strcmp(optarg, "exact") && strcmp(optarg, "readahead") && strcmp(optarg, "random"))
 				return die_usage(usage_mount, "--source-io: exact, readahead or random");
@@ -770,7 +782,11 @@ static int cmd_plan(int argc, char **argv)
 			break;
 		case 'j': json = 1; break;
 		case 'i': io = 1; break;
-		case 'K': ranks = optarg; break;
+		case 'K':
+			if (ranks)
+				return die_usage(usage_plan, "--ranks given twice: give one list, e.g. --ranks 0,1");
+			ranks = optarg;
+			break;
 		case 'l':
 			for (int i = 0; i < tp_builtin_count(); i++) {
 				size_t len;

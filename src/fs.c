@@ -828,7 +828,18 @@ static int add_watch(tp_fs *fs, const char *path, const char *name, uint32_t nod
 {
 	const uint32_t mask = *name ? IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_ONLYDIR
 				    : IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF;
-	int wd = inotify_add_watch(fs->ifd, path, mask | IN_MASK_ADD);
+	/* the mount exists by now: path (resolved at planning) is opened without following any link
+	 * (a folder swapped for a link into MNT would make inotify_add_watch wait on the mount, whose
+	 * loop this thread has yet to run), and the watch is added through the fd */
+	int fd = open_real(path, O_PATH | O_CLOEXEC | (*name ? O_DIRECTORY : 0));
+	if (fd < 0)
+		return -1;
+	char proc[64];
+	snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+	int wd = inotify_add_watch(fs->ifd, proc, mask | IN_MASK_ADD);
+	int err = errno;
+	close(fd);
+	errno = err;
 	if (wd < 0)
 		return -1;
 	if (fs->nw == *cap) {
@@ -848,7 +859,8 @@ static int add_watch(tp_fs *fs, const char *path, const char *name, uint32_t nod
 	return 0;
 }
 
-/* Watches the folder path of a file for name events of its last component. */
+/* Watches the folder path of a file for name events of its last component. path holds no link
+ * (add_watch refuses one). */
 static int add_name_watch(tp_fs *fs, const char *path, uint32_t node, size_t *cap)
 {
 	char *d = strdup(path), *b = strdup(path);
@@ -870,8 +882,8 @@ static void start_watching(tp_fs *fs)
 	for (uint32_t i = 0; i < fs->nn; i++) {
 		const tp_node *n = &fs->m->n[i];
 		int rc = add_watch(fs, n->real, "", i, &cap);
-		if (i && rc == 0)
-			rc = add_name_watch(fs, n->abspath, i, &cap);
+		if (i && rc == 0) /* the name under its folder as given: that folder resolved is the parent's */
+			rc = add_watch(fs, fs->m->n[n->parent].real, n->name, i, &cap);
 		if (i && rc == 0 && strcmp(n->real, n->abspath))
 			rc = add_name_watch(fs, n->real, i, &cap);
 		if (rc < 0) {
@@ -1555,7 +1567,26 @@ static void ready_helper(tp_fs *fs, int report_fd)
 	} else {
 		set_readahead(fs, st.st_dev);
 		snprintf(msg, sizeof msg, "O");
-		tp_log(1, "serving %s as %u ranks at %s (plan: %s)", fs->m->src, fs->T, fs->o->mnt, fs->m->plan_origin);
+		char set[96] = "";
+		if (fs->o->serve) { /* the served set, as ranges: "ranks 8-15 of" */
+			size_t k = (size_t)snprintf(set, sizeof set, "ranks ");
+			for (uint32_t r = 0; r < fs->T; r++) {
+				if (!fs->o->serve[r] || (r && fs->o->serve[r - 1]))
+					continue;
+				uint32_t end = r;
+				while (end + 1 < fs->T && fs->o->serve[end + 1])
+					end++;
+				if (k > sizeof set - 32) { /* a long list is cut short */
+					k += (size_t)snprintf(set + k, sizeof set - k, ",...");
+					break;
+				}
+				k += (size_t)(end > r ? snprintf(set + k, sizeof set - k, "%s%u-%u", k > 6 ? "," : "", r, end)
+						      : snprintf(set + k, sizeof set - k, "%s%u", k > 6 ? "," : "", r));
+			}
+			snprintf(set + k, sizeof set - k, " of ");
+		}
+		tp_log(1, "serving %s as %s%u ranks at %s (plan: %s)", fs->m->src, set, fs->T, fs->o->mnt,
+		       fs->m->plan_origin);
 	}
 	send_note(report_fd, msg);
 	_exit(msg[0] == 'O' ? 0 : 1);

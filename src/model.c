@@ -298,9 +298,7 @@ static cJSON *parse_json_file(const tp_node *n, tp_err *e)
 		return NULL;
 	cJSON *j = cJSON_ParseWithLength(text, len);
 	if (!j) {
-		const char *at = cJSON_GetErrorPtr();
-		long pos = at && at >= text && at <= text + len ? (long)(at - text) : 0;
-		tp_fail(e, TP_EINVAL, "%s: not valid JSON (near byte %ld)", n->path, pos);
+		tp_json_fail(e, n->path, text, len, cJSON_GetErrorPtr());
 	}
 	free(text);
 	return j;

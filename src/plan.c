@@ -276,8 +276,7 @@ int tp_plan_parse(const char *text, size_t len, const char *origin, tp_plan *p, 
 	memset(p, 0, sizeof *p);
 	p->json = cJSON_ParseWithLength(text, len);
 	if (!p->json)
-		return tp_fail(e, TP_EINVAL, "%s: not valid JSON (near byte %ld)", origin,
-			       cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - text) : 0L);
+		return tp_json_fail(e, origin, text, len, cJSON_GetErrorPtr());
 	cJSON *o = p->json;
 	if (!cJSON_IsObject(o)) {
 		tp_plan_free(p);

@@ -739,9 +739,12 @@ static void stage_spec(job *j, tp_resolved *out)
 	const tp_rule *r = j->r;
 	int w = 0;
 	char buf[160];
-	w = snprintf(buf, sizeof buf, "%s", j->kind->label);
-	if (j->kind->ref == TK_AX_RULE || j->kind->ref == TK_AX_HEADS)
-		w += snprintf(buf + w, sizeof buf - (size_t)w, " axis %d", j->axis);
+	if (j->kind->ref == TK_AX_RULE) /* "axis 1", not "axis axis 1" */
+		w = snprintf(buf, sizeof buf, "axis %d", j->axis);
+	else if (j->kind->ref == TK_AX_HEADS)
+		w = snprintf(buf, sizeof buf, "%s axis %d", j->kind->label, j->axis);
+	else
+		w = snprintf(buf, sizeof buf, "%s", j->kind->label);
 	if (s.nseg > 1) {
 		w += snprintf(buf + w, sizeof buf - (size_t)w, ", segments");
 		for (uint32_t i = 0; i < s.nseg && w < 100; i++)

@@ -41,6 +41,11 @@ void tp_err_prefix(tp_err *e, const char *fmt, ...) __attribute__((format(printf
 /* snprintf that truncates silently (for building message contexts). */
 void tp_fmt(char *dst, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Records why cJSON refused text[0..len) (at: cJSON_GetErrorPtr()) as "<what>: not valid JSON
+ * (near byte N)", or, when the text nests deeper than cJSON's limit, says so and names the limit.
+ * Returns -1. */
+int tp_json_fail(tp_err *e, const char *what, const char *text, size_t len, const char *at);
+
 /* Clears e to TP_OK with an empty message. */
 void tp_err_clear(tp_err *e);
 

@@ -38,6 +38,14 @@ for cmd in ("mount", "umount", "plan", "check", "stats"):
 p = tt.tpfs("mount", "--help")
 for word in ("--tp", "--plan", "--strict", "--pad-vocab", "--readahead", "-o", "umount"):
     F.check(word in p.stdout, "mount --help mentions %s" % word)
+# the help says what the review found missing (joined: phrases may wrap)
+mh = " ".join(p.stdout.split())
+for phrase in ("model_type no built-in plan knows is refused", "--plan generic opts in", "user_allow_other in /etc/fuse.conf",
+               "keep their global numbers (8-15 gives rank8 .. rank15)", "Pick readahead on stores limited by request count"):
+    F.check(phrase in mh, "mount --help says %r" % phrase)
+ph = " ".join(tt.tpfs("plan", "--help").stdout.split())
+for phrase in ("model_type no built-in plan knows is refused", "--plan generic opts in"):
+    F.check(phrase in ph, "plan --help says %r" % phrase)
 F.check(tt.tpfs().returncode == 2, "no command: usage, exit 2")
 F.check(tt.tpfs("frobnicate").returncode == 2, "unknown command: exit 2")
 
@@ -193,6 +201,39 @@ for what, hdr in (("shape", '{"w":{"dtype":"F32","shape":[001],"data_offsets":[0
     p = tt.tpfs("check", lz)
     F.check(p.returncode == 1 and "leading zero" in p.stdout + p.stderr,
             "check: a %s with a leading zero is refused (exit %d, %r)" % (what, p.returncode, (p.stdout + p.stderr)[-300:]))
+
+# JSON nested deeper than cJSON's limit says so (it said only "not valid JSON (near byte 1025)")
+deep = os.path.join(work, "deep")
+shutil.copytree(src, deep)
+with open(os.path.join(deep, "config.json"), "w") as f:
+    f.write('{"x": ' + "[" * 1100 + "]" * 1100 + "}")
+p = tt.tpfs("plan", deep, "--tp", "2")
+F.check(p.returncode == 1 and "config.json: JSON nested deeper than 1000 levels" in p.stderr,
+        "deep config.json: nesting named (exit %d, %r)" % (p.returncode, p.stderr.strip()))
+deep_plan = os.path.join(work, "deep-plan.json")
+with open(deep_plan, "w") as f:
+    f.write("[" * 1001 + "]" * 1001)
+p = tt.tpfs("plan", src, "--tp", "2", "--plan", deep_plan)
+F.check(p.returncode == 1 and "nested deeper than 1000 levels" in p.stderr,
+        "deep plan file: nesting named (exit %d, %r)" % (p.returncode, p.stderr.strip()))
+with open(deep_plan, "w") as f:
+    f.write("[" * 999 + "]" * 998 + "x")
+p = tt.tpfs("plan", src, "--tp", "2", "--plan", deep_plan)
+F.check(p.returncode == 1 and "not valid JSON (near byte 1997)" in p.stderr,
+        "shallow broken plan file: position named (exit %d, %r)" % (p.returncode, p.stderr.strip()))
+
+# a rule "split": "axis" with "axis": -1 is shown as "axis 1" (it read "axis axis 1")
+plan = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "plans", "llama.json")))
+for r in plan["rules"]:
+    if r.get("name") == "mlp_out":
+        r["split"], r["axis"] = "axis", -1
+ax_plan = os.path.join(work, "axis-plan.json")
+with open(ax_plan, "w") as f:
+    json.dump(plan, f)
+p = tt.tpfs("plan", src, "--tp", "2", "--plan", ax_plan)
+line = [l for l in p.stdout.splitlines() if "mlp.down_proj.weight" in l]
+F.check(p.returncode == 0 and line and "axis 1" in line[0] and "axis axis" not in p.stdout,
+        "axis -1 shown as 'axis 1' (exit %d, %r, %r)" % (p.returncode, line[:1], p.stderr.strip()[-200:]))
 
 shutil.rmtree(work)
 F.done("test_cli")

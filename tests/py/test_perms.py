@@ -181,5 +181,95 @@ with tt.Mount(src3, 2, allow_stderr=[r"the source changed since it was mounted"]
                 "SRC replaced by a link into MNT: %s fails with EIO (exit %d, %r)" % (name, p.returncode, err.strip()))
     os.remove(src3)
     os.rename(src3 + ".old", src3)
+
+# a folder swapped for a link into MNT after planning, before the watches are added (the mount
+# exists by then and its loop has not started): adding the watch must not follow the link (it
+# would wait on the mount for ever). A preloaded inotify_add_watch makes the swap at the first
+# watch, so the window is hit every time.
+shim_c = os.path.join(work, "swap.c")
+with open(shim_c, "w") as f:
+    f.write(r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int inotify_add_watch(int fd, const char *path, uint32_t mask)
+{
+	static int done;
+	const char *from = getenv("SWAP_FROM"), *to = getenv("SWAP_TO");
+	if (!done && from && to) {
+		char old[4096];
+		snprintf(old, sizeof old, "%s.old", from);
+		done = rename(from, old) == 0 && symlink(to, from) == 0 ? 1 : -1;
+	}
+	int (*real)(int, const char *, uint32_t) = (int (*)(int, const char *, uint32_t))dlsym(RTLD_NEXT, "inotify_add_watch");
+	return real(fd, path, mask);
+}
+""")
+shim = os.path.join(work, "swap.so")
+subprocess.run(["cc", "-shared", "-fPIC", "-o", shim, shim_c, "-ldl"], check=True)
+src5 = os.path.join(work, "src5")
+shutil.copytree(src, src5, symlinks=True)
+mnt = os.path.realpath(tempfile.mkdtemp(prefix="tpfs-perms-mnt-"))
+
+
+def mnt_dev():
+    """MNT's device from mountinfo, or None: no stat of MNT, which would wait on a stuck daemon."""
+    return next((l.split()[2] for l in open("/proc/self/mountinfo") if l.split()[4] == mnt), None)
+
+
+env = dict(os.environ, LD_PRELOAD=shim, SWAP_FROM=os.path.join(src5, "private"), SWAP_TO=os.path.join(mnt, "rank0"),
+           ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0")
+errf = tempfile.TemporaryFile(mode="w+")
+d = subprocess.Popen([tt.TPFS, "mount", src5, mnt, "--tp", "2", "-f"], stderr=errf, stdout=subprocess.DEVNULL, env=env)
+tt.wait_for(lambda: mnt_dev() or d.poll() is not None, what="the mount")
+results = {}
+for name in ("rank0/public.txt", "rank0/private/inside.txt"):
+    p = subprocess.Popen(["cat", os.path.join(mnt, name)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.time() + 10
+    while p.poll() is None and time.time() < end:
+        time.sleep(0.05)
+    if p.poll() is None:
+        F.check(False, "watch swap: reading %s hangs (adding a watch followed the link into the mount)" % name)
+        with open("/sys/fs/fuse/connections/%s/abort" % mnt_dev().split(":")[1], "w") as f:
+            f.write("1\n")
+        p.wait()
+        break
+    results[name] = (p.returncode, p.stdout.read(), p.stderr.read())
+F.check(os.path.islink(os.path.join(src5, "private")), "watch swap: the shim swapped the folder for a link")
+if "rank0/public.txt" in results:
+    F.check(results["rank0/public.txt"][:2] == (0, "anyone\n"), "watch swap: other files still served (%r)" % (results["rank0/public.txt"],))
+if "rank0/private/inside.txt" in results:
+    r = results["rank0/private/inside.txt"]
+    F.check(r[0] != 0 and "Input/output error" in r[2], "watch swap: a file under the swapped folder fails with EIO (%r)" % (r,))
+subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+try:
+    d.wait(timeout=30)
+except subprocess.TimeoutExpired:
+    d.kill()
+    d.wait()
+errf.seek(0)
+log = errf.read()
+F.check("cannot watch" in log, "watch swap: the unwatched folder is logged (%r)" % log[-300:])
+os.remove(os.path.join(src5, "private"))
+os.rename(os.path.join(src5, "private.old"), os.path.join(src5, "private"))
+os.rmdir(mnt)
+# what the README's safety section says: only SRC's own mode and what is under it are copied; a
+# 0700 folder above SRC does not protect a 0644 file in it from other users under -o allow_other,
+# and a restrictive mode on SRC itself does
+above = os.path.join(work, "above")
+src6 = os.path.join(above, "src6")
+shutil.copytree(src, src6, symlinks=True)
+os.chmod(above, 0o700)
+os.chmod(src6, 0o755)
+F.check(as_nobody("cat", os.path.join(src6, "public.txt")).returncode != 0, "0700 folder above SRC keeps others out of SRC")
+with tt.Mount(src6, 2, "-o", "allow_other") as m:
+    allowed(os.path.join(m.rank(0), "public.txt"), "anyone\n", "0644 file in SRC under a 0700 folder above SRC (README)")
+os.chmod(src6, 0o700)
+with tt.Mount(src6, 2, "-o", "allow_other") as m:
+    p = as_nobody("cat", os.path.join(m.rank(0), "public.txt"))
+    F.check(p.returncode != 0 and not p.stdout, "SRC itself 0700: another user is denied (%r)" % p.stdout)
 shutil.rmtree(work)
 F.done("perms")

@@ -89,6 +89,8 @@ def tree(root):
 # ---- --ranks serves exactly the named folders, with a full mount's bytes ----
 with tt.Mount(src, 8) as full:
     want = {r: tree(full.rank(r)) for r in range(8)}
+with tt.Mount(src, 2) as full:
+    want2 = {r: tree(full.rank(r)) for r in range(2)}
 for T, lst, ranks in ((8, "4-7", [4, 5, 6, 7]), (8, "0,3", [0, 3]), (8, "5", [5]), (8, "6,0-1", [0, 1, 6]),
                       (2, "1", [1])):
     with Mount(src, T, "--ranks", lst, first=ranks[0]) as m:
@@ -100,15 +102,15 @@ for T, lst, ranks in ((8, "4-7", [4, 5, 6, 7]), (8, "0,3", [0, 3]), (8, "5", [5]
                 T, lst, r, "missing" if r in ranks else "present"))
         for r in ranks:
             got = tree(m.rank(r))
-            if T == 8:
-                F.check(got == want[r], "--ranks %s: rank%d's files and bytes equal a full mount's" % (lst, r))
-            else:
-                F.check(set(got) == set(want[0]), "--tp 2 --ranks 1: every file")
+            F.check(got == (want if T == 8 else want2)[r],
+                    "--tp %d --ranks %s: rank%d's files and bytes equal a full mount's" % (T, lst, r))
         st = os.stat(m.path)
         F.check(st.st_nlink == 2 + len(ranks), "root link count %d for %d ranks" % (st.st_nlink, len(ranks)))
         with open(os.path.join(m.path, ".tpfs-stats")) as f:
             rows = [l.split()[0] for l in f.read().splitlines() if l[:1].isdigit()]
         F.check(rows == [str(r) for r in ranks], "stats list the served ranks: %s" % rows)
+    if lst == "6,0-1":  # the log names the served set
+        F.check("as ranks 0-1,6 of 8 ranks" in m.stderr(), "--ranks 6,0-1 logged: %r" % m.stderr()[-300:])
 
 # ---- bad lists are refused before mounting ----
 mnt = tempfile.mkdtemp(prefix="tpfs-ranks-mnt-")
@@ -117,6 +119,14 @@ for lst in ("", "8", "0-8", "3-1", "1,,2", "a", "1-", "-1", "1,1", "0-3,2", " 1"
     F.check(p.returncode == 2 and "--ranks" in p.stderr, "--ranks '%s' refused with usage (%d: %s)" % (
         lst, p.returncode, p.stderr.splitlines()[:1]))
     F.check(not tt.is_mounted(mnt), "--ranks '%s': nothing mounted" % lst)
+# a repeated --ranks is refused (it used to serve the last list only), by mount and plan --io
+for cmd in (["mount", src, mnt], ["plan", src, "--io"]):
+    p = tt.tpfs(*cmd, "--tp", "8", "--ranks", "0", "--ranks", "1")
+    F.check(p.returncode == 2 and "--ranks given twice" in p.stderr, "%s --ranks 0 --ranks 1 refused (%d: %s)" % (
+        cmd[0], p.returncode, p.stderr.splitlines()[:1]))
+    F.check(not tt.is_mounted(mnt), "--ranks twice: nothing mounted")
+    if tt.is_mounted(mnt):
+        subprocess.run(["fusermount3", "-u", "-z", mnt])
 p = tt.tpfs("mount", src, mnt, "--tp", "8", "--ranks", "8")
 F.check("out of range" in p.stderr, "out of range said: %s" % p.stderr.splitlines()[:1])
 # a split that cannot be served: the same refusal with or without --ranks
