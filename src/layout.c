@@ -100,43 +100,47 @@ int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char
 		tp_layout_free(L);
 		return tp_fail(e, TP_ENOMEM, "%s: out of memory building rank %u", fname, r);
 	}
-	for (size_t k = 0; k < h->n; k++) {
-		size_t i = order ? order[k] : k;
+	/* With an order, the source tensors are visited in source order (their specs and headers
+	 * read in sequence, not at random: at 200k tensors and many ranks the cache misses were
+	 * most of the time) and each is written into its writer-order slot; empty slots are
+	 * squeezed out after. The first failure in writer order is the one reported, as before. */
+	uint32_t *slot = NULL;
+	if (order && h->n) {
+		slot = malloc(h->n * sizeof *slot);
+		if (!slot) {
+			tp_layout_free(L);
+			return tp_fail(e, TP_ENOMEM, "%s: out of memory building rank %u", fname, r);
+		}
+		for (size_t k = 0; k < h->n; k++)
+			slot[order[k]] = (uint32_t)k;
+	}
+	size_t fail = SIZE_MAX;
+	for (size_t i = 0; i < h->n && (slot || fail == SIZE_MAX); i++) {
+		tp_ltensor *lt = slot ? &L->t[slot[i]] : &L->t[L->n];
+		lt->src = UINT32_MAX; /* empty unless filled below */
 		if (specs[i].kind == TP_ABSENT)
 			continue;
 		tp_cut c;
-		if (tp_cut_tensor(&h->t[i], &specs[i], T, r, &c, "", e) < 0) {
-			/* again with the context for the message (formatting it for every tensor of every
-			 * rank up front was most of the time of a large mount) */
-			char ctx[TP_ERR_MSG];
-			if (why && why[i])
-				tp_fmt(ctx, sizeof ctx, "%s: tensor '%s' (%s)", fname, h->t[i].name, why[i]);
-			else
-				tp_fmt(ctx, sizeof ctx, "%s: tensor '%s'", fname, h->t[i].name);
-			tp_cut_tensor(&h->t[i], &specs[i], T, r, &c, ctx, e);
-			if (e && e->code == TP_EPLAN) {
-				char ts[96];
-				tp_spec_working_ts(&h->t[i], &specs[i], 64, ts, sizeof ts);
-				size_t l = strlen(e->msg);
-				tp_fmt(e->msg + l, sizeof e->msg - l, "; this tensor can be split for T = %s%s", ts,
-				       (specs[i].flags & TP_EXPERT) && specs[i].kind != TP_OWNED ? "; or serve the experts with expert parallelism (--ep)" : "");
-			}
-			tp_layout_free(L);
-			return -1;
+		if (tp_cut_tensor(&h->t[i], &specs[i], T, r, &c, "", NULL) < 0) {
+			if (fail == SIZE_MAX || (slot && slot[i] < slot[fail]))
+				fail = i;
+			continue;
 		}
-		if (c.absent)
-			continue; /* another rank's expert */
+		if (c.absent || fail != SIZE_MAX)
+			continue; /* another rank's expert, or a failure already */
 		if (L->npieces + c.np > cap) {
 			while (L->npieces + c.np > cap)
 				cap *= 2;
 			tp_piece *np = realloc(L->pieces, cap * sizeof *np);
 			if (!np) {
+				free(slot);
 				tp_layout_free(L);
 				return tp_fail(e, TP_ENOMEM, "%s: out of memory building rank %u", fname, r);
 			}
 			L->pieces = np;
 		}
-		tp_ltensor *lt = &L->t[L->n++];
+		if (!slot)
+			L->n++;
 		lt->src = (uint32_t)i;
 		lt->axis = specs[i].kind == TP_SPLIT ? (int32_t)specs[i].axis : -1;
 		lt->axis_len = lt->axis >= 0 ? c.shape[lt->axis] : 0;
@@ -156,6 +160,35 @@ int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char
 			L->expert_bytes += c.size;
 			L->nexpert++;
 		}
+	}
+	free(slot);
+	if (fail != SIZE_MAX) {
+		/* again with the context for the message (formatting it for every tensor of every
+		 * rank up front was most of the time of a large mount) */
+		size_t i = fail;
+		tp_cut c;
+		char ctx[TP_ERR_MSG];
+		if (why && why[i])
+			tp_fmt(ctx, sizeof ctx, "%s: tensor '%s' (%s)", fname, h->t[i].name, why[i]);
+		else
+			tp_fmt(ctx, sizeof ctx, "%s: tensor '%s'", fname, h->t[i].name);
+		tp_cut_tensor(&h->t[i], &specs[i], T, r, &c, ctx, e);
+		if (e && e->code == TP_EPLAN) {
+			char ts[96];
+			tp_spec_working_ts(&h->t[i], &specs[i], 64, ts, sizeof ts);
+			size_t l = strlen(e->msg);
+			tp_fmt(e->msg + l, sizeof e->msg - l, "; this tensor can be split for T = %s%s", ts,
+			       (specs[i].flags & TP_EXPERT) && specs[i].kind != TP_OWNED ? "; or serve the experts with expert parallelism (--ep)" : "");
+		}
+		tp_layout_free(L);
+		return -1;
+	}
+	if (order) { /* squeeze out the empty slots, keeping writer order */
+		size_t m = 0;
+		for (size_t k = 0; k < h->n; k++)
+			if (L->t[k].src != UINT32_MAX)
+				L->t[m++] = L->t[k];
+		L->n = m;
 	}
 	if (!order)
 		qsort_r(L->t, L->n, sizeof *L->t, cmp_writer, (void *)h);

@@ -2,6 +2,7 @@
  * overflow-checked: shapes come from untrusted headers and specs from user plans. */
 #include "spec.h"
 
+#include <stddef.h>
 #include <string.h>
 
 tp_spec tp_spec_replicate(void)
@@ -106,7 +107,8 @@ static void add_piece(tp_cut *c, uint64_t off, uint64_t len)
 int tp_cut_tensor(const st_tensor *t, const tp_spec *s, uint32_t T, uint32_t r, tp_cut *c,
 		  const char *ctx, tp_err *e)
 {
-	memset(c, 0, sizeof *c);
+	memset(c, 0, offsetof(tp_cut, piece)); /* pieces past c->np stay unset (zeroing them all was a
+	                                         * seventh of a large mount) */
 	c->ndim = t->ndim;
 	memcpy(c->shape, t->shape, sizeof c->shape);
 	uint64_t nbytes = t->end - t->begin;
@@ -179,13 +181,12 @@ int tp_cut_tensor(const st_tensor *t, const tp_spec *s, uint32_t T, uint32_t r, 
 	uint64_t local = 0, seg_lo = 0;
 	for (uint32_t i = 0; i < s->nseg; i++) {
 		tp_share sh;
-		char sctx[TP_ERR_MSG];
-		if (s->nseg > 1)
-			tp_fmt(sctx, sizeof sctx, "%s: segment %u", ctx, i);
-		else
-			tp_fmt(sctx, sizeof sctx, "%s", ctx);
-		if (tp_share_of(s->seg[i], s, T, r, &sh, sctx, e) < 0)
-			return -1;
+		/* the segment's context, formatted only for a message (formatting it on every call was
+		 * most of the time of planning a large checkpoint) */
+		char sctxb[TP_ERR_MSG];
+#define sctx (s->nseg > 1 ? (tp_fmt(sctxb, sizeof sctxb, "%s: segment %u", ctx, i), sctxb) : ctx)
+		if (tp_share_of(s->seg[i], s, T, r, &sh, "", NULL) < 0)
+			return tp_share_of(s->seg[i], s, T, r, &sh, sctx, e);
 		uint64_t u = s->segu[i] ? s->segu[i] : s->unit;
 		uint64_t lo = seg_lo + sh.first * u, hi = lo + sh.count * u;
 		seg_lo += s->seg[i] * u;
@@ -223,6 +224,7 @@ int tp_cut_tensor(const st_tensor *t, const tp_spec *s, uint32_t T, uint32_t r, 
 			if (outer && inner)
 				add_piece(c, TP_ZERO, zb / 8);
 		}
+#undef sctx
 	}
 	c->shape[s->axis] = local;
 	if (outer > 1 && stride_bits % 8)

@@ -98,7 +98,8 @@ int tp_share_of(uint64_t units, const tp_spec *s, uint32_t T, uint32_t r, tp_sha
  * cut lands on a stored element and a byte boundary. An owned tensor is cut whole on the ranks
  * that hold its unit and comes back with c->absent = 1 (size 0, no pieces) on the others; its
  * units must divide over T (or the spec's flags allow the distribution) and owner < units.
- * A TP_ABSENT spec has no cut (refused). Returns 0 or -1 with a message. */
+ * A TP_ABSENT spec has no cut (refused). Only c->piece[0 .. c->np) is set. Returns 0 or -1
+ * with a message. */
 int tp_cut_tensor(const st_tensor *t, const tp_spec *s, uint32_t T, uint32_t r, tp_cut *c,
 		  const char *ctx, tp_err *e);
 
