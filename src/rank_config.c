@@ -235,7 +235,7 @@ int tp_rank_config(const char *src, size_t len, const tp_cfg_set *set, size_t ns
 	/* write: source pieces between the edits, and each edit's text */
 	size_t cap = len + 1, w = 0, from = 0;
 	for (size_t k = 0; k < c.ned; k++)
-		cap += 64 + strlen(set[c.ed[k].set].path) + c.ed[k].nindent + c.ed[k].ncolon;
+		cap += 64 + 130 + strlen(set[c.ed[k].set].path) + c.ed[k].nindent + c.ed[k].ncolon;
 	char *o = rc == 0 ? malloc(cap) : NULL;
 	if (rc == 0 && !o)
 		rc = tp_fail(e, TP_ENOMEM, "out of memory");
@@ -261,6 +261,8 @@ int tp_rank_config(const char *src, size_t len, const tp_cfg_set *set, size_t ns
 		}
 		if (set[d->set].null)
 			w += (size_t)snprintf(o + w, cap - w, "null");
+		else if (set[d->set].str)
+			w += (size_t)snprintf(o + w, cap - w, "\"%.128s\"", set[d->set].str);
 		else
 			w += (size_t)snprintf(o + w, cap - w, "%lld", (long long)set[d->set].value);
 		from = d->end;
