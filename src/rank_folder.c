@@ -241,7 +241,8 @@ static int mentions(const char *x, const char *key)
 
 /* --ep: marks in used[] (plan->nrules entries) the rules that would cut a routed expert's tensor
  * without --ep: for every tensor an experts declaration names, the first rule whose pattern (and
- * `when`) matches it. */
+ * `when`) matches it. Per-expert tensors ({e} bound) are looked at for expert 0 only: every expert
+ * has the same tensors, and the rules' patterns and `when` name experts by the wildcard {e}. */
 static void routed_rules(const tp_model *m, unsigned char *used)
 {
 	const tp_plan *pl = &m->plan;
@@ -257,7 +258,12 @@ static void routed_rules(const tp_model *m, unsigned char *used)
 					c.nvar = 0;
 					tp_expr_bind(&c, "T", m->T);
 					routed = tp_pattern_match(pl->experts[d].pat[p], name, &c) >= 0;
+					for (int v = 0; routed && v < c.nvar; v++)
+						if (strcmp(c.var[v], "e") == 0 && c.val[v] != 0)
+							routed = -1; /* another expert's copy of expert 0's tensor */
 				}
+			if (routed < 0)
+				continue;
 			int found = 0;
 			for (int r = 0; routed && r < pl->nrules && !found; r++)
 				for (int p = 0; p < pl->rules[r].npat && !found; p++) {
