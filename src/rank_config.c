@@ -143,12 +143,12 @@ static int object(scan *c, int depth)
 		c->plen = plen0;
 		c->path[plen0] = 0;
 	}
-	/* add the missing keys whose object this is */
-	for (size_t k = 0; k < c->nset; k++) {
+	/* add the missing keys whose object this is (after the first, each one follows a comma) */
+	for (size_t k = 0, nadd = 0; k < c->nset; k++) {
 		const char *key;
 		if (c->lost || !c->set[k].add || c->seen[k] || !parent_is(c, k, &key))
 			continue;
-		edit ed = {.at = members ? last_end : c->i, .set = k, .first = !members};
+		edit ed = {.at = members ? last_end : c->i, .set = k, .first = !members && !nadd++};
 		ed.end = ed.at;
 		if (members) {
 			ed.indent = c->s + ind0, ed.nindent = ind1 - ind0;

@@ -86,6 +86,8 @@ static void test_string(void **state)
 	(void)state;
 	tp_cfg_set s[] = {{"tpfs_ep_size", 4, 1, 0, NULL}, {"tpfs_ep_experts", 0, 1, 0, "8-15"}};
 	expect("{\n  \"a\": 1\n}", s, 2, "{\n  \"a\": 1,\n  \"tpfs_ep_size\": 4,\n  \"tpfs_ep_experts\": \"8-15\"\n}");
+	/* two keys added to an empty object: a comma between them */
+	expect("{}", s, 2, "{\"tpfs_ep_size\": 4,\"tpfs_ep_experts\": \"8-15\"}");
 	tp_cfg_set t[] = {{"n", 0, 0, 0, "0-3,4-7"}};
 	expect("{\"n\": 2}", t, 1, "{\"n\": \"0-3,4-7\"}");
 }
