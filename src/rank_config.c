@@ -248,7 +248,8 @@ int tp_rank_config(const char *src, size_t len, const tp_cfg_set *set, size_t ns
 			key = key ? key + 1 : set[d->set].path;
 			if (!d->first) {
 				o[w++] = ',';
-				memcpy(o + w, d->indent, d->nindent);
+				if (d->nindent) /* none after a key added to an empty object */
+					memcpy(o + w, d->indent, d->nindent);
 				w += d->nindent;
 			}
 			w += (size_t)snprintf(o + w, cap - w, "\"%s\"", key);
