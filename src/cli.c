@@ -24,6 +24,7 @@
 #include "gather_module.h"
 #include "io_plan.h"
 #include "model.h"
+#include "rank_folder.h"
 
 static const char *usage_main =
 	"usage: tpfs COMMAND [ARGS]\n"
@@ -651,19 +652,8 @@ static void print_json_plan(const tp_model *m, plan_ctx *pc)
 			cJSON_AddItemToArray(rules, j);
 		}
 	}
-	if (m->plan.nexperts) { /* the routed experts, for --ep */
-		cJSON *xs = cJSON_AddArrayToObject(o, "experts");
-		for (int d = 0; d < m->plan.nexperts; d++) {
-			const tp_experts *x = &m->plan.experts[d];
-			cJSON *xo = cJSON_CreateObject();
-			cJSON_AddStringToObject(xo, "name", x->name);
-			cJSON_AddItemToObject(xo, "match", cJSON_CreateStringArray(x->pat, x->npat));
-			cJSON_AddStringToObject(xo, "count", x->count);
-			if (x->axis)
-				cJSON_AddNumberToObject(xo, "axis", x->axis);
-			cJSON_AddItemToArray(xs, xo);
-		}
-	}
+	if (m->plan.nexperts) /* the routed experts, for --ep (as the digest holds them: rank_folder.h) */
+		cJSON_AddItemToObject(o, "experts", tp_experts_json(&m->plan));
 	char *s = cJSON_Print(o);
 	if (s)
 		puts(s);

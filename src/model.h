@@ -109,8 +109,10 @@ typedef struct tp_model {
 	struct cJSON **resolved; /* while planning: per node, its rules of the resolved plan */
 	int resolved_failed;     /* a rule could not be kept (out of memory) */
 	char *plan_tag;          /* "<plan name> sha256:<hex of the resolved plan>" */
-	st_meta *rank_meta;      /* 3 per rank: tpfs.plan, tpfs.tp_rank, tpfs.tp_size */
+	st_meta *rank_meta;      /* 3 per rank: tpfs.plan, tpfs.tp_rank, tpfs.tp_size (5 under --ep:
+	                          * then tpfs.ep_size, tpfs.ep_experts) */
 	char (*rank_num)[12];    /* T + 1 strings: each rank's number, then T */
+	char (*rank_ep)[160];    /* --ep: T strings, each rank's expert range ("8-15"; rank_folder.h) */
 	char *config_text;       /* the source's config.json (MNT/config.json), or NULL */
 	size_t config_len;
 	uint32_t config_node;    /* its node, or UINT32_MAX */

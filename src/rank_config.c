@@ -143,12 +143,12 @@ static int object(scan *c, int depth)
 		c->plen = plen0;
 		c->path[plen0] = 0;
 	}
-	/* add the missing keys whose object this is */
-	for (size_t k = 0; k < c->nset; k++) {
+	/* add the missing keys whose object this is (after the first, each one follows a comma) */
+	for (size_t k = 0, nadd = 0; k < c->nset; k++) {
 		const char *key;
 		if (c->lost || !c->set[k].add || c->seen[k] || !parent_is(c, k, &key))
 			continue;
-		edit ed = {.at = members ? last_end : c->i, .set = k, .first = !members};
+		edit ed = {.at = members ? last_end : c->i, .set = k, .first = !members && !nadd++};
 		ed.end = ed.at;
 		if (members) {
 			ed.indent = c->s + ind0, ed.nindent = ind1 - ind0;
@@ -235,7 +235,7 @@ int tp_rank_config(const char *src, size_t len, const tp_cfg_set *set, size_t ns
 	/* write: source pieces between the edits, and each edit's text */
 	size_t cap = len + 1, w = 0, from = 0;
 	for (size_t k = 0; k < c.ned; k++)
-		cap += 64 + strlen(set[c.ed[k].set].path) + c.ed[k].nindent + c.ed[k].ncolon;
+		cap += 64 + 130 + strlen(set[c.ed[k].set].path) + c.ed[k].nindent + c.ed[k].ncolon;
 	char *o = rc == 0 ? malloc(cap) : NULL;
 	if (rc == 0 && !o)
 		rc = tp_fail(e, TP_ENOMEM, "out of memory");
@@ -248,7 +248,8 @@ int tp_rank_config(const char *src, size_t len, const tp_cfg_set *set, size_t ns
 			key = key ? key + 1 : set[d->set].path;
 			if (!d->first) {
 				o[w++] = ',';
-				memcpy(o + w, d->indent, d->nindent);
+				if (d->nindent) /* none after a key added to an empty object */
+					memcpy(o + w, d->indent, d->nindent);
 				w += d->nindent;
 			}
 			w += (size_t)snprintf(o + w, cap - w, "\"%s\"", key);
@@ -261,6 +262,8 @@ int tp_rank_config(const char *src, size_t len, const tp_cfg_set *set, size_t ns
 		}
 		if (set[d->set].null)
 			w += (size_t)snprintf(o + w, cap - w, "null");
+		else if (set[d->set].str)
+			w += (size_t)snprintf(o + w, cap - w, "\"%.128s\"", set[d->set].str);
 		else
 			w += (size_t)snprintf(o + w, cap - w, "%lld", (long long)set[d->set].value);
 		from = d->end;

@@ -21,6 +21,8 @@ typedef struct tp_cfg_set {
 	int64_t value;
 	int add;        /* where the key is missing, add it at the end of its object (which must exist) */
 	int null;       /* write null instead of value */
+	const char *str; /* or NULL; else write this JSON string instead of value (plain characters: no
+	                  * quote, backslash or control character; at most 128 bytes) */
 } tp_cfg_set;
 
 /* Writes src (len bytes of JSON, an object) with every key of set[] holding its new value.

@@ -16,6 +16,8 @@
 cJSON *tp_resolved_rule(const tp_plan *pl, const st_tensor *t, const tp_resolved *res)
 {
 	const tp_spec *s = &res->spec;
+	if (res->rule == TP_RULE_EXPERTS)
+		return cJSON_CreateNull(); /* placed by the experts declarations (--ep), not by a rule */
 	cJSON *j = cJSON_CreateObject();
 	if (!j)
 		return NULL;
@@ -74,6 +76,22 @@ void tp_resolved_keep(tp_model *m, uint32_t idx, cJSON **rule)
 		m->resolved[idx] = block;
 }
 
+cJSON *tp_experts_json(const tp_plan *pl)
+{
+	cJSON *xs = cJSON_CreateArray();
+	for (int d = 0; xs && d < pl->nexperts; d++) {
+		const tp_experts *x = &pl->experts[d];
+		cJSON *xo = cJSON_CreateObject();
+		cJSON_AddStringToObject(xo, "name", x->name);
+		cJSON_AddItemToObject(xo, "match", cJSON_CreateStringArray(x->pat, x->npat));
+		cJSON_AddStringToObject(xo, "count", x->count);
+		if (x->axis)
+			cJSON_AddNumberToObject(xo, "axis", x->axis);
+		cJSON_AddItemToArray(xs, xo);
+	}
+	return xs;
+}
+
 char *tp_resolved_plan_text(tp_model *m)
 {
 	cJSON *o = cJSON_CreateObject();
@@ -99,11 +117,16 @@ char *tp_resolved_plan_text(tp_model *m)
 			continue;
 		while ((it = b->child)) {
 			cJSON_DetachItemViaPointer(b, it);
-			cJSON_AddItemToArray(rules, it);
+			if (cJSON_IsNull(it))
+				cJSON_Delete(it); /* a routed expert under --ep: the experts declarations place it */
+			else
+				cJSON_AddItemToArray(rules, it);
 		}
 		cJSON_Delete(b);
 		m->resolved[i] = NULL;
 	}
+	if (m->o->ep && m->plan.nexperts) /* under --ep the experts declarations place the routed experts */
+		cJSON_AddItemToObject(o, "experts", tp_experts_json(&m->plan));
 	char *s = m->resolved_failed || !rules ? NULL : cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
 	return s;
@@ -202,17 +225,92 @@ static int pad_token(const tp_model *m, const cJSON *loc, const char *where, uin
 	return 1;
 }
 
+/* 1 when expression x names config key `key` (as a whole name, not part of a longer one). */
+static int mentions(const char *x, const char *key)
+{
+	size_t kl = strlen(key);
+	for (const char *p = x ? strstr(x, key) : NULL; p; p = strstr(p + 1, key)) {
+		char b = p > x ? p[-1] : ' ', a = p[kl];
+		int word_b = b == '_' || b == '.' || (b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z');
+		int word_a = a == '_' || (a >= '0' && a <= '9') || (a >= 'a' && a <= 'z') || (a >= 'A' && a <= 'Z');
+		if (!word_b && !word_a)
+			return 1;
+	}
+	return 0;
+}
+
+/* --ep: marks in used[] (plan->nrules entries) the rules that would cut a routed expert's tensor
+ * without --ep: for every tensor an experts declaration names, the first rule whose pattern (and
+ * `when`) matches it. Per-expert tensors ({e} bound) are looked at for expert 0 only: every expert
+ * has the same tensors, and the rules' patterns and `when` name experts by the wildcard {e}. */
+static void routed_rules(const tp_model *m, unsigned char *used)
+{
+	const tp_plan *pl = &m->plan;
+	tp_expr_ctx c = m->cfg;
+	tp_err e;
+	for (uint32_t i = 0; i < m->nn; i++) {
+		const tp_node *n = &m->n[i];
+		for (size_t k = 0; n->kind == TN_TENSORS && k < n->h.n; k++) {
+			const char *name = n->h.t[k].name;
+			int routed = 0;
+			for (int d = 0; d < pl->nexperts && !routed; d++)
+				for (int p = 0; p < pl->experts[d].npat && !routed; p++) {
+					c.nvar = 0;
+					tp_expr_bind(&c, "T", m->T);
+					routed = tp_pattern_match(pl->experts[d].pat[p], name, &c) >= 0;
+					for (int v = 0; routed && v < c.nvar; v++)
+						if (strcmp(c.var[v], "e") == 0 && c.val[v] != 0)
+							routed = -1; /* another expert's copy of expert 0's tensor */
+				}
+			if (routed < 0)
+				continue;
+			int found = 0;
+			for (int r = 0; routed && r < pl->nrules && !found; r++)
+				for (int p = 0; p < pl->rules[r].npat && !found; p++) {
+					c.nvar = 0;
+					tp_expr_bind(&c, "T", m->T);
+					if (tp_pattern_match(pl->rules[r].pat[p], name, &c) < 0)
+						continue;
+					if (pl->rules[r].when && tp_expr_cond(&c, pl->rules[r].when, &e) <= 0)
+						continue;
+					used[r] = 1;
+					found = 1;
+				}
+		}
+	}
+}
+
+/* --ep: 1 when per_rank key `key` sizes a routed expert (a rule of used[] names it), so that every
+ * rank keeps the source's value: its experts are whole. */
+static int expert_sized(const tp_plan *pl, const unsigned char *used, const char *key)
+{
+	for (int r = 0; r < pl->nrules; r++) {
+		const tp_rule *u = &pl->rules[r];
+		if (!used[r])
+			continue;
+		if (mentions(u->size, key) || mentions(u->heads, key) || mentions(u->unit, key))
+			return 1;
+		for (int k = 0; k < u->nseg; k++)
+			if (mentions(u->seg[k], key) || mentions(u->seg_heads[k], key) || mentions(u->seg_unit[k], key))
+				return 1;
+	}
+	return 0;
+}
+
 /* Rank r's config.json into *out. */
-static int rank_config(tp_model *m, uint32_t r, char **out, size_t *outlen, tp_err *e)
+static int rank_config(tp_model *m, uint32_t r, const unsigned char *routed, char **out, size_t *outlen,
+		       tp_err *e)
 {
 	const int nloc = m->plan.nprefix + 1;
-	tp_cfg_set *set = calloc((size_t)(2 * m->plan.nper_rank * nloc) + 1, sizeof *set);
-	char (*path)[300] = calloc((size_t)(2 * m->plan.nper_rank * nloc) + 1, sizeof *path);
+	tp_cfg_set *set = calloc((size_t)(2 * m->plan.nper_rank * nloc) + 3, sizeof *set);
+	char (*path)[300] = calloc((size_t)(2 * m->plan.nper_rank * nloc) + 3, sizeof *path);
 	size_t n = 0;
 	int rc = set && path ? 0 : tp_fail(e, TP_ENOMEM, "out of memory");
 	for (int i = 0; i < m->plan.nper_rank && rc == 0; i++) {
 		const tp_per_rank *pr = &m->plan.per_rank[i];
 		int added = 0;
+		if (routed && !pr->value && expert_sized(&m->plan, routed, pr->key))
+			continue; /* --ep: the routed experts are whole */
 		for (int l = 0; l < nloc && rc == 0; l++) {
 			const char *where = l < m->plan.nprefix ? m->plan.prefix[l] : "";
 			const cJSON *loc = *where ? cJSON_GetObjectItemCaseSensitive(m->config, where) : m->config;
@@ -236,11 +334,39 @@ static int rank_config(tp_model *m, uint32_t r, char **out, size_t *outlen, tp_e
 			}
 		}
 	}
+	if (rc == 0 && m->o->ep) { /* the ep size and this rank's experts, at the top level */
+		set[n++] = (tp_cfg_set){.path = "tpfs_ep_size", .value = m->T, .add = 1};
+		set[n++] = (tp_cfg_set){.path = "tpfs_ep_experts", .str = m->rank_ep[r], .add = 1};
+	}
 	if (rc == 0)
 		rc = tp_rank_config(m->config_text, m->config_len, set, n, "config.json", out, outlen, e);
 	free(set);
 	free(path);
 	return rc;
+}
+
+/* Rank r's expert range under --ep into buf: "first-last" (inclusive, global expert numbers) of
+ * each experts declaration, the distinct ones joined by ","; "" when it holds none. */
+static void ep_range_text(const tp_model *m, uint32_t r, char *buf, size_t cap)
+{
+	size_t w = 0;
+	buf[0] = 0;
+	for (int d = 0; d < m->plan.nexperts; d++) {
+		uint64_t first, count;
+		tp_model_ep_range(m, d, r, &first, &count);
+		if (!count)
+			continue;
+		char one[48];
+		snprintf(one, sizeof one, "%llu-%llu", (unsigned long long)first, (unsigned long long)(first + count - 1));
+		int dup = 0;
+		for (int p = 0; p < d && !dup; p++) {
+			uint64_t f2, c2;
+			tp_model_ep_range(m, p, r, &f2, &c2);
+			dup = f2 == first && c2 == count;
+		}
+		if (!dup && w + strlen(one) + 2 < cap)
+			w += (size_t)snprintf(buf + w, cap - w, "%s%s", w ? "," : "", one);
+	}
 }
 
 int tp_rank_folder_build(tp_model *m, tp_err *e)
@@ -254,21 +380,28 @@ int tp_rank_folder_build(tp_model *m, tp_err *e)
 	free(plan);
 	size_t tl = strlen(m->plan.name) + 80;
 	m->plan_tag = malloc(tl);
-	m->rank_meta = calloc((size_t)m->T * 3, sizeof *m->rank_meta);
+	const size_t nm = m->o->ep ? 5 : 3;
+	m->rank_meta = calloc((size_t)m->T * nm, sizeof *m->rank_meta);
 	m->rank_num = calloc(m->T + 1, sizeof *m->rank_num);
-	if (!m->plan_tag || !m->rank_meta || !m->rank_num)
+	m->rank_ep = m->o->ep ? calloc(m->T, sizeof *m->rank_ep) : NULL;
+	if (!m->plan_tag || !m->rank_meta || !m->rank_num || (m->o->ep && !m->rank_ep))
 		return tp_fail(e, TP_ENOMEM, "out of memory");
 	snprintf(m->plan_tag, tl, "%s sha256:%s", m->plan.name, hex);
 	snprintf(m->rank_num[m->T], sizeof m->rank_num[m->T], "%u", m->T);
 	for (uint32_t r = 0; r < m->T; r++) {
 		snprintf(m->rank_num[r], sizeof m->rank_num[r], "%u", r);
-		st_meta *x = &m->rank_meta[3 * r];
+		st_meta *x = &m->rank_meta[nm * r];
 		x[0] = (st_meta){"tpfs.plan", m->plan_tag};
 		x[1] = (st_meta){"tpfs.tp_rank", m->rank_num[r]};
 		x[2] = (st_meta){"tpfs.tp_size", m->rank_num[m->T]};
+		if (m->o->ep) {
+			ep_range_text(m, r, m->rank_ep[r], sizeof m->rank_ep[r]);
+			x[3] = (st_meta){"tpfs.ep_size", m->rank_num[m->T]};
+			x[4] = (st_meta){"tpfs.ep_experts", m->rank_ep[r]};
+		}
 		for (uint32_t i = 0; i < m->nn; i++)
 			if (m->n[i].kind == TN_TENSORS && m->n[i].lay)
-				tp_layout_set_meta(&m->n[i].lay[r], x, 3);
+				tp_layout_set_meta(&m->n[i].lay[r], x, nm);
 	}
 	/* the source's config.json (MNT/config.json) and each rank's */
 	m->config_node = tp_node_child(m, 0, "config.json");
@@ -282,23 +415,24 @@ int tp_rank_folder_build(tp_model *m, tp_err *e)
 		return tp_fail(e, TP_EIO, "config.json: cannot read it again (or it changed while planning)");
 	if (m->o->config_global || m->o->keep_going)
 		return 0; /* tpfs plan (keep_going) reports refusals, and prints the per-rank counts itself */
+	unsigned char *routed = NULL; /* --ep: the rules that size routed experts */
 	if (m->o->ep) {
-		/* whole experts under their global numbers: no count in config.json says that */
-		if (m->o->log)
-			m->o->log(m->o->ctx, 1, "--ep: every rank's config.json is the source's (a rank's share of the "
-				  "experts, kept under their global numbers, is not a count config.json can state)");
-		return 0;
+		routed = calloc(m->plan.nrules ? (size_t)m->plan.nrules : 1, 1);
+		if (!routed)
+			return tp_fail(e, TP_ENOMEM, "out of memory");
+		routed_rules(m, routed);
 	}
 	n->gen = calloc(m->T, sizeof *n->gen);
 	n->gen_len = calloc(m->T, sizeof *n->gen_len);
-	if (!n->gen || !n->gen_len)
-		return tp_fail(e, TP_ENOMEM, "out of memory");
-	for (uint32_t r = 0; r < m->T; r++) {
+	int rc = n->gen && n->gen_len ? 0 : tp_fail(e, TP_ENOMEM, "out of memory");
+	for (uint32_t r = 0; r < m->T && rc == 0; r++) {
 		size_t len;
-		if (rank_config(m, r, &n->gen[r], &len, e) < 0)
-			return -1;
+		rc = rank_config(m, r, routed, &n->gen[r], &len, e);
 		n->gen_len[r] = len;
 	}
+	free(routed);
+	if (rc < 0)
+		return -1;
 	n->kind = TN_CONFIG;
 	return 0;
 }
@@ -312,5 +446,6 @@ void tp_rank_folder_free(tp_model *m)
 	free(m->plan_tag);
 	free(m->rank_meta);
 	free(m->rank_num);
+	free(m->rank_ep);
 	free(m->config_text);
 }

@@ -5,10 +5,15 @@
  *   - digests the resolved plan (the rules `tpfs plan --json` prints, one exact rule per
  *     tensor, and the per_rank keys) with SHA-256, and gives every rank file's header the __metadata__ entries
  *     tpfs.tp_size, tpfs.tp_rank and tpfs.plan ("<plan name> sha256:<hex>"), the source's own
- *     entries kept;
- *   - writes each rank's config.json (unless the model was opened with config_global or ep): every
+ *     entries kept; under --ep also tpfs.ep_size (N, the tp size) and tpfs.ep_experts, the
+ *     rank's routed experts as an inclusive range of global expert numbers, "8-15" (distinct
+ *     ranges of several experts declarations joined by ",");
+ *   - writes each rank's config.json (unless the model was opened with config_global): every
  *     count the plan lists under per_rank, at the top level and under each config_prefix
  *     (text_config), replaced by the rank's own value; every other byte kept (rank_config.h).
+ *     Under --ep a count that sizes a routed expert (named by the rule that would cut a routed
+ *     expert's tensor without --ep: moe_intermediate_size) keeps the source's value, and the top
+ *     level gets "tpfs_ep_size": N and "tpfs_ep_experts": "8-15".
  * It works on a tp_model that tp_model_open has planned, and knows nothing of FUSE.
  */
 #ifndef TP_RANK_FOLDER_H
@@ -19,9 +24,14 @@
 struct cJSON;
 
 /* One rule of the resolved plan for tensor t, as `tpfs plan --json` lists it (an exact match,
- * replicate or an axis split with its unit, size, divisor, segments and flags). NULL when out of
- * memory. */
+ * replicate or an axis split with its unit, size, divisor, segments and flags); a JSON null for a
+ * routed expert placed by an experts declaration (--ep), which the rules leave out. NULL when out
+ * of memory. */
 struct cJSON *tp_resolved_rule(const tp_plan *pl, const st_tensor *t, const tp_resolved *res);
+
+/* The plan's experts declarations as `tpfs plan --json` prints them ("experts": [{name, match,
+ * count, axis}]), an array (empty when it has none); NULL when out of memory. */
+struct cJSON *tp_experts_json(const tp_plan *pl);
 
 /* Takes rule[i] (tp_resolved_rule of tensor i, or NULL) of every tensor of node idx, in the
  * order `tpfs plan --json` lists them (names descending), for the digest. Frees rule[]. */
@@ -29,12 +39,14 @@ void tp_resolved_keep(tp_model *m, uint32_t idx, struct cJSON **rule);
 
 /* The content of the resolved plan, whose SHA-256 is the digest in tpfs.plan: the compact JSON
  * (no spaces, members in the order `tpfs plan --json` prints them) of {"per_rank": [...],
- * "rules": [...]} as that output holds them. The name, description and source path are left
+ * "rules": [...]} as that output holds them, and under --ep (when the plan declares experts)
+ * "experts": [...] after them, so that a mount with --ep never shares the digest of one
+ * without (its rules then leave out the routed experts, which the declarations place). The name, description and source path are left
  * out, so the same split of the same tensors has the same digest wherever it is mounted from
  * and whichever plan file (a built-in or its resolved copy) produced it. In Python:
  *   json.dumps({"per_rank": p.get("per_rank", []), "rules": p["rules"]},
  *              separators=(",", ":"), ensure_ascii=False)
- * Consumes the rules kept by tp_resolved_keep. Returns a malloc'd string, or NULL when out of
+ * with "experts": p["experts"] added last under --ep. Consumes the rules kept by tp_resolved_keep. Returns a malloc'd string, or NULL when out of
  * memory. */
 char *tp_resolved_plan_text(tp_model *m);
 

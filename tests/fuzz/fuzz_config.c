@@ -10,9 +10,10 @@
 #include "rank_config.h"
 
 static const tp_cfg_set sets[][2] = {
-	{{"num_attention_heads", 2, 0, 0}, {"head_dim", 4, 1, 0}},
-	{{"text_config.num_attention_heads", 3, 0, 0}, {"text_config.head_dim", 5, 1, 0}},
-	{{"a.b.c", 1, 1, 0}, {"x", 7, 1, 0}},
+	{{"num_attention_heads", 2, 0, 0, NULL}, {"head_dim", 4, 1, 0, NULL}},
+	{{"text_config.num_attention_heads", 3, 0, 0, NULL}, {"text_config.head_dim", 5, 1, 0, NULL}},
+	{{"a.b.c", 1, 1, 0, NULL}, {"x", 7, 1, 0, NULL}},
+	{{"tpfs_ep_size", 4, 1, 0, NULL}, {"tpfs_ep_experts", 0, 1, 0, "8-15"}}, /* --ep: a string value */
 };
 
 static const cJSON *find(const cJSON *j, const char *path)

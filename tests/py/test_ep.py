@@ -26,6 +26,7 @@ them, shared experts tensor-parallel from its local slices, outputs summed over 
 unsplit block to 1e-5 relative. E not divisible by N is refused naming E and the N that work.
 `tpfs plan --ep` prints each rank's experts.
 """
+import hashlib
 import json
 import os
 import re
@@ -44,6 +45,68 @@ work = tempfile.mkdtemp(prefix="tpfs-ep-")
 rng = np.random.default_rng(15)
 EXPERT = re.compile(r"\.experts\.(\d+)\.")
 FUSED = re.compile(r"\.experts\.(gate_up_proj|down_proj)")
+
+
+def plan_digest(src, T, *extra):
+    """The plan digest as rank_folder.h defines it, from `tpfs plan --json`: SHA-256 of the compact
+    {"per_rank", "rules"} (and "experts" under --ep) of the resolved plan."""
+    pr = tt.tpfs("plan", src, "--tp", T, "--json", *extra, check=True)
+    plan = json.loads(pr.stdout)
+    canon = {"per_rank": plan.get("per_rank", []), "rules": plan["rules"]}
+    if "--ep" in extra and "experts" in plan:
+        canon["experts"] = plan["experts"]
+    text = json.dumps(canon, separators=(",", ":"), ensure_ascii=False)
+    return "%s sha256:%s" % (plan["name"][:-len("-resolved")], hashlib.sha256(text.encode()).hexdigest())
+
+
+def rank_meta_configs(src, T, *extra):
+    """Per rank: ({file: __metadata__} of its safetensors files, its config.json parsed)."""
+    out = []
+    with tt.Mount(src, T, *extra) as m:
+        for r in range(T):
+            metas = {fn: tt.read_raw(os.path.join(m.rank(r), fn))[1] or {} for fn in sorted(os.listdir(m.rank(r)))
+                     if fn.endswith(".safetensors")}
+            with open(os.path.join(m.rank(r), "config.json")) as f:
+                out.append((metas, json.load(f)))
+    return out
+
+
+def check_rank_folders(what, src, T, E, expert_keys):
+    """Issue 15 item 2: under --ep each rank file's __metadata__ says tpfs.ep_size = T and
+    tpfs.ep_experts = "first-last" (inclusive, global numbers: [r*E/T, (r+1)*E/T)); the plan digest
+    differs from the mount without --ep and is the one recomputed from `tpfs plan --json --ep`; each
+    rank's config.json is the one without --ep except that the keys sizing routed experts
+    (expert_keys) keep the source's value, plus "tpfs_ep_size" and "tpfs_ep_experts"."""
+    with open(os.path.join(src, "config.json")) as f:
+        src_cfg = json.load(f)
+    ep, tp = rank_meta_configs(src, T, "--ep"), rank_meta_configs(src, T)
+    d_ep, d_tp = plan_digest(src, T, "--ep"), plan_digest(src, T)
+    F.check(d_ep != d_tp, "%s T=%d: the plan digest differs with --ep (%s) and without (%s)" % (what, T, d_ep, d_tp))
+    for r in range(T):
+        rng_r = "%d-%d" % (r * E // T, (r + 1) * E // T - 1)
+        for fn, meta in ep[r][0].items():
+            F.check(meta.get("tpfs.ep_size") == str(T) and meta.get("tpfs.ep_experts") == rng_r and
+                    meta.get("tpfs.tp_size") == str(T) and meta.get("tpfs.tp_rank") == str(r) and
+                    meta.get("tpfs.plan") == d_ep,
+                    "%s T=%d r=%d %s: --ep metadata %s (want ep_experts %s, plan %s)" % (what, T, r, fn, meta, rng_r, d_ep))
+        for fn, meta in tp[r][0].items():
+            F.check("tpfs.ep_size" not in meta and "tpfs.ep_experts" not in meta and meta.get("tpfs.plan") == d_tp,
+                    "%s T=%d r=%d %s: no ep keys without --ep: %s" % (what, T, r, fn, meta))
+        want = json.loads(json.dumps(tp[r][1]))
+        for k in expert_keys:
+            for obj, sobj in ((want, src_cfg), (want.get("text_config"), src_cfg.get("text_config"))):
+                if isinstance(obj, dict) and k in obj:
+                    obj[k] = sobj[k]
+        want["tpfs_ep_size"], want["tpfs_ep_experts"] = T, rng_r
+        got = ep[r][1]
+        F.check(got == want and list(got) == list(want),
+                "%s T=%d r=%d: --ep config.json: %s, want %s" % (
+                    what, T, r, {k: got.get(k) for k in list(expert_keys) + ["num_attention_heads", "tpfs_ep_size",
+                                                                             "tpfs_ep_experts"]},
+                    {k: want.get(k) for k in list(expert_keys) + ["num_attention_heads", "tpfs_ep_size",
+                                                                 "tpfs_ep_experts"]}))
+    results.append("%s T=%d --ep: rank metadata, plan digest and config.json keys checked" % (what, T))
+    return ep
 
 
 # ---- checkpoints ----
@@ -353,6 +416,9 @@ for T in (1, 2, 4):
     err = check_moe("qwen3_moe", T, full, ep, qwen_block)
     results.append("qwen3_moe T=%d --ep: experts whole per rank, MoE block rel err %.1e" % (T, err))
 
+# rank metadata, plan digest and config.json under --ep (attention heads still split)
+check_rank_folders("qwen3_moe", src, 4, E, ["moe_intermediate_size"])
+
 # E not divisible by N: refused before mounting, naming E and the N that work
 mnt = tempfile.mkdtemp(prefix="tpfs-ep-mnt-")
 want_msg = "--ep: 4 routed experts (num_experts=4; plan 'qwen-moe', experts 'routed') do not divide over 3 ranks"
@@ -419,6 +485,16 @@ for T in (2, 4):
                 "deepseek_fp8 T=%d r=%d: shared experts column-parallel" % (T, r))
     err = check_moe("deepseek_fp8", T, full, ep, ds_block)
     results.append("deepseek_fp8 T=%d --ep: FP8 experts whole with their scales, MoE block rel err %.1e" % (T, err))
+
+# the config.json keys under --ep: moe_intermediate_size (which also sizes the shared experts)
+# keeps the source's value; the shared experts are still column-parallel: a loader sizes them
+# moe_intermediate_size * n_shared_experts / tpfs_ep_size
+for r, (_, c) in enumerate(check_rank_folders("deepseek_fp8", src, 2, E, ["moe_intermediate_size"])):
+    F.check(c["moe_intermediate_size"] == cfg["moe_intermediate_size"] and
+            c["moe_intermediate_size"] * c["n_shared_experts"] // c["tpfs_ep_size"] == 512 // 2 and
+            c["num_attention_heads"] == cfg["num_attention_heads"] // 2,
+            "deepseek_fp8 T=2 r=%d: config %s sizes the shared experts' rows as served (256)" % (
+                r, {k: c.get(k) for k in ("moe_intermediate_size", "n_shared_experts", "num_attention_heads")}))
 
 # ---- 3. fused experts, the transformers 5 layout (with biases) ----
 src = os.path.join(work, "qwen_fused")

@@ -44,7 +44,7 @@ static void test_values_only(void **state)
 	const char *src = "{\n  \"num_attention_heads\": 64,\n  \"hidden_size\": 4096,\n  \"rope_theta\": 1e6,\n"
 			  "  \"intermediate_size\":11008, \"x\": [64, {\"num_attention_heads\": 3}],\n"
 			  "  \"num_key_value_heads\" : 8\n}\n";
-	tp_cfg_set s[] = {{"num_attention_heads", 32, 0, 0}, {"intermediate_size", 5504, 0, 0}, {"num_key_value_heads", 4, 0, 0}};
+	tp_cfg_set s[] = {{"num_attention_heads", 32, 0, 0, NULL}, {"intermediate_size", 5504, 0, 0, NULL}, {"num_key_value_heads", 4, 0, 0, NULL}};
 	expect(src, s, 3,
 	       "{\n  \"num_attention_heads\": 32,\n  \"hidden_size\": 4096,\n  \"rope_theta\": 1e6,\n"
 	       "  \"intermediate_size\":5504, \"x\": [64, {\"num_attention_heads\": 3}],\n"
@@ -59,10 +59,10 @@ static void test_nested(void **state)
 	const char *src = "{\"architectures\":[\"X\"],\"text_config\":{\"num_attention_heads\":64,"
 			  "\"linear_attn_config\":{\"num_heads\":32,\"head_dim\":128},\"vocab_size\":154880},"
 			  "\"vision_config\":{\"num_attention_heads\":16},\"num_attention_heads\":64}";
-	tp_cfg_set s[] = {{"text_config.num_attention_heads", 22, 0, 0},
-			  {"text_config.linear_attn_config.num_heads", 16, 0, 0},
-			  {"text_config.vocab_size", 77440, 0, 0},
-			  {"num_attention_heads", 21, 0, 0}};
+	tp_cfg_set s[] = {{"text_config.num_attention_heads", 22, 0, 0, NULL},
+			  {"text_config.linear_attn_config.num_heads", 16, 0, 0, NULL},
+			  {"text_config.vocab_size", 77440, 0, 0, NULL},
+			  {"num_attention_heads", 21, 0, 0, NULL}};
 	expect(src, s, 4,
 	       "{\"architectures\":[\"X\"],\"text_config\":{\"num_attention_heads\":22,"
 	       "\"linear_attn_config\":{\"num_heads\":16,\"head_dim\":128},\"vocab_size\":77440},"
@@ -72,23 +72,35 @@ static void test_nested(void **state)
 static void test_add(void **state)
 {
 	(void)state;
-	tp_cfg_set s[] = {{"head_dim", 128, 1, 0}, {"num_attention_heads", 16, 1, 0}};
+	tp_cfg_set s[] = {{"head_dim", 128, 1, 0, NULL}, {"num_attention_heads", 16, 1, 0, NULL}};
 	expect("{\n    \"hidden_size\": 4096,\n    \"num_attention_heads\": 32\n}", s, 2,
 	       "{\n    \"hidden_size\": 4096,\n    \"num_attention_heads\": 16,\n    \"head_dim\": 128\n}");
-	tp_cfg_set t[] = {{"text_config.head_dim", 64, 1, 0}};
+	tp_cfg_set t[] = {{"text_config.head_dim", 64, 1, 0, NULL}};
 	expect("{\"text_config\": {}, \"a\": 1}", t, 1, "{\"text_config\": {\"head_dim\": 64}, \"a\": 1}");
 	expect("{\"text_config\":{\"a\":1}}", t, 1, "{\"text_config\":{\"a\":1,\"head_dim\":64}}");
+}
+
+/* a string value (the --ep expert range), added or replacing a number */
+static void test_string(void **state)
+{
+	(void)state;
+	tp_cfg_set s[] = {{"tpfs_ep_size", 4, 1, 0, NULL}, {"tpfs_ep_experts", 0, 1, 0, "8-15"}};
+	expect("{\n  \"a\": 1\n}", s, 2, "{\n  \"a\": 1,\n  \"tpfs_ep_size\": 4,\n  \"tpfs_ep_experts\": \"8-15\"\n}");
+	/* two keys added to an empty object: a comma between them */
+	expect("{}", s, 2, "{\"tpfs_ep_size\": 4,\"tpfs_ep_experts\": \"8-15\"}");
+	tp_cfg_set t[] = {{"n", 0, 0, 0, "0-3,4-7"}};
+	expect("{\"n\": 2}", t, 1, "{\"n\": \"0-3,4-7\"}");
 }
 
 static void test_refusals(void **state)
 {
 	(void)state;
-	tp_cfg_set s[] = {{"num_attention_heads", 2, 0, 0}};
+	tp_cfg_set s[] = {{"num_attention_heads", 2, 0, 0, NULL}};
 	refuse("{\"num_attention_heads\": \"64\"}", s, 1, "\"num_attention_heads\" is not a number");
 	refuse("{\"hidden_size\": 64}", s, 1, "no key \"num_attention_heads\"");
 	refuse("{\"num_attention_heads\": 64", s, 1, "not a JSON object");
 	refuse("[1, 2]", s, 1, "not a JSON object");
-	tp_cfg_set t[] = {{"text_config.head_dim", 2, 1, 0}};
+	tp_cfg_set t[] = {{"text_config.head_dim", 2, 1, 0, NULL}};
 	refuse("{\"head_dim\": 4}", t, 1, "its object is missing");
 	/* a key with an escape is never taken for a plain one */
 	refuse("{\"num_attention\\u005fheads\": 64}", s, 1, "no key");
@@ -113,9 +125,9 @@ static void test_deep(void **state)
 	n += (size_t)snprintf(src + n, cap - n, "\":{\"b\":{}},\"a\":{\"b\":5}}");
 	memcpy(want, src, n + 1);
 	memcpy(strstr(want, "\"b\":5") + 4, "2", 1);
-	tp_cfg_set s[] = {{"a.b", 2, 0, 0}};
+	tp_cfg_set s[] = {{"a.b", 2, 0, 0, NULL}};
 	expect(src, s, 1, want);
-	tp_cfg_set t[] = {{"a.b", 2, 0, 0}, {"c", 7, 1, 0}};
+	tp_cfg_set t[] = {{"a.b", 2, 0, 0, NULL}, {"c", 7, 1, 0, NULL}};
 	memcpy(want + strlen(want) - 1, ",\"c\":7}", 8);
 	expect(src, t, 2, want);
 	free(src);
@@ -128,7 +140,7 @@ static void test_deep(void **state)
 static void test_null(void **state)
 {
 	(void)state;
-	tp_cfg_set s[] = {{"pad_token_id", 0, 0, 1}, {"text_config.pad_token_id", 72, 0, 0}};
+	tp_cfg_set s[] = {{"pad_token_id", 0, 0, 1, NULL}, {"text_config.pad_token_id", 72, 0, 0, NULL}};
 	expect("{\"pad_token_id\": 200, \"text_config\": {\"pad_token_id\": 200}}", s, 2,
 	       "{\"pad_token_id\": null, \"text_config\": {\"pad_token_id\": 72}}");
 }
@@ -140,12 +152,12 @@ static void test_cjson_quirks(void **state)
 	char *out;
 	size_t len;
 	tp_err e;
-	tp_cfg_set s[] = {{"n", 2, 0, 0}};
+	tp_cfg_set s[] = {{"n", 2, 0, 0, NULL}};
 	assert_int_equal(tp_rank_config(nul, sizeof nul - 1, s, 1, "c", &out, &len, &e), 0);
 	assert_int_equal(len, sizeof nul - 1);
 	assert_memory_equal(out, "{\"x\": [0,\0\0 {\"y\": 2}], \"n\":\0 2}", len);
 	free(out);
-	tp_cfg_set t[] = {{"x", 7, 1, 0}, {"a.b", 3, 0, 0}};
+	tp_cfg_set t[] = {{"x", 7, 1, 0, NULL}, {"a.b", 3, 0, 0, NULL}};
 	expect("{\"\":{\"c\":1},\"a.b\":5,\"a\":{\"b\":6}} trailing", t, 2,
 	       "{\"\":{\"c\":1},\"a.b\":5,\"a\":{\"b\":3},\"x\":7} trailing");
 }
@@ -183,7 +195,7 @@ static void test_sha256(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_values_only), cmocka_unit_test(test_nested), cmocka_unit_test(test_add),
+		cmocka_unit_test(test_values_only), cmocka_unit_test(test_nested), cmocka_unit_test(test_add), cmocka_unit_test(test_string),
 		cmocka_unit_test(test_refusals), cmocka_unit_test(test_deep),
 		cmocka_unit_test(test_cjson_quirks), cmocka_unit_test(test_null), cmocka_unit_test(test_sha256),
 	};
