@@ -9,5 +9,5 @@ if [ ! -f "$build/build.ninja" ]; then
 else
   meson configure "$build" "$@" >/dev/null 2>&1 || true
 fi
-ninja -C "$build" >/dev/null
+ninja -C "$build" > "$build/ninja.log" || { cat "$build/ninja.log" >&2; exit 1; } # quiet unless it fails
 echo "built $build/src/tpfs" >&2

@@ -1,6 +1,7 @@
 /* model.c: walking, validating and planning a source checkpoint (see model.h). */
 #include "model.h"
 #include "rank_folder.h"
+#include "slurp.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -258,49 +259,23 @@ uint32_t tp_node_resolve(const tp_model *m, uint32_t dir, const char *rel)
 	return resolve_rel(m, dir, rel);
 }
 
-/* Reads a whole small file (config.json, an index) into a NUL-terminated buffer. */
-static char *slurp(const char *path, size_t *len, tp_err *e, const char *rel)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		tp_fail(e, TP_EIO, "%s: cannot open: %s", rel, strerror(errno));
-		return NULL;
-	}
-	struct stat st;
-	if (fstat(fd, &st) < 0 || st.st_size > (1 << 30)) {
-		close(fd);
-		tp_fail(e, TP_ELIMIT, "%s: larger than 1 GiB, the tpfs limit for JSON files", rel);
-		return NULL;
-	}
-	char *buf = malloc((size_t)st.st_size + 1);
-	size_t got = 0;
-	while (buf && got < (size_t)st.st_size) {
-		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	close(fd);
-	if (!buf) {
-		tp_fail(e, TP_ENOMEM, "out of memory");
-		return NULL;
-	}
-	buf[got] = 0;
-	*len = got;
-	return buf;
-}
-
-static cJSON *parse_json_file(const tp_node *n, tp_err *e)
+/* Reads and parses the JSON file of node n; NULL with e set when it cannot. With keep, the text
+ * read is handed over in *keep (its length in *keep_len) instead of freed. */
+static cJSON *parse_json_file(const tp_node *n, char **keep, size_t *keep_len, tp_err *e)
 {
 	size_t len;
-	char *text = slurp(n->abspath, &len, e, n->path);
+	char *text = tp_slurp(n->abspath, n->path, NULL, &len, e);
 	if (!text)
 		return NULL;
 	cJSON *j = cJSON_ParseWithLength(text, len);
-	if (!j) {
+	if (!j)
 		tp_json_fail(e, n->path, text, len, cJSON_GetErrorPtr());
+	if (j && keep) {
+		*keep = text;
+		*keep_len = len;
+	} else {
+		free(text);
 	}
-	free(text);
 	return j;
 }
 
@@ -494,7 +469,7 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 		if (n->kind != TN_INDEX)
 			continue;
 		tp_err ie;
-		idx_json[i] = parse_json_file(n, &ie);
+		idx_json[i] = parse_json_file(n, NULL, NULL, &ie);
 		if (!idx_json[i] || !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(idx_json[i], "weight_map"))) {
 			if (idx_json[i])
 				tp_fmt(ie.msg, sizeof ie.msg, "%s: has no \"weight_map\" object", n->path);
@@ -533,7 +508,7 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 	if (rc == 0 && !o->check_only) {
 		uint32_t cfg = tp_node_child(m, 0, "config.json");
 		if (cfg != UINT32_MAX && m->n[cfg].kind == TN_PLAIN) {
-			m->config = parse_json_file(&m->n[cfg], e);
+			m->config = parse_json_file(&m->n[cfg], &m->config_text, &m->config_len, e);
 			if (!m->config || !cJSON_IsObject(m->config)) {
 				if (m->config)
 					tp_fail(e, TP_EINVAL, "config.json: not a JSON object");

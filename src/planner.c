@@ -8,6 +8,7 @@
  * companion whose axis has 1 element is broadcast, kept whole). Scalars are replicated.
  */
 #include "planner.h"
+#include "slurp.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -110,43 +111,6 @@ static int ends_with(const char *s, const char *suf)
 	return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-/* Reads a plan file (at most 1 GiB, the limit for JSON files) into a NUL-terminated buffer. */
-static char *read_plan_file(const char *path, size_t *len, tp_err *e)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		tp_fail(e, TP_EIO, "%s: cannot open: %s", path, strerror(errno));
-		return NULL;
-	}
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		tp_fail(e, TP_EINVAL, "%s: not a regular file (give a plan file)", path);
-		return NULL;
-	}
-	if (st.st_size > (1 << 30)) {
-		close(fd);
-		tp_fail(e, TP_ELIMIT, "%s: larger than 1 GiB, the tpfs limit for JSON files", path);
-		return NULL;
-	}
-	char *buf = malloc((size_t)st.st_size + 1);
-	size_t got = 0;
-	while (buf && got < (size_t)st.st_size) {
-		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	close(fd);
-	if (!buf) {
-		tp_fail(e, TP_ENOMEM, "out of memory");
-		return NULL;
-	}
-	buf[got] = 0;
-	*len = got;
-	return buf;
-}
-
 /* The built-in plans as "a, b, c", or with the model types each detects: "a (x, y); b; ...". */
 static void builtin_list(char *list, size_t n, int with_types)
 {
@@ -219,7 +183,7 @@ int tp_plan_choose(const cJSON *config, const char *want, tp_plan *p, char *orig
 		return tp_plan_builtin(tp_builtin_name(bi), p, e);
 	/* a user plan file */
 	size_t len;
-	char *text = read_plan_file(want, &len, e);
+	char *text = tp_slurp(want, want, "(give a plan file)", &len, e);
 	if (!text)
 		return -1;
 	int rc = tp_plan_parse(text, len, want, p, e);

@@ -134,33 +134,6 @@ char *tp_resolved_plan_text(tp_model *m)
 
 /* ---- config.json ---- */
 
-static char *read_all(const char *path, size_t *len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
-	if (fd < 0)
-		return NULL;
-	char *b = NULL;
-	if (fstat(fd, &st) == 0 && st.st_size >= 0 && st.st_size < (1 << 30))
-		b = malloc((size_t)st.st_size + 1);
-	size_t got = 0;
-	while (b && got < (size_t)st.st_size) {
-		ssize_t r = read(fd, b + got, (size_t)st.st_size - got);
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	close(fd);
-	if (b && got != (size_t)st.st_size) {
-		free(b);
-		return NULL;
-	}
-	if (b)
-		b[got] = 0;
-	*len = got;
-	return b;
-}
-
 /* The value rank r gives key pr at the object loc (named where, "" for the top level), from
  * that object's own count; 1 when the key is not there, -1 with e set when it cannot be given. */
 static int rank_value(const tp_model *m, const cJSON *loc, const char *where, const tp_per_rank *pr, uint32_t r,
@@ -410,9 +383,8 @@ int tp_rank_folder_build(tp_model *m, tp_err *e)
 		return 0;
 	}
 	tp_node *n = &m->n[m->config_node];
-	m->config_text = read_all(n->abspath, &m->config_len);
-	if (!m->config_text || m->config_len != n->src_size)
-		return tp_fail(e, TP_EIO, "config.json: cannot read it again (or it changed while planning)");
+	if (!m->config_text || m->config_len != n->src_size) /* the text config.json was parsed from */
+		return tp_fail(e, TP_EIO, "config.json: changed while planning");
 	if (m->o->config_global || m->o->keep_going)
 		return 0; /* tpfs plan (keep_going) reports refusals, and prints the per-rank counts itself */
 	unsigned char *routed = NULL; /* --ep: the rules that size routed experts */
