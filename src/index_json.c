@@ -2,24 +2,9 @@
 #include "index_json.h"
 
 #include <cjson/cJSON.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void warn(const tp_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void warn(const tp_model *m, const char *fmt, ...)
-{
-	if (!m->o->log)
-		return;
-	char msg[TP_ERR_MSG];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	m->o->log(m->o->ctx, 0, msg);
-}
-
 
 static void w_str(st_wbuf *w, const char *s)
 {
@@ -91,10 +76,10 @@ int tp_index_rewrite(tp_model *m, uint32_t idx, const cJSON *j, tp_err *e)
 	{
 		uint32_t f = cJSON_IsString(it) ? tp_node_resolve(m, n->parent, it->valuestring) : UINT32_MAX;
 		if (f == UINT32_MAX || m->n[f].kind == TN_DIR)
-			warn(m, "%s: weight_map lists '%s' in '%s', which is not in the checkpoint", n->path,
+			tp_model_log(m, 0, "%s: weight_map lists '%s' in '%s', which is not in the checkpoint", n->path,
 			      it->string, cJSON_IsString(it) ? it->valuestring : "(not a string)");
 		else if (m->n[f].kind == TN_TENSORS && !st_find(&m->n[f].h, it->string))
-			warn(m, "%s: weight_map lists '%s' in '%s', whose header has no such tensor", n->path,
+			tp_model_log(m, 0, "%s: weight_map lists '%s' in '%s', whose header has no such tensor", n->path,
 			      it->string, it->valuestring);
 	}
 	n->gen = calloc(m->T, sizeof *n->gen);

@@ -19,8 +19,7 @@
 #include "index_json.h"
 #include "tensor_index.h"
 
-static void logf_(tp_model *m, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void logf_(tp_model *m, int level, const char *fmt, ...)
+void tp_model_log(const tp_model *m, int level, const char *fmt, ...)
 {
 	if (!m->o->log)
 		return;
@@ -169,7 +168,7 @@ static int walk(tp_model *m, uint32_t dir, int depth, tp_err *e)
 		if (!cabs || !crel) {
 			rc = tp_fail(e, TP_ENOMEM, "out of memory");
 		} else if (stat(cabs, &st) < 0) {
-			logf_(m, 0, "%s: skipped: %s", crel,
+			tp_model_log(m, 0, "%s: skipped: %s", crel,
 			      errno == ELOOP ? "symbolic link loop" : errno == ENOENT ? "dangling symbolic link" : strerror(errno));
 		} else if (S_ISDIR(st.st_mode)) {
 			int loop = 0;
@@ -181,7 +180,7 @@ static int walk(tp_model *m, uint32_t dir, int depth, tp_err *e)
 			}
 			uint32_t id;
 			if (loop)
-				logf_(m, 0, "%s: skipped: symbolic link loop (it leads back to a folder above it)", crel);
+				tp_model_log(m, 0, "%s: skipped: symbolic link loop (it leads back to a folder above it)", crel);
 			else if ((rc = add_node(m, dir, crel, cabs, TN_DIR, &st, &id, e)) == 0)
 				kids[nk++] = id;
 		} else if (S_ISREG(st.st_mode)) {
@@ -191,7 +190,7 @@ static int walk(tp_model *m, uint32_t dir, int depth, tp_err *e)
 			if ((rc = add_node(m, dir, crel, cabs, k, &st, &id, e)) == 0)
 				kids[nk++] = id;
 		} else {
-			logf_(m, 0, "%s: skipped: not a regular file or folder", crel);
+			tp_model_log(m, 0, "%s: skipped: not a regular file or folder", crel);
 		}
 		free(cabs);
 		free(crel);
@@ -367,7 +366,7 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 				rc = -1;
 				break;
 			}
-			logf_(m, 2, "%s", e->msg);
+			tp_model_log(m, 2, "%s", e->msg);
 			m->nrefused++;
 			memset(&res, 0, sizeof res);
 			res.spec = tp_spec_replicate();
@@ -388,7 +387,7 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 			char ctx[TP_ERR_MSG];
 			tp_fmt(ctx, sizeof ctx, "%s: tensor '%s' (%s)", n->path, n->h.t[i].name, why[i]);
 			if (tp_plan_check_ranks(&n->h.t[i], &res.spec, m->T, ctx, &ce) < 0) {
-				logf_(m, 2, "%s", ce.msg);
+				tp_model_log(m, 2, "%s", ce.msg);
 				m->nrefused++;
 				specs[i] = res.spec = tp_spec_replicate();
 				tp_fmt(res.why, sizeof res.why, "REFUSED at T=%u (see the errors)", m->T);
@@ -477,7 +476,7 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 				*e = ie;
 				rc = -1;
 			} else {
-				logf_(m, 0, "%s (served unchanged)", ie.msg);
+				tp_model_log(m, 0, "%s (served unchanged)", ie.msg);
 				n->kind = TN_PLAIN;
 			}
 			cJSON_Delete(idx_json[i]);
@@ -501,7 +500,7 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 			*e = le;
 			rc = -1;
 		} else {
-			logf_(m, 0, "%s (not listed by an index and not at the top level: served unchanged)", le.msg);
+			tp_model_log(m, 0, "%s (not listed by an index and not at the top level: served unchanged)", le.msg);
 			n->kind = TN_PLAIN;
 		}
 	}
@@ -534,7 +533,7 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 				rc = plan_file(m, i, &lc, e);
 		tp_tindex_free(&lc);
 		if (rc == 0 && o->ep && !m->ep_tensors)
-			logf_(m, 0, "--ep: no tensor of %s is a routed expert of plan '%s' (its experts declarations match none)",
+			tp_model_log(m, 0, "--ep: no tensor of %s is a routed expert of plan '%s' (its experts declarations match none)",
 			      m->src, m->plan.name);
 		for (uint32_t i = 0; i < m->nn && rc == 0; i++)
 			if (m->n[i].kind == TN_INDEX && idx_json[i])
