@@ -190,17 +190,8 @@ def make_glm51_sparse(path):
 
 def read_all(paths, buf=MiB):
     """Bytes read with plain read() of `buf` bytes, and seconds."""
-    b = bytearray(buf)
-    mv = memoryview(b)
-    n = 0
     t0 = time.perf_counter()
-    for p in paths:
-        with open(p, "rb", buffering=0) as f:
-            while True:
-                k = f.readinto(mv)
-                if not k:
-                    break
-                n += k
+    n = io_bench.read_files(paths, buf)
     return n, time.perf_counter() - t0
 
 
