@@ -5,8 +5,9 @@
 #                  loader tests (FUSE + the safetensors package), CLI tests.
 #   2. build/asan  the same tests with AddressSanitizer + UndefinedBehaviorSanitizer, mount tests
 #                  included (the daemon runs sanitized).
-#   3. smoke runs of the benchmarks (seconds), then fuzzing of the header parser and plan
-#      resolution for FUZZ_SECONDS (default 60).
+#   3. smoke runs of the benchmarks (seconds), then fuzzing of the header parser, plan
+#      resolution and the rank config rewrite for FUZZ_SECONDS (default 60), with a fixed seed
+#      (FUZZ_SEED, default 1) so that every run walks the same inputs.
 # Exits non-zero on the first failure. Mount tests skip (exit 77, with the reason) only where
 # /dev/fuse is missing.
 set -euo pipefail
@@ -32,6 +33,6 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 if [ -x scripts/fuzz.sh ] && [ "${FUZZ_SECONDS:-60}" != 0 ]; then
   echo "== fuzzing" >&2
-  bash scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
+  FUZZ_SEED=${FUZZ_SEED:-1} bash scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
 fi
 echo "all tests passed" >&2

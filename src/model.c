@@ -258,7 +258,8 @@ uint32_t tp_node_resolve(const tp_model *m, uint32_t dir, const char *rel)
 	return resolve_rel(m, dir, rel);
 }
 
-/* Reads and parses the JSON file of node n; NULL with e set when it cannot. With keep, the text
+/* Reads and parses the JSON file of node n; NULL with e set when it cannot (duplicate keys
+ * included: tp_json_unique). With keep, the text
  * read is handed over in *keep (its length in *keep_len) instead of freed. */
 static cJSON *parse_json_file(const tp_node *n, char **keep, size_t *keep_len, tp_err *e)
 {
@@ -267,8 +268,12 @@ static cJSON *parse_json_file(const tp_node *n, char **keep, size_t *keep_len, t
 	if (!text)
 		return NULL;
 	cJSON *j = cJSON_ParseWithLength(text, len);
-	if (!j)
+	if (!j) {
 		tp_json_fail(e, n->path, text, len, cJSON_GetErrorPtr());
+	} else if (tp_json_unique(e, n->path, j) < 0) {
+		cJSON_Delete(j);
+		j = NULL;
+	}
 	if (j && keep) {
 		*keep = text;
 		*keep_len = len;

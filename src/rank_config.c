@@ -33,6 +33,8 @@ typedef struct scan {
 	const tp_cfg_set *set;
 	size_t nset;
 	int *seen;
+	size_t *found_in;          /* per set: the id of the last object it was found in */
+	size_t objects;            /* objects entered so far (an object's id is its number) */
 	edit *ed;
 	size_t ned, cap;
 	const char *fname;
@@ -70,6 +72,79 @@ static void skip_string(scan *c)
 	c->i++;
 }
 
+/* Writes code point cp as UTF-8 (lone surrogates too: no set path can name them) into out[*w,
+ * cap); returns -1 when it does not fit. */
+static int put_utf8(char *out, size_t cap, size_t *w, unsigned long cp)
+{
+	unsigned char b[4];
+	size_t n;
+	if (cp < 0x80)
+		b[0] = (unsigned char)cp, n = 1;
+	else if (cp < 0x800)
+		b[0] = (unsigned char)(0xc0 | cp >> 6), b[1] = (unsigned char)(0x80 | (cp & 0x3f)), n = 2;
+	else if (cp < 0x10000)
+		b[0] = (unsigned char)(0xe0 | cp >> 12), b[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f)),
+		b[2] = (unsigned char)(0x80 | (cp & 0x3f)), n = 3;
+	else
+		b[0] = (unsigned char)(0xf0 | cp >> 18), b[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3f)),
+		b[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3f)), b[3] = (unsigned char)(0x80 | (cp & 0x3f)), n = 4;
+	if (*w + n > cap)
+		return -1;
+	memcpy(out + *w, b, n);
+	*w += n;
+	return 0;
+}
+
+/* The value of four hex digits, or 0 (as cJSON reads them) when one is not a hex digit. */
+static unsigned long hex4(const char *s)
+{
+	unsigned long v = 0;
+	for (int i = 0; i < 4; i++) {
+		int c = (unsigned char)s[i], d = c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : -1;
+		if (d < 0)
+			return 0;
+		v = v << 4 | (unsigned long)d;
+	}
+	return v;
+}
+
+/* Decodes the body s[0, n) of a JSON string that cJSON has accepted into out[0, cap), as a
+ * loader's JSON reader sees the key: "num_attention_he\u0061ds" is num_attention_heads.
+ * Returns the decoded length; -1 when it does not fit in cap; -2 when it holds a NUL (escaped or
+ * raw) or a \u without four hex digits (which cJSON reads as a NUL): readers disagree on those
+ * (cJSON cuts the key there, Python keeps the NUL or refuses the file). */
+static long key_decode(const char *s, size_t n, char *out, size_t cap)
+{
+	size_t w = 0;
+	for (size_t i = 0; i < n;) {
+		unsigned long cp = (unsigned char)s[i++];
+		if (cp == '\\' && i < n) {
+			char x = s[i++];
+			cp = x == 'b' ? '\b' : x == 'f' ? '\f' : x == 'n' ? '\n' : x == 'r' ? '\r' : x == 't' ? '\t'
+			     : (unsigned char)x;
+			if (x == 'u' && i + 4 <= n) {
+				cp = hex4(s + i);
+				i += 4;
+				if (cp >= 0xd800 && cp < 0xdc00 && i + 6 <= n && s[i] == '\\' && s[i + 1] == 'u') {
+					unsigned long lo = hex4(s + i + 2);
+					if (lo >= 0xdc00 && lo < 0xe000)
+						cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00), i += 6;
+				}
+			}
+		} else if (cp >= 0x80) { /* raw UTF-8 bytes pass as they are */
+			if (w + 1 > cap)
+				return -1;
+			out[w++] = (char)cp;
+			continue;
+		}
+		if (cp == 0)
+			return -2;
+		if (put_utf8(out, cap, &w, cp) < 0)
+			return -1;
+	}
+	return (long)w;
+}
+
 /* Is the parent path of set k exactly path[0, plen)? Then *key receives its last component. */
 static int parent_is(const scan *c, size_t k, const char **key)
 {
@@ -83,6 +158,7 @@ static int object(scan *c, int depth)
 {
 	size_t plen0 = c->plen, last_end = 0, ind0 = 0, ind1 = 0, col0 = 0, col1 = 0;
 	int members = 0;
+	size_t id = ++c->objects;
 	c->i++;
 	for (;;) {
 		size_t w0 = c->i;
@@ -108,20 +184,23 @@ static int object(scan *c, int depth)
 		c->i++;
 		ws(c);
 		col1 = c->i;
-		size_t klen = k1 - k0, at = plen0 + (plen0 ? 1 : 0);
-		/* an empty key, or one with a dot or an escape, is not a path component a set can name */
-		int named = klen && !memchr(c->s + k0, '\\', klen) && !memchr(c->s + k0, '.', klen);
-		int lost = at + (named ? klen : 1) + 1 > MAX_PATH; /* longer than any set path */
+		/* the key as a reader decodes it, after the parent path and its dot; an empty key or one
+		 * with a dot is not a path component a set can name, one too long is longer than any */
+		size_t at = plen0 + (plen0 ? 1 : 0);
+		long klen = at + 2 > MAX_PATH ? -1 : key_decode(c->s + k0, k1 - k0, c->path + at, MAX_PATH - 1 - at);
+		if (klen == -2)
+			return tp_fail(c->e, TP_EINVAL, "%s: a key holds a NUL character or a broken \\u escape, "
+				       "which JSON readers read differently (near byte %zu)", c->fname, k0);
+		int lost = klen < 0;
+		int named = klen > 0 && !memchr(c->path + at, '.', (size_t)klen);
 		c->lost += lost;
 		if (lost)
 			at = plen0, named = 0, klen = 0;
 		if (plen0)
 			c->path[plen0] = '.';
-		if (named)
-			memcpy(c->path + at, c->s + k0, klen);
-		else if (!lost)
+		if (!named && !lost)
 			c->path[at] = '\\'; /* no set path names it (or what it holds) */
-		c->plen = at + (named ? klen : !lost);
+		c->plen = at + (named ? (size_t)klen : !lost);
 		c->path[c->plen] = 0;
 		size_t v0 = c->i, k = 0;
 		while (k < c->nset && (c->lost || strcmp(c->set[k].path, c->path)))
@@ -132,6 +211,7 @@ static int object(scan *c, int depth)
 				return tp_fail(c->e, TP_EINVAL, "%s: \"%s\" is not a number, so it cannot hold a rank's count",
 					       c->fname, c->set[k].path);
 			c->seen[k]++;
+			c->found_in[k] = id;
 		}
 		if (value(c, depth + 1) < 0)
 			return -1;
@@ -143,10 +223,11 @@ static int object(scan *c, int depth)
 		c->plen = plen0;
 		c->path[plen0] = 0;
 	}
-	/* add the missing keys whose object this is (after the first, each one follows a comma) */
+	/* add the missing keys whose object this is (after the first, each one follows a comma); an
+	 * object named twice (duplicate keys: readers keep one or the other) gets them in both */
 	for (size_t k = 0, nadd = 0; k < c->nset; k++) {
 		const char *key;
-		if (c->lost || !c->set[k].add || c->seen[k] || !parent_is(c, k, &key))
+		if (c->lost || !c->set[k].add || c->found_in[k] == id || !parent_is(c, k, &key))
 			continue;
 		edit ed = {.at = members ? last_end : c->i, .set = k, .first = !members && !nadd++};
 		ed.end = ed.at;
@@ -222,8 +303,12 @@ int tp_rank_config(const char *src, size_t len, const tp_cfg_set *set, size_t ns
 		return tp_fail(e, TP_EINVAL, "%s: not a JSON object", fname);
 	scan c = {.s = src, .n = len, .set = set, .nset = nset, .fname = fname, .e = e};
 	c.seen = calloc(nset ? nset : 1, sizeof *c.seen);
-	if (!c.seen)
+	c.found_in = calloc(nset ? nset : 1, sizeof *c.found_in);
+	if (!c.seen || !c.found_in) {
+		free(c.seen);
+		free(c.found_in);
 		return tp_fail(e, TP_ENOMEM, "out of memory");
+	}
 	tp_err_clear(e);
 	int rc = value(&c, 0);
 	if (rc < 0 && (!e || e->code == TP_OK))
@@ -277,5 +362,6 @@ int tp_rank_config(const char *src, size_t len, const tp_cfg_set *set, size_t ns
 	}
 	free(c.ed);
 	free(c.seen);
+	free(c.found_in);
 	return rc;
 }

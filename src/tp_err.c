@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int tp_fail(tp_err *e, tp_code code, const char *fmt, ...)
@@ -72,4 +73,38 @@ int tp_json_fail(tp_err *e, const char *what, const char *text, size_t len, cons
 			       CJSON_NESTING_LIMIT);
 	long pos = at && at >= text && at <= text + len ? (long)(at - text) : 0;
 	return tp_fail(e, TP_EINVAL, "%s: not valid JSON (near byte %ld)", what, pos);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int tp_json_unique(tp_err *e, const char *what, const cJSON *j)
+{
+	size_t n = 0;
+	const cJSON *c;
+	for (c = j ? j->child : NULL; c; c = c->next)
+		n++;
+	if (cJSON_IsObject(j) && n > 1) {
+		const char **k = malloc(n * sizeof *k);
+		if (!k)
+			return tp_fail(e, TP_ENOMEM, "%s: out of memory", what);
+		n = 0;
+		for (c = j->child; c; c = c->next)
+			k[n++] = c->string ? c->string : "";
+		qsort(k, n, sizeof *k, cmp_str);
+		for (size_t i = 1; i < n; i++)
+			if (!strcmp(k[i - 1], k[i])) {
+				tp_fail(e, TP_EINVAL, "%s: key \"%.200s\" appears twice in one object (JSON readers "
+					"differ on which one counts)", what, k[i]);
+				free(k);
+				return -1;
+			}
+		free(k);
+	}
+	for (c = j ? j->child : NULL; c; c = c->next)
+		if (tp_json_unique(e, what, c) < 0)
+			return -1;
+	return 0;
 }

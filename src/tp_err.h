@@ -44,7 +44,14 @@ void tp_fmt(char *dst, size_t cap, const char *fmt, ...) __attribute__((format(p
 /* Records why cJSON refused text[0..len) (at: cJSON_GetErrorPtr()) as "<what>: not valid JSON
  * (near byte N)", or, when the text nests deeper than cJSON's limit, says so and names the limit.
  * Returns -1. */
+struct cJSON;
+
 int tp_json_fail(tp_err *e, const char *what, const char *text, size_t len, const char *at);
+
+/* Checks that no object in j (at any depth) names a key twice: Python's json keeps the last of
+ * duplicate keys and cJSON the first, so tpfs and a loader would read different values. Returns 0,
+ * or -1 with "<what>: key "K" appears twice in one object ..." in e. */
+int tp_json_unique(tp_err *e, const char *what, const struct cJSON *j);
 
 /* Clears e to TP_OK with an empty message. */
 void tp_err_clear(tp_err *e);

@@ -119,6 +119,11 @@ expect_refusal("malformed config.json", src, "config.json: not valid JSON (near 
 src = fresh("config list")
 open(os.path.join(src, "config.json"), "w").write('["llama"]')
 expect_refusal("config.json not an object", src, "config.json: not a JSON object")
+src = fresh("config duplicate key")
+text = open(os.path.join(src, "config.json")).read().rstrip().rstrip("}")
+open(os.path.join(src, "config.json"), "w").write(text + ', "num_attention_heads": 2}')
+expect_refusal("config.json naming a key twice (Python keeps the last, cJSON the first)", src,
+               'config.json: key "num_attention_heads" appears twice in one object')
 src = fresh("config disagrees")
 cfg = json.load(open(os.path.join(src, "config.json")))
 cfg["num_attention_heads"] = 6

@@ -102,8 +102,8 @@ static void test_refusals(void **state)
 	refuse("[1, 2]", s, 1, "not a JSON object");
 	tp_cfg_set t[] = {{"text_config.head_dim", 2, 1, 0, NULL}};
 	refuse("{\"head_dim\": 4}", t, 1, "its object is missing");
-	/* a key with an escape is never taken for a plain one */
-	refuse("{\"num_attention\\u005fheads\": 64}", s, 1, "no key");
+	/* a key with an escape is the key a JSON reader decodes (test_key_escapes) */
+	expect("{\"num_attention\\u005fheads\": 64}", s, 1, "{\"num_attention\\u005fheads\": 2}");
 }
 
 /* Deep nesting and key paths longer than any set path: nothing inside them is matched, the rest
@@ -162,6 +162,23 @@ static void test_cjson_quirks(void **state)
 	       "{\"\":{\"c\":1},\"a.b\":5,\"a\":{\"b\":3},\"x\":7} trailing");
 }
 
+/* A key is matched by what a JSON reader decodes from it (Python's json keeps the last of
+ * duplicate keys, cJSON the first: every one is rewritten, and an object named twice gets an
+ * added key in both). A key holding NUL is refused: readers disagree on where it ends. */
+static void test_key_escapes(void **state)
+{
+	(void)state;
+	tp_cfg_set s[] = {{"num_attention_heads", 4, 0, 0, NULL}};
+	expect("{\"num_attention_heads\": 8, \"num_attention_he\\u0061ds\": 8}", s, 1,
+	       "{\"num_attention_heads\": 4, \"num_attention_he\\u0061ds\": 4}");
+	/* a UTF-16 pair and two-byte escapes decode to something else: left alone */
+	expect("{\"num_attention_heads\\ud83d\\ude00\": 8, \"num\\u005fattention_heads\": 8, \"a\\u002eb\": 1}", s, 1,
+	       "{\"num_attention_heads\\ud83d\\ude00\": 8, \"num\\u005fattention_heads\": 4, \"a\\u002eb\": 1}");
+	refuse("{\"num_attention_heads\\u0000x\": 8, \"num_attention_heads\": 3}", s, 1, "NUL character");
+	tp_cfg_set t[] = {{"t.n", 2, 0, 0, NULL}, {"t.h", 5, 1, 0, NULL}};
+	expect("{\"t\":{\"n\":4},\"t\":{\"n\":4,\"h\":1}}", t, 2, "{\"t\":{\"n\":2,\"h\":5},\"t\":{\"n\":2,\"h\":5}}");
+}
+
 static void test_sha256(void **state)
 {
 	(void)state;
@@ -197,7 +214,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_values_only), cmocka_unit_test(test_nested), cmocka_unit_test(test_add), cmocka_unit_test(test_string),
 		cmocka_unit_test(test_refusals), cmocka_unit_test(test_deep),
-		cmocka_unit_test(test_cjson_quirks), cmocka_unit_test(test_null), cmocka_unit_test(test_sha256),
+		cmocka_unit_test(test_cjson_quirks), cmocka_unit_test(test_null), cmocka_unit_test(test_key_escapes),
+		cmocka_unit_test(test_sha256),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
