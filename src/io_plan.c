@@ -108,9 +108,11 @@ int tp_io_need_of(const tp_layout *lay, uint32_t T, const uint8_t *sel, uint64_t
 			outer = lt->outer;
 			stride = lt->stride;
 			any = 1;
-			for (uint32_t j = 0; j < lt->np; j++)
-				if (lay[r].pieces[lt->pi + j].off != TP_ZERO && lay[r].pieces[lt->pi + j].len)
-					pc[np++] = lay[r].pieces[lt->pi + j];
+			for (uint32_t j = 0; j < lt->np; j++) {
+				tp_piece p = tp_layout_piece(&lay[r], lt->pi + j);
+				if (p.off != TP_ZERO && p.len)
+					pc[np++] = p;
+			}
 		}
 		if (!any)
 			continue;
@@ -153,9 +155,9 @@ int tp_io_need_of(const tp_layout *lay, uint32_t T, const uint8_t *sel, uint64_t
 			const tp_ltensor *lt = &lay[r].t[lay[r].loc[k]];
 			for (uint64_t o = 0; o < lt->outer; o++)
 				for (uint32_t j = 0; j < lt->np; j++) {
-					const tp_piece *p = &lay[r].pieces[lt->pi + j];
-					if (p->off != TP_ZERO && p->len)
-						all[n++] = (tp_piece){base + o * lt->stride + p->off, p->len};
+					tp_piece p = tp_layout_piece(&lay[r], lt->pi + j);
+					if (p.off != TP_ZERO && p.len)
+						all[n++] = (tp_piece){base + o * lt->stride + p.off, p.len};
 				}
 		}
 		qsort(all, n, sizeof *all, cmp_piece);
@@ -260,9 +262,11 @@ size_t tp_io_plan(const tp_layout *L, uint64_t a, uint64_t b, uint64_t page, tp_
 		uint64_t o0 = (pos - t0) / lt->rep, o1 = (tend - t0 - 1) / lt->rep; /* rows, inclusive */
 		tp_piece pc[TP_MAX_PIECES];
 		size_t np = 0;
-		for (uint32_t j = 0; j < lt->np; j++)
-			if (L->pieces[lt->pi + j].off != TP_ZERO && L->pieces[lt->pi + j].len)
-				pc[np++] = L->pieces[lt->pi + j];
+		for (uint32_t j = 0; j < lt->np; j++) {
+			tp_piece p = tp_layout_piece(L, lt->pi + j);
+			if (p.off != TP_ZERO && p.len)
+				pc[np++] = p;
+		}
 		if (!np) {
 			pos = tend;
 			continue;

@@ -233,6 +233,35 @@ int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char
 	return 0;
 }
 
+int tp_layout_affine(const st_header *h, const tp_spec *specs, uint32_t T)
+{
+	if (T < 4)
+		return 0;
+	for (size_t i = 0; i < h->n; i++) {
+		const tp_spec *s = &specs[i];
+		if (s->kind == TP_REPLICATE || s->kind == TP_ABSENT)
+			continue;
+		if (s->kind != TP_SPLIT || s->pad_to > 1)
+			return 0;
+		for (uint32_t k = 0; k < s->nseg; k++)
+			if (s->seg[k] % T)
+				return 0;
+	}
+	return 1;
+}
+
+int tp_layout_from_affine(const tp_layout *l0, const tp_layout *l1, uint32_t r, tp_layout *L)
+{
+	if (!l1->borrowed || l1->t != l0->t || l0->borrowed || l0->aff0 || l1->aff0 || r < 2 || r + 1 >= l0->T)
+		return -1;
+	*L = *l1;
+	L->rank = r;
+	L->pieces = NULL;
+	L->aff0 = l0;
+	L->aff1 = l1;
+	return 0;
+}
+
 /* Appends a run, merging with the previous one when contiguous. Returns 0, or -1 when the
  * output is full and the run could not be merged. */
 static int emit(tp_run *out, size_t cap, size_t *n, uint32_t kind, uint64_t off, uint64_t len)
@@ -296,7 +325,9 @@ size_t tp_map(const tp_layout *L, uint64_t off, uint64_t len, tp_run *out, size_
 		if (!lt->size)
 			continue;
 		const st_tensor *t = &L->h->t[lt->src];
-		const tp_piece *pc = L->pieces + lt->pi;
+		/* the pieces are rank 0's, shifted where L is affine (tp_layout_piece, inlined) */
+		const tp_piece *pc = (L->aff0 ? L->aff0->pieces : L->pieces) + lt->pi;
+		const tp_piece *pc1 = L->aff0 ? L->aff1->pieces + lt->pi : NULL;
 		uint64_t rel = x - lt->off;
 		uint64_t o = rel / lt->rep, w = rel % lt->rep;
 		uint32_t j = 0;
@@ -313,7 +344,9 @@ size_t tp_map(const tp_layout *L, uint64_t off, uint64_t len, tp_run *out, size_
 				full = emit(out, cap, &n, TP_RUN_ZERO, 0, l);
 			else
 				full = emit(out, cap, &n, TP_RUN_SRC,
-					    src_data + t->begin + o * lt->stride + pc[j].off + w, l);
+					    src_data + t->begin + o * lt->stride + w +
+						    (pc1 ? pc[j].off + L->rank * (pc1[j].off - pc[j].off) : pc[j].off),
+					    l);
 			if (full < 0) {
 				*covered = done;
 				return n;

@@ -28,7 +28,8 @@ typedef struct tp_ltensor {
 	uint32_t pi, np;    /* pieces[pi .. pi + np) of the layout */
 } tp_ltensor;
 
-typedef struct tp_layout {
+typedef struct tp_layout tp_layout;
+struct tp_layout {
 	const st_header *h;  /* the source header (borrowed, must outlive the layout) */
 	uint32_t rank, T;
 	tp_ltensor *t;       /* local tensors in local data order (writer's order) */
@@ -48,7 +49,21 @@ typedef struct tp_layout {
 	size_t nxmeta;
 	int borrowed;        /* t and loc belong to another layout of the same file (built with it
 	                      * as `like`), which must outlive this one */
-} tp_layout;
+	const tp_layout *aff0, *aff1; /* or NULL; else this rank's pieces are not held: piece i lies at
+	                      * aff0's + rank x (aff1's - aff0's) (tp_layout_from_affine; both must
+	                      * outlive this one) */
+};
+
+/* Piece i of L's pieces (where L holds none, computed from its affine pair). */
+static inline tp_piece tp_layout_piece(const tp_layout *L, size_t i)
+{
+	if (!L->aff0)
+		return L->pieces[i];
+	tp_piece p = L->aff0->pieces[i];
+	if (p.off != TP_ZERO)
+		p.off += (uint64_t)L->rank * (L->aff1->pieces[i].off - p.off);
+	return p;
+}
 
 /* Builds rank r's layout of the file whose header is h, with specs[i] the spec of h->t[i]
  * (TP_ABSENT tensors, and TP_OWNED tensors of units another rank holds, are left out: the
@@ -65,6 +80,21 @@ void tp_layout_free(tp_layout *L);
  * own, so that only the pieces (which say where each rank's slice lies) cost memory per rank. */
 int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char *const *why, const uint32_t *order,
 			    const tp_layout *like, uint32_t T, uint32_t r, const char *fname, tp_layout *L, tp_err *e);
+
+/* Whether every tensor of h is cut the same way on ranks 0 .. T-2, only shifted by a multiple
+ * of the rank: replicated, absent, or split with every segment dividing evenly over T and no
+ * padding. Then, with ranks 0, 1 and T-1 built (and checked) by tp_layout_build_ordered, each
+ * rank r in between holds the same local tensors at the same places, every piece of it at
+ * rank 0's offset + r x (rank 1's - rank 0's), and every check of tp_cut_tensor passes for it:
+ * each is a divisibility test of an offset that is affine in r (true at r = 0 and 1, so for all
+ * r), or a bound that rank T-1 (the largest offsets) passed. T must be at least 4. */
+int tp_layout_affine(const st_header *h, const tp_spec *specs, uint32_t T);
+
+/* Rank r's layout (1 < r < T-1) of a file for which tp_layout_affine holds, from the layouts
+ * l0 and l1 of ranks 0 and 1 (l1 borrowing from l0): nothing is allocated, so a mount's
+ * memory does not grow with its ranks. l0 and l1 must outlive L. Returns 0, or -1 when l1 does
+ * not borrow from l0 (its local tensors differ: build L with tp_layout_build_ordered). */
+int tp_layout_from_affine(const tp_layout *l0, const tp_layout *l1, uint32_t r, tp_layout *L);
 
 /* The indexes of h's tensors in the writer's order (dtype size descending, then name); NULL when
  * out of memory. The caller frees it. */

@@ -322,6 +322,10 @@ static tcase *all_cases(size_t *n)
 	return cs;
 }
 
+/* When set (test_affine_ranks), ranks 2 .. T-2 are checked through layouts made by
+ * tp_layout_from_affine from these two (ranks 0 and 1) instead of built on their own. */
+static const tp_layout *aff0, *aff1;
+
 static void check_rank(const file *f, const tcase *cs, size_t n, uint32_t T, uint32_t r,
 		       long *reads, long *refusals)
 {
@@ -355,8 +359,12 @@ static void check_rank(const file *f, const tcase *cs, size_t n, uint32_t T, uin
 	}
 	tp_layout L;
 	tp_err e;
-	if (tp_layout_build(&f->h, specs, NULL, T, r, "src.safetensors", &L, &e) < 0)
+	if (aff0 && r >= 2 && r + 2 <= T) {
+		assert_int_equal(tp_layout_from_affine(aff0, aff1, r, &L), 0);
+		assert_null(L.pieces); /* nothing held per rank */
+	} else if (tp_layout_build(&f->h, specs, NULL, T, r, "src.safetensors", &L, &e) < 0) {
 		fail_msg("T=%u r=%u: layout refused: %s", T, r, e.msg);
+	}
 
 	/* the local header parses back, with local shapes and writer-ordered offsets */
 	uint8_t *img = calloc(L.size + 1, 1);
@@ -453,6 +461,74 @@ static void test_random_reads(void **state)
 	printf("random reads compared: %ld, unservable cuts refused: %ld\n", reads, refusals);
 	assert_true(reads > 10000);
 	assert_true(refusals > 0);
+}
+
+/* Ranks whose pieces are rank 0's shifted (tp_layout_affine): every case whose cuts the naive
+ * rules allow on every rank and whose spec is affine, at T = 4, 6, 8, 16, read through layouts
+ * that hold no pieces, against the same naive reference; and a file with one uneven split is
+ * not taken for affine. */
+static void test_affine_ranks(void **state)
+{
+	(void)state;
+	size_t n;
+	tcase *all = all_cases(&n);
+	long reads = 0, refusals = 0, files = 0;
+	uint32_t Ts[] = {4, 6, 8, 16};
+	for (size_t ti = 0; ti < 4; ti++) {
+		uint32_t T = Ts[ti];
+		tcase *cs = calloc(n, sizeof *cs);
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++) {
+			const tp_spec *sp = &all[i].spec;
+			int aff = sp->kind == TP_REPLICATE || (sp->kind == TP_SPLIT && sp->pad_to <= 1);
+			for (uint32_t q = 0; q < sp->nseg && sp->kind == TP_SPLIT; q++)
+				aff &= sp->seg[q] % T == 0;
+			file one;
+			make_file(&all[i], 1, &one);
+			for (uint32_t r = 0; r < T && aff; r++) {
+				uint64_t lsh[ST_MAX_DIMS], len;
+				uint8_t *b = NULL;
+				aff = naive_tensor(&all[i], one.bytes + one.h.data_start, T, r, lsh, &b, &len) == 0;
+				free(b);
+			}
+			st_header_free(&one.h);
+			free(one.bytes);
+			if (aff)
+				cs[k++] = all[i];
+		}
+		assert_true(k >= 4);
+		file f;
+		make_file(cs, k, &f);
+		tp_spec *specs = calloc(f.h.n, sizeof *specs);
+		for (size_t i = 0; i < f.h.n; i++)
+			specs[i] = case_of(cs, k, f.h.t[i].name)->spec;
+		assert_true(tp_layout_affine(&f.h, specs, T));
+		tp_layout L0, L1;
+		tp_err e;
+		assert_int_equal(tp_layout_build_ordered(&f.h, specs, NULL, NULL, NULL, T, 0, "s", &L0, &e), 0);
+		assert_int_equal(tp_layout_build_ordered(&f.h, specs, NULL, NULL, &L0, T, 1, "s", &L1, &e), 0);
+		assert_true(L1.borrowed);
+		aff0 = &L0, aff1 = &L1;
+		for (uint32_t r = 0; r < T; r++)
+			check_rank(&f, cs, k, T, r, &reads, &refusals);
+		aff0 = aff1 = NULL;
+		/* one uneven split and the file is not affine */
+		tp_spec keep = specs[0];
+		specs[0] = split(0, T + 1, 1, TP_UNEVEN);
+		assert_false(tp_layout_affine(&f.h, specs, T));
+		specs[0] = keep;
+		tp_layout_free(&L1);
+		tp_layout_free(&L0);
+		st_header_free(&f.h);
+		free(f.bytes);
+		free(specs);
+		free(cs);
+		files++;
+	}
+	assert_false(tp_layout_affine(NULL, NULL, 3)); /* T < 4: never */
+	printf("affine ranks: %ld files, %ld reads compared\n", files, reads);
+	assert_int_equal(refusals, 0);
+	assert_true(reads > 4000);
 }
 
 /* Union over ranks of a split tensor is exactly the original (even split, no padding). */
@@ -664,6 +740,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_random_reads),
+		cmocka_unit_test(test_affine_ranks),
 		cmocka_unit_test(test_union_is_original),
 		cmocka_unit_test(test_mapper_cost),
 		cmocka_unit_test(test_owned_experts),
