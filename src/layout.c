@@ -46,12 +46,35 @@ static uint64_t write_header(const tp_layout *L, st_wbuf *w)
 	return st_w_end(w);
 }
 
-void tp_layout_set_meta(tp_layout *L, const st_meta *x, size_t n)
+/* The bytes of L's tensor entries in its header, each after a comma (L->tens_len). */
+static uint64_t count_tensors(const tp_layout *L)
+{
+	st_wbuf w = {.p = NULL, .entries = 1};
+	for (size_t i = 0; i < L->n; i++) {
+		const tp_ltensor *lt = &L->t[i];
+		const st_tensor *t = &L->h->t[lt->src];
+		uint64_t shape[ST_MAX_DIMS];
+		uint32_t nd = tp_layout_shape(L, lt, shape);
+		st_w_tensor(&w, t->name, t->dtype, nd, shape, lt->off, lt->off + lt->size);
+	}
+	return w.len;
+}
+
+/* The size write_header gives, counted from the metadata and L->tens_len: formatting a 200k
+ * tensor header again for each of 128 ranks was most of the time of such a mount. */
+static uint64_t count_header(const tp_layout *L)
 {
 	st_wbuf w = {.p = NULL};
+	st_w_begin_x(&w, L->h->meta, L->h->nmeta, L->xmeta, L->nxmeta);
+	uint64_t len = w.len + L->tens_len - (w.entries == 0 && L->n ? 1 : 0) + 1; /* + "}" */
+	return (len + 7) / 8 * 8;
+}
+
+void tp_layout_set_meta(tp_layout *L, const st_meta *x, size_t n)
+{
 	L->xmeta = x;
 	L->nxmeta = n;
-	L->hdr_size = write_header(L, &w);
+	L->hdr_size = count_header(L);
 	L->size = L->hdr_size + L->data_size;
 }
 
@@ -211,6 +234,7 @@ int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char
 		L->loc = like->loc;
 		L->borrowed = 1;
 		L->hdr_size = like->hdr_size;
+		L->tens_len = like->tens_len;
 		L->size = like->size;
 		L->split_bytes = like->split_bytes;
 		L->repl_bytes = like->repl_bytes;
@@ -222,8 +246,8 @@ int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char
 	tp_piece *np = realloc(L->pieces, (L->npieces ? L->npieces : 1) * sizeof *np);
 	if (np)
 		L->pieces = np;
-	st_wbuf count = {.p = NULL};
-	L->hdr_size = write_header(L, &count);
+	L->tens_len = count_tensors(L);
+	L->hdr_size = count_header(L);
 	if (L->hdr_size - ST_PREFIX > ST_HEADER_MAX) {
 		tp_layout_free(L);
 		return tp_fail(e, TP_ELIMIT, "%s: rank %u's header would exceed %llu bytes", fname, r,

@@ -37,6 +37,9 @@ struct tp_layout {
 	tp_piece *pieces;
 	size_t npieces;
 	uint64_t hdr_size;   /* 8-byte prefix + JSON + padding, a multiple of 8 */
+	uint64_t tens_len;   /* bytes of the header's tensor entries (each after a comma), which
+	                      * every layout sharing t shares: a rank's header size is counted from
+	                      * it and its own __metadata__ alone */
 	uint64_t data_size;
 	uint64_t size;       /* hdr_size + data_size: the rank file's size */
 	uint64_t split_bytes;/* local bytes of tensors whose spec splits them (or places them whole on

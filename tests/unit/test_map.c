@@ -239,12 +239,14 @@ static uint64_t tensor_bytes(const tcase *c)
 }
 
 /* Writes the cases in the given order (not the writer's), random data. */
+static int src_no_meta; /* make_file writes no __metadata__ (test_header_size) */
+
 static void make_file(const tcase *cs, size_t n, file *f)
 {
 	st_wbuf w = {.p = NULL};
 	for (int pass = 0; pass < 2; pass++) {
 		st_meta meta = {"format", "pt"};
-		st_w_begin(&w, &meta, 1);
+		st_w_begin(&w, &meta, src_no_meta ? 0 : 1);
 		uint64_t off = 0;
 		for (size_t i = 0; i < n; i++) {
 			uint64_t b = tensor_bytes(&cs[i]);
@@ -366,9 +368,21 @@ static void check_rank(const file *f, const tcase *cs, size_t n, uint32_t T, uin
 		fail_msg("T=%u r=%u: layout refused: %s", T, r, e.msg);
 	}
 
+	/* a rank's own metadata (its header size counted from it and the shared tensor entries:
+	 * the prefix the writer fills must agree), on every other rank */
+	char rv[16];
+	snprintf(rv, sizeof rv, "%u", r * 1000);
+	st_meta xm[1] = {{"tpfs.tp_rank", rv}};
+	if (r % 2)
+		tp_layout_set_meta(&L, xm, 1);
+
 	/* the local header parses back, with local shapes and writer-ordered offsets */
 	uint8_t *img = calloc(L.size + 1, 1);
 	tp_layout_header(&L, (char *)img);
+	uint64_t prefix = 0;
+	for (int b = 7; b >= 0; b--)
+		prefix = prefix << 8 | img[b];
+	assert_int_equal(prefix + 8, L.hdr_size);
 	st_header lh;
 	if (st_parse_header((char *)img + 8, L.hdr_size - 8, L.size, "rank", &lh, &e) < 0)
 		fail_msg("T=%u r=%u: local header refused: %s", T, r, e.msg);
@@ -529,6 +543,52 @@ static void test_affine_ranks(void **state)
 	printf("affine ranks: %ld files, %ld reads compared\n", files, reads);
 	assert_int_equal(refusals, 0);
 	assert_true(reads > 4000);
+}
+
+/* A layout's header size is counted from its metadata and the tensor entries it shares with
+ * other ranks (count_header): for names and metadata of every length modulo 8 it must be the
+ * size the writer fills in (the prefix), with and without metadata in the source and added. */
+static void test_header_size(void **state)
+{
+	(void)state;
+	long checked = 0;
+	for (size_t k = 1; k <= 32; k++) {
+		src_no_meta = k > 16;
+		char name[17] = "wwwwwwwwwwwwwwww";
+		name[k > 16 ? k - 16 : k] = 0;
+		tcase cs[2] = {{name, ST_F32, 2, {8, 4}, split(0, 8, 1, 0)}, {"n", ST_BF16, 1, {4}, tp_spec_replicate()}};
+		file f;
+		make_file(cs, 2, &f);
+		tp_spec specs[2];
+		for (size_t i = 0; i < 2; i++)
+			specs[i] = case_of(cs, 2, f.h.t[i].name)->spec;
+		for (uint32_t r = 0; r < 2; r++) {
+			tp_layout L;
+			tp_err e;
+			assert_int_equal(tp_layout_build(&f.h, specs, NULL, 2, r, "s", &L, &e), 0);
+			for (int j = -1; j <= 8; j++) {
+				char v[9] = "vvvvvvvv";
+				st_meta xm = {"k", v};
+				if (j >= 0)
+					v[j] = 0;
+				tp_layout_set_meta(&L, j >= 0 ? &xm : NULL, j >= 0 ? 1 : 0);
+				char *hb = calloc(L.hdr_size, 1);
+				tp_layout_header(&L, hb);
+				uint64_t prefix = 0;
+				for (int b = 7; b >= 0; b--)
+					prefix = prefix << 8 | (uint8_t)hb[b];
+				assert_int_equal(prefix + 8, L.hdr_size);
+				assert_int_equal(hb[L.hdr_size - 1] == ' ' || hb[L.hdr_size - 1] == '}', 1);
+				free(hb);
+				checked++;
+			}
+			tp_layout_free(&L);
+		}
+		st_header_free(&f.h);
+		free(f.bytes);
+	}
+	src_no_meta = 0;
+	assert_int_equal(checked, 32 * 2 * 10);
 }
 
 /* Union over ranks of a split tensor is exactly the original (even split, no padding). */
@@ -741,6 +801,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_random_reads),
 		cmocka_unit_test(test_affine_ranks),
+		cmocka_unit_test(test_header_size),
 		cmocka_unit_test(test_union_is_original),
 		cmocka_unit_test(test_mapper_cost),
 		cmocka_unit_test(test_owned_experts),
