@@ -88,19 +88,46 @@ static int need_int(P *p, const val *v, const char *what)
 	return perr(p, "%s is not an integer", what);
 }
 
+/* Copies src into dst[cap] (truncated, NUL-terminated): tp_fmt's "%s" without printf's cost,
+ * which was a tenth of planning a 200k-tensor checkpoint. */
+static void cpy(char *dst, size_t cap, const char *src)
+{
+	size_t l = strnlen(src, cap - 1);
+	memcpy(dst, src, l);
+	dst[l] = 0;
+}
+
+/* Notes that the evaluation read key (value n), for tp_expr_used: formatting it here, for every
+ * expression of every tensor, cost more than the rest of the evaluation. */
 static void note_used(tp_expr_ctx *c, const char *key, const cJSON *n)
 {
-	size_t l = strlen(c->used);
-	if (l > sizeof c->used - 40 || strstr(c->used, key))
+	for (int i = 0; i < c->nused; i++)
+		if (strcmp(c->usedk[i].key, key) == 0)
+			return;
+	if (c->nused == (int)(sizeof c->usedk / sizeof *c->usedk))
 		return;
-	char v[64];
-	if (cJSON_IsNumber(n))
-		tp_fmt(v, sizeof v, "%.17g", n->valuedouble);
-	else if (cJSON_IsString(n))
-		tp_fmt(v, sizeof v, "'%.40s'", n->valuestring);
-	else
-		tp_fmt(v, sizeof v, "%s", cJSON_IsArray(n) ? "[...]" : "?");
-	tp_fmt(c->used + l, sizeof c->used - l, "%s%s=%s", l ? ", " : "", key, v);
+	cpy(c->usedk[c->nused].key, sizeof c->usedk[0].key, key);
+	c->usedk[c->nused++].node = n;
+}
+
+const char *tp_expr_used(tp_expr_ctx *c)
+{
+	c->used[0] = 0;
+	for (int i = 0; i < c->nused; i++) {
+		size_t l = strlen(c->used);
+		if (l > sizeof c->used - 40)
+			break;
+		const cJSON *n = c->usedk[i].node;
+		char v[64];
+		if (cJSON_IsNumber(n))
+			tp_fmt(v, sizeof v, "%.17g", n->valuedouble);
+		else if (cJSON_IsString(n))
+			tp_fmt(v, sizeof v, "'%.40s'", n->valuestring);
+		else
+			tp_fmt(v, sizeof v, "%s", cJSON_IsArray(n) ? "[...]" : "?");
+		tp_fmt(c->used + l, sizeof c->used - l, "%s%s=%s", l ? ", " : "", c->usedk[i].key, v);
+	}
+	return c->used;
 }
 
 const cJSON *tp_config_get(const tp_expr_ctx *c, const char *key)
@@ -135,7 +162,7 @@ const cJSON *tp_config_get(const tp_expr_ctx *c, const char *key)
 static int from_json(P *p, const cJSON *n, const char *name, val *out)
 {
 	memset(out, 0, sizeof *out);
-	tp_fmt(out->name, sizeof out->name, "%s", name);
+	cpy(out->name, sizeof out->name, name);
 	if (!n || cJSON_IsNull(n)) {
 		out->k = V_MISSING;
 	} else if (cJSON_IsBool(n)) {
@@ -294,7 +321,7 @@ static int primary(P *p, val *out)
 		}
 		if (p->skip) { /* not evaluated: no lookup, nothing noted as used */
 			out->k = V_MISSING;
-			tp_fmt(out->name, sizeof out->name, "%s", name);
+			cpy(out->name, sizeof out->name, name);
 			return 0;
 		}
 		for (int i = 0; i < p->c->nvar; i++) {
@@ -332,7 +359,7 @@ static int postfix(P *p, val *out)
 			/* past the end is missing, like an absent key (layer_types has no MTP entry) */
 			memset(out, 0, sizeof *out);
 			out->k = V_MISSING;
-			tp_fmt(out->name, sizeof out->name, "%s", nm);
+			cpy(out->name, sizeof out->name, nm);
 			continue;
 		}
 		if (from_json(p, cJSON_GetArrayItem(out->list, (int)idx.i), nm, out) < 0)
@@ -525,6 +552,7 @@ static int expr(P *p, val *out)
 static int eval(tp_expr_ctx *c, const char *src, val *out, tp_err *e)
 {
 	P p = {.c = c, .src = src, .p = src, .e = e};
+	c->nused = 0;
 	c->used[0] = 0;
 	if (expr(&p, out) < 0)
 		return -1;

@@ -36,8 +36,17 @@ typedef struct tp_expr_ctx {
 	char var[TP_EXPR_MAX_VARS][16];      /* bound variable names (truncated to 15) and values */
 	int64_t val[TP_EXPR_MAX_VARS];
 	int nvar;
-	char used[256];                      /* "key=value, ..." of the keys the last evaluation read */
+	struct {                             /* the keys the last evaluation read (up to 8) */
+		char key[48];
+		const struct cJSON *node;
+	} usedk[8];
+	int nused;
+	char used[256];                      /* tp_expr_used's text */
 } tp_expr_ctx;
+
+/* "key=value, ..." of the config keys the last evaluation read ("" when none), formatted now
+ * (in c->used) from what the evaluation noted: only messages need it. */
+const char *tp_expr_used(tp_expr_ctx *c);
 
 /* Binds (or rebinds) a variable. */
 void tp_expr_bind(tp_expr_ctx *c, const char *name, int64_t v);

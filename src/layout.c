@@ -261,16 +261,9 @@ int tp_layout_affine(const st_header *h, const tp_spec *specs, uint32_t T)
 {
 	if (T < 4)
 		return 0;
-	for (size_t i = 0; i < h->n; i++) {
-		const tp_spec *s = &specs[i];
-		if (s->kind == TP_REPLICATE || s->kind == TP_ABSENT)
-			continue;
-		if (s->kind != TP_SPLIT || s->pad_to > 1)
+	for (size_t i = 0; i < h->n; i++)
+		if (!tp_spec_affine(&specs[i], T))
 			return 0;
-		for (uint32_t k = 0; k < s->nseg; k++)
-			if (s->seg[k] % T)
-				return 0;
-	}
 	return 1;
 }
 

@@ -84,13 +84,9 @@ void tp_layout_free(tp_layout *L);
 int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char *const *why, const uint32_t *order,
 			    const tp_layout *like, uint32_t T, uint32_t r, const char *fname, tp_layout *L, tp_err *e);
 
-/* Whether every tensor of h is cut the same way on ranks 0 .. T-2, only shifted by a multiple
- * of the rank: replicated, absent, or split with every segment dividing evenly over T and no
- * padding. Then, with ranks 0, 1 and T-1 built (and checked) by tp_layout_build_ordered, each
- * rank r in between holds the same local tensors at the same places, every piece of it at
- * rank 0's offset + r x (rank 1's - rank 0's), and every check of tp_cut_tensor passes for it:
- * each is a divisibility test of an offset that is affine in r (true at r = 0 and 1, so for all
- * r), or a bound that rank T-1 (the largest offsets) passed. T must be at least 4. */
+/* Whether tp_spec_affine holds for every tensor of h (T >= 4). Then, with ranks 0, 1 and T-1
+ * built (and checked) by tp_layout_build_ordered, each rank r in between holds the same local
+ * tensors at the same places, every piece at rank 0's offset + r x (rank 1's - rank 0's). */
 int tp_layout_affine(const st_header *h, const tp_spec *specs, uint32_t T);
 
 /* Rank r's layout (1 < r < T-1) of a file for which tp_layout_affine holds, from the layouts

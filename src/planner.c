@@ -477,7 +477,7 @@ static int stage_geometry(job *j)
 			return tp_fail(e, TP_EPLAN,
 				       "%s (rule '%s'): axis %d of '%s' holds %llu features but '%s' = %lld (%s)",
 				       tctx, r->name, j->axis_ref, ref->name, (unsigned long long)L, r->size,
-				       (long long)sz, j->cfg->used[0] ? j->cfg->used : "no config keys");
+				       (long long)sz, tp_expr_used(j->cfg)[0] ? j->cfg->used : "no config keys");
 	}
 	j->L = L;
 
@@ -488,7 +488,7 @@ static int stage_geometry(job *j)
 			return tp_fail(e, TP_EPLAN,
 				       "%s (rule '%s'): axis %d of '%s' holds %llu features, not a multiple of %lld heads ('%s'; %s)",
 				       tctx, r->name, j->axis_ref, ref->name, (unsigned long long)L, (long long)j->heads,
-				       r->heads, j->cfg->used[0] ? j->cfg->used : "no config keys");
+				       r->heads, tp_expr_used(j->cfg)[0] ? j->cfg->used : "no config keys");
 		unit = (int64_t)(L / (uint64_t)j->heads);
 	} else if (r->unit && eval_pos(j, r->unit, &unit, "unit") < 0) {
 		return -1;
@@ -786,7 +786,7 @@ static int stage_experts(job *j, tp_resolved *out)
 					return tp_fail(j->e, TP_EPLAN,
 						       "%s (experts '%s'): expert %lld, but '%s' = %lld routed experts (%s)", j->tctx,
 						       x->name, (long long)ei, x->count, (long long)E,
-						       j->cfg->used[0] ? j->cfg->used : "no config keys");
+						       tp_expr_used(j->cfg)[0] ? j->cfg->used : "no config keys");
 				out->spec = tp_spec_owned((uint64_t)E, (uint64_t)ei);
 				out->spec.flags = TP_EXPERT;
 				tp_fmt(out->why, sizeof out->why, "expert %lld of %lld, whole on its rank (--ep)", (long long)ei,
@@ -807,7 +807,7 @@ static int stage_experts(job *j, tp_resolved *out)
 				return tp_fail(j->e, TP_EPLAN,
 					       "%s (experts '%s'): axis %d holds %llu experts but '%s' = %lld (%s)", j->tctx,
 					       x->name, a, (unsigned long long)t->shape[a], x->count, (long long)E,
-					       j->cfg->used[0] ? j->cfg->used : "no config keys");
+					       tp_expr_used(j->cfg)[0] ? j->cfg->used : "no config keys");
 			out->spec = tp_spec_split((uint32_t)a, (uint64_t)E, 1);
 			out->spec.flags = TP_EXPERT;
 			out->logical = (uint64_t)E;
@@ -849,7 +849,7 @@ int tp_plan_ep_check(const tp_plan *pl, tp_expr_ctx *cfg, uint32_t T, int64_t *E
 				w += strlen(ns + w);
 			}
 		char used[sizeof cfg->used];
-		tp_fmt(used, sizeof used, "%s", cfg->used);
+		tp_fmt(used, sizeof used, "%s", tp_expr_used(cfg));
 		return tp_fail(e, TP_EPLAN,
 			       "--ep: %lld routed experts (%s; plan '%s', experts '%s') do not divide over %u "
 			       "ranks: rank r holds experts [r*E/N, (r+1)*E/N), so N must divide %lld: --tp %s",
@@ -919,7 +919,8 @@ static int resolve_rules(job *j, tp_resolved *out)
 
 int tp_plan_check_ranks(const st_tensor *t, const tp_spec *s, uint32_t T, const char *ctx, tp_err *e)
 {
-	for (uint32_t r = 0; r < T; r++) {
+	int aff = tp_spec_affine(s, T); /* ranks 0, 1 and T-1 stand for all */
+	for (uint32_t r = 0; r < T; r = aff && r == 1 ? T - 1 : r + 1) {
 		tp_cut c;
 		if (tp_cut_tensor(t, s, T, r, &c, ctx, e) == 0)
 			continue;

@@ -104,6 +104,20 @@ static void add_piece(tp_cut *c, uint64_t off, uint64_t len)
 	c->np++;
 }
 
+int tp_spec_affine(const tp_spec *s, uint32_t T)
+{
+	if (T < 4)
+		return 0;
+	if (s->kind == TP_REPLICATE || s->kind == TP_ABSENT)
+		return 1;
+	if (s->kind != TP_SPLIT || s->pad_to > 1)
+		return 0;
+	for (uint32_t k = 0; k < s->nseg; k++)
+		if (s->seg[k] % T)
+			return 0;
+	return 1;
+}
+
 int tp_cut_tensor(const st_tensor *t, const tp_spec *s, uint32_t T, uint32_t r, tp_cut *c,
 		  const char *ctx, tp_err *e)
 {

@@ -93,6 +93,14 @@ tp_spec tp_spec_owned(uint64_t units, uint64_t owner);
 int tp_share_of(uint64_t units, const tp_spec *s, uint32_t T, uint32_t r, tp_share *out,
 		const char *ctx, tp_err *e);
 
+/* Whether s cuts every rank the same way, only shifted by a multiple of the rank, on ranks
+ * 0 .. T-2 (T >= 4): replicated, absent, or split with every segment dividing evenly over T and
+ * no padding. Then every check tp_cut_tensor makes on a rank in between is a divisibility test
+ * of an offset affine in r (true at r = 0 and 1, so for all r) or a bound that rank T-1 (the
+ * largest offsets) meets: cutting ranks 0, 1 and T-1 checks them all, and rank r's pieces lie
+ * at rank 0's + r x (rank 1's - rank 0's) (see layout.h, tp_layout_from_affine). */
+int tp_spec_affine(const tp_spec *s, uint32_t T);
+
 /* Cuts tensor t for rank r of T. ctx prefixes messages (e.g. "file: tensor 'x'"). Checks that
  * the spec matches the shape (axis in range, segments x unit = the axis, divisor), that every
  * cut lands on a stored element and a byte boundary. An owned tensor is cut whole on the ranks

@@ -132,7 +132,7 @@ static void test_config(void **state)
 	c = ctx(1);
 	assert_int_equal(tp_expr_int(&c, "hidden_size + vocab_size + num_attention_heads", &v, &e), 0);
 	assert_int_equal(v, 2048 + 1000 + 32);
-	assert_non_null(strstr(c.used, "hidden_size=2048"));
+	assert_non_null(strstr(tp_expr_used(&c), "hidden_size=2048"));
 }
 
 static void test_short_circuit(void **state)
@@ -166,8 +166,8 @@ static void test_short_circuit(void **state)
 	int64_t v;
 	assert_int_equal(tp_expr_int(&c, "0 && hidden_size > 1 ? num_attention_heads : 5", &v, &e), 0);
 	assert_int_equal(v, 5);
-	assert_null(strstr(c.used, "hidden_size"));
-	assert_null(strstr(c.used, "num_attention_heads"));
+	assert_null(strstr(tp_expr_used(&c), "hidden_size"));
+	assert_null(strstr(tp_expr_used(&c), "num_attention_heads"));
 	/* conditions: missing is false */
 	assert_int_equal(tp_expr_cond(&c, "foo", &e), 0);
 	assert_int_equal(tp_expr_cond(&c, "has(foo) && foo == 3", &e), 0);

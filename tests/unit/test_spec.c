@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "spec.h"
@@ -327,6 +328,91 @@ static void test_cut_quantized(void **state)
 	assert_int_equal(c.stride, 3);
 }
 
+static uint64_t xs64(void)
+{
+	static uint64_t x = 0x9e3779b97f4a7c15ULL;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return x;
+}
+
+/* tp_spec_affine's claim, tried on random specs: where it holds, cutting ranks 0, 1 and T-1
+ * succeeds exactly when cutting every rank does, and then each rank in between has rank 0's
+ * shapes and programs with every piece at rank 0's offset + r x (rank 1's - rank 0's). */
+static void test_affine_claim(void **state)
+{
+	(void)state;
+#define RND() xs64()
+	static const st_dtype dts[] = {ST_F4, ST_F6_E2M3, ST_U8, ST_BF16, ST_F32};
+	long served = 0, refused = 0, tried = 0;
+	for (int it = 0; it < 20000; it++) {
+		uint32_t T = 4 + RND() % 9;
+		uint32_t axis = (uint32_t)(RND() % 2);
+		uint64_t units = T * (RND() % 4);
+		tp_spec s = tp_spec_split(axis, units, 1 + RND() % 4);
+		s.nseg = 1 + (uint32_t)(RND() % 3);
+		for (uint32_t k = 0; k < s.nseg; k++) {
+			s.seg[k] = T * (RND() % 4);
+			s.segu[k] = RND() % 2 ? 0 : 1 + RND() % 4;
+		}
+		s.div = (uint64_t[]){1, 1, 2, 3, 4, 8}[RND() % 6];
+		s.flags = (uint32_t)(RND() % 2 ? TP_UNEVEN : 0);
+		s.flags |= (uint32_t)(RND() % 2 ? TP_GROUPS : 0);
+		if (!tp_spec_affine(&s, T))
+			fail_msg("a split with every segment a multiple of T=%u is not affine", T);
+		uint64_t L = 0;
+		for (uint32_t k = 0; k < s.nseg; k++)
+			L += s.seg[k] * (s.segu[k] ? s.segu[k] : s.unit);
+		uint64_t sh[2];
+		sh[0] = 1 + RND() % 3;
+		sh[1] = 1 + RND() % 3;
+		sh[s.axis] = L / s.div + (L % s.div != 0);
+		if (RND() % 8 == 0)
+			sh[s.axis]++; /* a shape that disagrees: refused on every rank */
+		st_tensor t = tensor(dts[RND() % 5], 2, sh);
+		tp_cut c[TP_MAX_T > 16 ? 16 : TP_MAX_T];
+		int ok_all = 1, ok[16];
+		for (uint32_t r = 0; r < T; r++) {
+			ok[r] = tp_cut_tensor(&t, &s, T, r, &c[r], "", NULL) == 0;
+			ok_all &= ok[r];
+		}
+		tried++;
+		if ((ok[0] && ok[1] && ok[T - 1]) != ok_all)
+			fail_msg("T=%u: ranks 0, 1, T-1 %s but not every rank", T, ok_all ? "fail" : "pass");
+		if (!ok_all) {
+			refused++;
+			continue;
+		}
+		served++;
+		for (uint32_t r = 2; r + 1 < T; r++) {
+			assert_int_equal(c[r].np, c[0].np);
+			assert_int_equal(c[r].size, c[0].size);
+			assert_int_equal(c[r].outer, c[0].outer);
+			assert_int_equal(c[r].stride, c[0].stride);
+			assert_int_equal(c[r].rep, c[0].rep);
+			assert_memory_equal(c[r].shape, c[0].shape, sizeof c[0].shape);
+			for (uint32_t j = 0; j < c[0].np; j++) {
+				assert_int_equal(c[r].piece[j].len, c[0].piece[j].len);
+				assert_int_equal(c[r].piece[j].off, c[0].piece[j].off + r * (c[1].piece[j].off - c[0].piece[j].off));
+			}
+		}
+	}
+#undef RND
+	printf("affine claim: %ld specs, %ld served, %ld refused\n", tried, served, refused);
+	assert_true(served > 2000 && refused > 2000);
+	/* and what it does not claim */
+	tp_spec u = tp_spec_split(0, 10, 1);
+	assert_false(tp_spec_affine(&u, 4));
+	u = tp_spec_split(0, 8, 1);
+	assert_true(tp_spec_affine(&u, 4));
+	assert_false(tp_spec_affine(&u, 2)); /* T < 4: ranks 0, 1 and T-1 are every rank anyway */
+	u.pad_to = 16;
+	assert_false(tp_spec_affine(&u, 4));
+	assert_true(tp_spec_affine(&(tp_spec){.kind = TP_REPLICATE}, 8));
+	assert_false(tp_spec_affine(&(tp_spec){.kind = TP_OWNED, .nseg = 1, .seg = {8}}, 8));
+}
+
 static void test_cut_refusals(void **state)
 {
 	(void)state;
@@ -393,6 +479,7 @@ int main(void)
 		cmocka_unit_test(test_cut_segment_widths),
 		cmocka_unit_test(test_cut_padded_and_empty),
 		cmocka_unit_test(test_cut_quantized),
+		cmocka_unit_test(test_affine_claim),
 		cmocka_unit_test(test_cut_refusals),
 		cmocka_unit_test(test_cut_owned),
 	};
