@@ -358,7 +358,10 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 	tp_resolve_opts ro = {.T = m->T, .pad_vocab = m->o->pad_vocab, .ep = m->o->ep};
 	tp_spec *specs = calloc(n->h.n ? n->h.n : 1, sizeof *specs);
 	char (*why)[200] = calloc(n->h.n ? n->h.n : 1, sizeof *why);
-	cJSON **rj = calloc(n->h.n ? n->h.n : 1, sizeof *rj); /* the resolved plan's rules (rank_folder.h) */
+	tp_text rt = {0}; /* the resolved plan's rules (rank_folder.h): tensor i's at rs[i] in rt */
+	tp_span *rs = malloc((n->h.n ? n->h.n : 1) * sizeof *rs);
+	for (size_t i = 0; rs && i < n->h.n; i++)
+		rs[i].a = SIZE_MAX;
 	const char **whyp = calloc(n->h.n ? n->h.n : 1, sizeof *whyp);
 	int rc = 0;
 	if (!specs || !why || !whyp)
@@ -406,13 +409,18 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 		}
 		if (m->o->on_tensor)
 			m->o->on_tensor(m->o->ctx, m, idx, (uint32_t)i, &res);
-		if (rj)
-			rj[i] = tp_resolved_rule(&m->plan, &n->h.t[i], &res);
+		if (rs) {
+			rs[i].a = rt.len;
+			tp_resolved_rule(&rt, &m->plan, &n->h.t[i], &res);
+			rs[i].b = rt.len;
+		}
 	}
-	if (rj)
-		tp_resolved_keep(m, idx, rj);
-	else
+	if (rs) {
+		tp_resolved_keep(m, idx, &rt, rs);
+	} else {
+		free(rt.p);
 		m->resolved_failed = 1;
+	}
 	if (rc == 0) {
 		n->lay = calloc(m->T, sizeof *n->lay);
 		if (!n->lay)

@@ -106,7 +106,8 @@ typedef struct tp_model {
 	uint64_t ep_tensors;   /* --ep: source tensors an experts declaration placed */
 	const tp_model_opts *o;
 	/* rank folders (rank_folder.h) */
-	struct cJSON **resolved; /* while planning: per node, its rules of the resolved plan */
+	char **resolved;         /* while planning: per node, its rules of the resolved plan (JSON
+	                          * objects joined by commas; rank_folder.h) */
 	int resolved_failed;     /* a rule could not be kept (out of memory) */
 	char *plan_tag;          /* "<plan name> sha256:<hex of the resolved plan>" */
 	st_meta *rank_meta;      /* 3 per rank: tpfs.plan, tpfs.tp_rank, tpfs.tp_size (5 under --ep:

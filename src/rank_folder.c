@@ -4,6 +4,10 @@
 
 #include <cjson/cJSON.h>
 #include <fcntl.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,67 +17,155 @@
 #include "rank_config.h"
 #include "sha256.h"
 
-cJSON *tp_resolved_rule(const tp_plan *pl, const st_tensor *t, const tp_resolved *res)
+/* ---- the resolved plan's text ---- */
+
+static void t_add(tp_text *b, const char *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (b->len + n + 1 > cap)
+			cap *= 2;
+		char *p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = 1;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = 0;
+}
+
+static void t_str(tp_text *b, const char *s)
+{
+	t_add(b, s, strlen(s));
+}
+
+/* A JSON string as cJSON prints it: quote, backslash and the control characters escaped
+ * (\b \f \n \r \t, others \u00xx), every other byte as it is. */
+static void t_json_string(tp_text *b, const char *s)
+{
+	t_add(b, "\"", 1);
+	const char *run = s;
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c >= 32 && c != '"' && c != '\\')
+			continue;
+		t_add(b, run, (size_t)(s - run));
+		run = s + 1;
+		char esc[8];
+		switch (c) {
+		case '"': t_add(b, "\\\"", 2); break;
+		case '\\': t_add(b, "\\\\", 2); break;
+		case '\b': t_add(b, "\\b", 2); break;
+		case '\f': t_add(b, "\\f", 2); break;
+		case '\n': t_add(b, "\\n", 2); break;
+		case '\r': t_add(b, "\\r", 2); break;
+		case '\t': t_add(b, "\\t", 2); break;
+		default:
+			snprintf(esc, sizeof esc, "\\u%04x", c);
+			t_add(b, esc, 6);
+		}
+	}
+	t_add(b, run, (size_t)(s - run));
+	t_add(b, "\"", 1);
+}
+
+/* A number as cJSON prints one: "%d" when it equals its int (saturated) value, else "%1.15g",
+ * or "%1.17g" when that does not read back (cJSON's print_number). */
+static void t_num(tp_text *b, double d)
+{
+	char s[40];
+	int vi = d >= INT_MAX ? INT_MAX : d <= (double)INT_MIN ? INT_MIN : (int)d;
+	if (d == (double)vi) {
+		snprintf(s, sizeof s, "%d", vi);
+	} else {
+		snprintf(s, sizeof s, "%1.15g", d);
+		double back;
+		double big = fabs(back = strtod(s, NULL)) > fabs(d) ? fabs(back) : fabs(d);
+		if (!(fabs(back - d) <= big * DBL_EPSILON))
+			snprintf(s, sizeof s, "%1.17g", d);
+	}
+	t_str(b, s);
+}
+
+static void t_member(tp_text *b, const char *key, double v)
+{
+	t_add(b, ",\"", 2);
+	t_str(b, key);
+	t_add(b, "\":", 2);
+	t_num(b, v);
+}
+
+void tp_resolved_rule(tp_text *b, const tp_plan *pl, const st_tensor *t, const tp_resolved *res)
 {
 	const tp_spec *s = &res->spec;
 	if (res->rule == TP_RULE_EXPERTS)
-		return cJSON_CreateNull(); /* placed by the experts declarations (--ep), not by a rule */
-	cJSON *j = cJSON_CreateObject();
-	if (!j)
-		return NULL;
-	cJSON_AddStringToObject(j, "match", t->name);
+		return; /* placed by the experts declarations (--ep), not by a rule */
+	t_str(b, "{\"match\":");
+	t_json_string(b, t->name);
 	if (s->kind != TP_SPLIT) {
-		cJSON_AddStringToObject(j, "split", "replicate");
-		return j;
+		t_str(b, ",\"split\":\"replicate\"}");
+		return;
 	}
-	cJSON_AddStringToObject(j, "split", "axis");
-	cJSON_AddNumberToObject(j, "axis", s->axis);
-	cJSON_AddNumberToObject(j, "unit", (double)s->unit);
-	cJSON_AddNumberToObject(j, "size", (double)res->logical);
-	cJSON_AddNumberToObject(j, "div", (double)s->div);
+	t_str(b, ",\"split\":\"axis\"");
+	t_member(b, "axis", s->axis);
+	t_member(b, "unit", (double)s->unit);
+	t_member(b, "size", (double)res->logical);
+	t_member(b, "div", (double)s->div);
 	if (s->nseg > 1) {
-		cJSON *sg = cJSON_AddArrayToObject(j, "segments");
+		t_str(b, ",\"segments\":[");
 		for (uint32_t k = 0; k < s->nseg; k++) {
 			uint64_t u = s->segu[k] ? s->segu[k] : s->unit;
-			cJSON *so = cJSON_CreateObject();
-			cJSON_AddNumberToObject(so, "size", (double)(s->seg[k] * u));
-			cJSON_AddNumberToObject(so, "unit", (double)u);
-			cJSON_AddItemToArray(sg, so);
+			t_str(b, k ? ",{\"size\":" : "{\"size\":");
+			t_num(b, (double)(s->seg[k] * u));
+			t_member(b, "unit", (double)u);
+			t_add(b, "}", 1);
 		}
+		t_add(b, "]", 1);
 	}
 	if (s->flags & TP_UNEVEN)
-		cJSON_AddTrueToObject(j, "uneven");
+		t_str(b, ",\"uneven\":true");
 	if (s->flags & TP_GROUPS)
-		cJSON_AddTrueToObject(j, "groups");
+		t_str(b, ",\"groups\":true");
 	if (res->rule >= 0 && pl->rules[res->rule].vocab)
-		cJSON_AddTrueToObject(j, "vocab");
-	return j;
+		t_str(b, ",\"vocab\":true");
+	t_add(b, "}", 1);
 }
 
-void tp_resolved_keep(tp_model *m, uint32_t idx, cJSON **rule)
+void tp_resolved_keep(tp_model *m, uint32_t idx, tp_text *b, tp_span *sp)
 {
 	const tp_node *n = &m->n[idx];
 	if (!m->resolved)
 		m->resolved = calloc(m->nn, sizeof *m->resolved);
-	cJSON *block = m->resolved ? cJSON_CreateArray() : NULL;
-	for (size_t k = n->h.n; k-- > 0;) {
-		cJSON **r = &rule[n->h.by_name[k]];
-		if (block && *r) {
-			cJSON_AddItemToArray(block, *r);
-			*r = NULL;
-		} else if (!*r && block) {
-			cJSON_Delete(block); /* a rule is missing (out of memory): no digest */
-			block = NULL;
-			m->resolved_failed = 1;
+	tp_text block = {0};
+	int ok = m->resolved && !b->oom;
+	for (size_t k = n->h.n; ok && k-- > 0;) {
+		const tp_span *s = &sp[n->h.by_name[k]];
+		if (s->a == SIZE_MAX) {
+			ok = 0; /* a rule is missing: no digest */
+			break;
 		}
+		if (s->b == s->a)
+			continue; /* a routed expert under --ep */
+		if (block.len)
+			t_add(&block, ",", 1);
+		t_add(&block, b->p + s->a, s->b - s->a);
 	}
-	for (size_t k = 0; k < n->h.n; k++)
-		cJSON_Delete(rule[k]);
-	free(rule);
-	if (!block)
+	free(b->p);
+	free(sp);
+	if (!ok || block.oom) {
+		free(block.p);
 		m->resolved_failed = 1;
-	else
-		m->resolved[idx] = block;
+		return;
+	}
+	m->resolved[idx] = block.p ? block.p : strdup("");
+	if (!m->resolved[idx])
+		m->resolved_failed = 1;
 }
 
 cJSON *tp_experts_json(const tp_plan *pl)
@@ -94,9 +186,8 @@ cJSON *tp_experts_json(const tp_plan *pl)
 
 char *tp_resolved_plan_text(tp_model *m)
 {
-	cJSON *o = cJSON_CreateObject();
-	cJSON *pr = cJSON_AddArrayToObject(o, "per_rank");
-	for (int i = 0; i < m->plan.nper_rank; i++) {
+	cJSON *pr = cJSON_CreateArray();
+	for (int i = 0; pr && i < m->plan.nper_rank; i++) {
 		const tp_per_rank *p = &m->plan.per_rank[i];
 		cJSON *q = cJSON_CreateObject();
 		cJSON_AddStringToObject(q, "key", p->key);
@@ -110,26 +201,40 @@ char *tp_resolved_plan_text(tp_model *m)
 			cJSON_AddStringToObject(q, "value", p->value);
 		cJSON_AddItemToArray(pr, q);
 	}
-	cJSON *rules = cJSON_AddArrayToObject(o, "rules");
+	cJSON *xs = m->o->ep && m->plan.nexperts ? tp_experts_json(&m->plan) : NULL;
+	char *prs = pr ? cJSON_PrintUnformatted(pr) : NULL, *xss = xs ? cJSON_PrintUnformatted(xs) : NULL;
+	cJSON_Delete(pr);
+	cJSON_Delete(xs);
+	/* {"per_rank":[...],"rules":[...]} and under --ep (the plan declaring experts) ,"experts":[...] */
+	tp_text t = {0};
+	t_str(&t, "{\"per_rank\":");
+	t_str(&t, prs ? prs : "");
+	t_str(&t, ",\"rules\":[");
+	int any = 0;
 	for (uint32_t i = m->nn; i-- > 0 && m->resolved;) {
-		cJSON *b = m->resolved[i], *it;
-		if (!b)
-			continue;
-		while ((it = b->child)) {
-			cJSON_DetachItemViaPointer(b, it);
-			if (cJSON_IsNull(it))
-				cJSON_Delete(it); /* a routed expert under --ep: the experts declarations place it */
-			else
-				cJSON_AddItemToArray(rules, it);
+		char *blk = m->resolved[i];
+		if (blk && *blk) {
+			if (any++)
+				t_add(&t, ",", 1);
+			t_str(&t, blk);
 		}
-		cJSON_Delete(b);
+		free(blk);
 		m->resolved[i] = NULL;
 	}
-	if (m->o->ep && m->plan.nexperts) /* under --ep the experts declarations place the routed experts */
-		cJSON_AddItemToObject(o, "experts", tp_experts_json(&m->plan));
-	char *s = m->resolved_failed || !rules ? NULL : cJSON_PrintUnformatted(o);
-	cJSON_Delete(o);
-	return s;
+	t_add(&t, "]", 1);
+	if (m->o->ep && m->plan.nexperts) {
+		t_str(&t, ",\"experts\":");
+		t_str(&t, xss ? xss : "");
+	}
+	t_add(&t, "}", 1);
+	int bad = m->resolved_failed || t.oom || !prs || (m->o->ep && m->plan.nexperts && !xss);
+	free(prs);
+	free(xss);
+	if (bad) {
+		free(t.p);
+		return NULL;
+	}
+	return t.p;
 }
 
 /* ---- config.json ---- */
@@ -413,7 +518,7 @@ void tp_rank_folder_free(tp_model *m)
 {
 	if (m->resolved)
 		for (uint32_t i = 0; i < m->nn; i++)
-			cJSON_Delete(m->resolved[i]);
+			free(m->resolved[i]);
 	free(m->resolved);
 	free(m->plan_tag);
 	free(m->rank_meta);

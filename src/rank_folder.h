@@ -23,19 +23,34 @@
 
 struct cJSON;
 
-/* One rule of the resolved plan for tensor t, as `tpfs plan --json` lists it (an exact match,
- * replicate or an axis split with its unit, size, divisor, segments and flags); a JSON null for a
- * routed expert placed by an experts declaration (--ep), which the rules leave out. NULL when out
- * of memory. */
-struct cJSON *tp_resolved_rule(const tp_plan *pl, const st_tensor *t, const tp_resolved *res);
+/* A growing text; out of memory sticks (oom set; later appends do nothing). */
+typedef struct tp_text {
+	char *p;
+	size_t len, cap;
+	int oom;
+} tp_text;
+
+/* Where tensor i's rule lies in a tp_text: [a, b), or a = SIZE_MAX when it has none (not
+ * resolved, or out of memory). */
+typedef struct tp_span {
+	size_t a, b;
+} tp_span;
+
+/* Appends tensor t's rule of the resolved plan to b, as `tpfs plan --json` lists it (an exact
+ * match, replicate or an axis split with its unit, size, divisor, segments and flags), in the
+ * bytes cJSON_PrintUnformatted gives that object (its number and string formats, so that the
+ * digest is that of `tpfs plan --json`'s rules); nothing for a routed expert placed by an
+ * experts declaration (--ep), which the rules leave out. Writing text instead of building
+ * cJSON objects was a seventh of planning a 200k-tensor checkpoint. */
+void tp_resolved_rule(tp_text *b, const tp_plan *pl, const st_tensor *t, const tp_resolved *res);
 
 /* The plan's experts declarations as `tpfs plan --json` prints them ("experts": [{name, match,
  * count, axis}]), an array (empty when it has none); NULL when out of memory. */
 struct cJSON *tp_experts_json(const tp_plan *pl);
 
-/* Takes rule[i] (tp_resolved_rule of tensor i, or NULL) of every tensor of node idx, in the
- * order `tpfs plan --json` lists them (names descending), for the digest. Frees rule[]. */
-void tp_resolved_keep(tp_model *m, uint32_t idx, struct cJSON **rule);
+/* Takes the rules of node idx's tensors (tensor i's at sp[i] in b), in the order `tpfs plan
+ * --json` lists them (names descending), for the digest. Frees b's text and sp. */
+void tp_resolved_keep(tp_model *m, uint32_t idx, tp_text *b, tp_span *sp);
 
 /* The content of the resolved plan, whose SHA-256 is the digest in tpfs.plan: the compact JSON
  * (no spaces, members in the order `tpfs plan --json` prints them) of {"per_rank": [...],

@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "rank_config.h"
+#include "rank_folder.h"
 #include "sha256.h"
 
 static void expect(const char *src, const tp_cfg_set *set, size_t n, const char *want)
@@ -179,6 +182,101 @@ static void test_key_escapes(void **state)
 	expect("{\"t\":{\"n\":4},\"t\":{\"n\":4,\"h\":1}}", t, 2, "{\"t\":{\"n\":2,\"h\":5},\"t\":{\"n\":2,\"h\":5}}");
 }
 
+/* The rule text of the resolved plan (tp_resolved_rule) against cJSON_PrintUnformatted of the
+ * same object built with cJSON (what the digest was computed from before, and what `tpfs plan
+ * --json` prints): names with quotes, backslashes, control and high bytes; numbers past
+ * INT_MAX, past 1e15 and at 2^53; segments and flags. */
+static cJSON *ref_rule(const tp_plan *pl, const st_tensor *t, const tp_resolved *res)
+{
+	const tp_spec *s = &res->spec;
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddStringToObject(j, "match", t->name);
+	if (s->kind != TP_SPLIT) {
+		cJSON_AddStringToObject(j, "split", "replicate");
+		return j;
+	}
+	cJSON_AddStringToObject(j, "split", "axis");
+	cJSON_AddNumberToObject(j, "axis", s->axis);
+	cJSON_AddNumberToObject(j, "unit", (double)s->unit);
+	cJSON_AddNumberToObject(j, "size", (double)res->logical);
+	cJSON_AddNumberToObject(j, "div", (double)s->div);
+	if (s->nseg > 1) {
+		cJSON *sg = cJSON_AddArrayToObject(j, "segments");
+		for (uint32_t k = 0; k < s->nseg; k++) {
+			uint64_t u = s->segu[k] ? s->segu[k] : s->unit;
+			cJSON *so = cJSON_CreateObject();
+			cJSON_AddNumberToObject(so, "size", (double)(s->seg[k] * u));
+			cJSON_AddNumberToObject(so, "unit", (double)u);
+			cJSON_AddItemToArray(sg, so);
+		}
+	}
+	if (s->flags & TP_UNEVEN)
+		cJSON_AddTrueToObject(j, "uneven");
+	if (s->flags & TP_GROUPS)
+		cJSON_AddTrueToObject(j, "groups");
+	if (res->rule >= 0 && pl->rules[res->rule].vocab)
+		cJSON_AddTrueToObject(j, "vocab");
+	return j;
+}
+
+static void test_resolved_rule_text(void **state)
+{
+	(void)state;
+	uint64_t x = 88172645463325252ULL;
+	tp_rule rules[2];
+	memset(rules, 0, sizeof rules);
+	rules[1].vocab = 1;
+	tp_plan pl;
+	memset(&pl, 0, sizeof pl);
+	pl.rules = rules;
+	pl.nrules = 2;
+	static const uint64_t big[] = {0, 1, 7, 2147483647ULL, 2147483648ULL, 4294967296ULL, 999999999999999ULL,
+				       1000000000000000ULL, 123456789012345678ULL, 9007199254740992ULL, 9007199254740993ULL};
+	const size_t nb = sizeof big / sizeof *big;
+	for (int it = 0; it < 3000; it++) {
+		char name[40];
+		size_t nl = 1 + it % 30;
+		for (size_t k = 0; k < nl; k++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			unsigned char c = (unsigned char)(x % 4 ? 'a' + x % 26 : 1 + (x >> 8) % 255);
+			name[k] = (char)c;
+		}
+		name[nl] = 0;
+		st_tensor t;
+		memset(&t, 0, sizeof t);
+		t.name = name;
+		tp_resolved res;
+		memset(&res, 0, sizeof res);
+		res.rule = (int)((x >> 20) % 3) - 1;
+		res.spec = (x >> 24) % 5 ? tp_spec_split((uint32_t)(x >> 28) % 4, big[(x >> 32) % nb], big[(x >> 36) % nb])
+					 : tp_spec_replicate();
+		res.spec.div = big[(x >> 40) % nb] | 1;
+		res.spec.flags = (uint32_t)((x >> 44) % 4);
+		res.spec.nseg = 1 + (uint32_t)((x >> 48) % 3);
+		for (uint32_t k = 0; k < res.spec.nseg; k++) {
+			res.spec.seg[k] = 1 + (x >> (50 + k)) % 64;
+			res.spec.segu[k] = (x >> (52 + k)) % 3 ? 0 : big[(x >> (54 + k)) % 4];
+		}
+		res.logical = big[(x >> 56) % nb];
+		cJSON *j = ref_rule(&pl, &t, &res);
+		char *want = cJSON_PrintUnformatted(j);
+		cJSON_Delete(j);
+		tp_text b = {0};
+		tp_resolved_rule(&b, &pl, &t, &res);
+		assert_false(b.oom);
+		if (strcmp(b.p, want))
+			fail_msg("rule text differs from cJSON's:\n got  %s\n want %s", b.p, want);
+		free(want);
+		free(b.p);
+	}
+	/* a routed expert placed by an experts declaration: no rule */
+	st_tensor t = {.name = "e"};
+	tp_resolved res = {.rule = TP_RULE_EXPERTS};
+	tp_text b = {0};
+	tp_resolved_rule(&b, &pl, &t, &res);
+	assert_int_equal(b.len, 0);
+}
+
 static void test_sha256(void **state)
 {
 	(void)state;
@@ -215,6 +313,7 @@ int main(void)
 		cmocka_unit_test(test_values_only), cmocka_unit_test(test_nested), cmocka_unit_test(test_add), cmocka_unit_test(test_string),
 		cmocka_unit_test(test_refusals), cmocka_unit_test(test_deep),
 		cmocka_unit_test(test_cjson_quirks), cmocka_unit_test(test_null), cmocka_unit_test(test_key_escapes),
+		cmocka_unit_test(test_resolved_rule_text),
 		cmocka_unit_test(test_sha256),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
