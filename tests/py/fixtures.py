@@ -474,12 +474,16 @@ class RawBuilder:
             self.f32(name + ".input_scale")
 
 
-def deepseek_fp8(seed=20):
+def deepseek_fp8(seed=20, **overrides):
     """DeepSeek-V3-style FP8 with 128x128 block scales: MLA + MoE + a dense layer. T = 2 cuts on block
-    boundaries; T = 4 cuts kv_b_proj (192 rows) and the experts (64 rows) inside a block."""
-    c = _ds_config("deepseek_v3", "DeepseekV3ForCausalLM", hidden_size=256, q_lora_rank=256, kv_lora_rank=128,
-                   qk_nope_head_dim=64, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=2,
-                   moe_intermediate_size=256, intermediate_size=512, vocab_size=128, num_nextn_predict_layers=0)
+    boundaries; T = 4 cuts kv_b_proj (192 rows) and the experts (64 rows) inside a block. overrides
+    change config keys (test_ep.py: 8 heads, 8 routed and 2 shared experts); the shared experts'
+    intermediate size is moe_intermediate_size x n_shared_experts, as DeepseekV3MoE builds it."""
+    kw = dict(hidden_size=256, q_lora_rank=256, kv_lora_rank=128, qk_nope_head_dim=64, qk_rope_head_dim=64,
+              v_head_dim=128, n_routed_experts=2, moe_intermediate_size=256, intermediate_size=512, vocab_size=128,
+              num_nextn_predict_layers=0)
+    kw.update(overrides)
+    c = _ds_config("deepseek_v3", "DeepseekV3ForCausalLM", **kw)
     c["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                 "weight_block_size": [128, 128]}
     b = RawBuilder(seed)
@@ -500,13 +504,13 @@ def deepseek_fp8(seed=20):
                              ("down_proj", D, c["intermediate_size"])):
                 b.fp8_block(p + "mlp." + nm, n, k)
         else:
-            b.f32(p + "mlp.gate.weight", c["n_routed_experts"], D)
-            b.f32(p + "mlp.gate.e_score_correction_bias", c["n_routed_experts"])
-            Im = c["moe_intermediate_size"]
-            for e in ["experts.%d." % e for e in range(c["n_routed_experts"])] + ["shared_experts."]:
-                b.fp8_block(p + "mlp." + e + "gate_proj", Im, D)
-                b.fp8_block(p + "mlp." + e + "up_proj", Im, D)
-                b.fp8_block(p + "mlp." + e + "down_proj", D, Im)
+            E, Im = c["n_routed_experts"], c["moe_intermediate_size"]
+            b.f32(p + "mlp.gate.weight", E, D)
+            b.f32(p + "mlp.gate.e_score_correction_bias", E)
+            for e, I in [("experts.%d." % e, Im) for e in range(E)] + [("shared_experts.", Im * c["n_shared_experts"])]:
+                b.fp8_block(p + "mlp." + e + "gate_proj", I, D)
+                b.fp8_block(p + "mlp." + e + "up_proj", I, D)
+                b.fp8_block(p + "mlp." + e + "down_proj", D, I)
         b.f32(p + "input_layernorm.weight", D)
         b.f32(p + "post_attention_layernorm.weight", D)
     b.f32("model.norm.weight", D)

@@ -149,44 +149,9 @@ def deepseek_fp8_ep():
     attention cuts on block boundaries at T = 4; a dense layer 0; layer 1 with E = 8 routed experts
     of intermediate 256 (T = 4 would cut them at 64 rows, inside a block) and 2 shared experts
     (512 rows, 128 per rank at T = 4)."""
-    c = fixtures._ds_config("deepseek_v3", "DeepseekV3ForCausalLM", hidden_size=256, num_attention_heads=8,
-                            q_lora_rank=256, kv_lora_rank=128, qk_nope_head_dim=64, qk_rope_head_dim=64,
-                            v_head_dim=64, n_routed_experts=8, n_shared_experts=2, moe_intermediate_size=256,
-                            intermediate_size=512, vocab_size=128, num_nextn_predict_layers=0,
-                            num_experts_per_tok=3, n_group=1, topk_group=1, norm_topk_prob=True,
-                            routed_scaling_factor=2.5)
-    c["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                                "weight_block_size": [128, 128]}
-    b = fixtures.RawBuilder(25)
-    D, H = c["hidden_size"], c["num_attention_heads"]
-    dn, dr, dv = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
-    b.bytes_("model.embed_tokens.weight", "BF16", c["vocab_size"], D)
-    for i in range(c["num_hidden_layers"]):
-        p = "model.layers.%d." % i
-        b.fp8_block(p + "self_attn.q_a_proj", c["q_lora_rank"], D)
-        b.f32(p + "self_attn.q_a_layernorm.weight", c["q_lora_rank"])
-        b.fp8_block(p + "self_attn.q_b_proj", H * (dn + dr), c["q_lora_rank"])
-        b.fp8_block(p + "self_attn.kv_a_proj_with_mqa", c["kv_lora_rank"] + dr, D)
-        b.f32(p + "self_attn.kv_a_layernorm.weight", c["kv_lora_rank"])
-        b.fp8_block(p + "self_attn.kv_b_proj", H * (dn + dv), c["kv_lora_rank"])
-        b.fp8_block(p + "self_attn.o_proj", D, H * dv)
-        if i < c["first_k_dense_replace"]:
-            for nm, n, k in (("gate_proj", c["intermediate_size"], D), ("up_proj", c["intermediate_size"], D),
-                             ("down_proj", D, c["intermediate_size"])):
-                b.fp8_block(p + "mlp." + nm, n, k)
-        else:
-            E, Im, Is = c["n_routed_experts"], c["moe_intermediate_size"], c["moe_intermediate_size"] * c["n_shared_experts"]
-            b.f32(p + "mlp.gate.weight", E, D)
-            b.f32(p + "mlp.gate.e_score_correction_bias", E)
-            for e, I in [("experts.%d." % e, Im) for e in range(E)] + [("shared_experts.", Is)]:
-                b.fp8_block(p + "mlp." + e + "gate_proj", I, D)
-                b.fp8_block(p + "mlp." + e + "up_proj", I, D)
-                b.fp8_block(p + "mlp." + e + "down_proj", D, I)
-        b.f32(p + "input_layernorm.weight", D)
-        b.f32(p + "post_attention_layernorm.weight", D)
-    b.f32("model.norm.weight", D)
-    b.bytes_("lm_head.weight", "BF16", c["vocab_size"], D)
-    return c, b.t
+    return fixtures.deepseek_fp8(25, num_attention_heads=8, v_head_dim=64, n_routed_experts=8, n_shared_experts=2,
+                                 num_experts_per_tok=3, n_group=1, topk_group=1, norm_topk_prob=True,
+                                 routed_scaling_factor=2.5)
 
 
 def qwen_fused():
