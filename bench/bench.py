@@ -25,6 +25,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "py"))
 import io_bench  # noqa: E402
+import llama_gen  # noqa: E402
 import reference as R  # noqa: E402
 import tpfs_test as tt  # noqa: E402
 from safetensors import safe_open  # noqa: E402
@@ -96,40 +97,8 @@ def glm53_shapes(c):
 
 
 def make_checkpoint(path, c, nfiles):
-    """Writes the checkpoint (random bytes tiled from one 16 MiB block: generation stays fast)."""
-    shapes = glm53_shapes(c)
-    block = np.random.default_rng(0).integers(0, 256, 16 * MiB + 4096, dtype=np.uint8)
-    total = sum(int(np.prod(s)) * int(dt[1]) for _, s, dt in shapes)
-    per = total / nfiles
-    os.makedirs(path, exist_ok=True)
-    files, cur, acc, wm = [], {}, 0, {}
-
-    def flush():
-        fn = "model-%05d-of-%05d.safetensors" % (len(files) + 1, nfiles)
-        save_file(cur, os.path.join(path, fn), metadata={"format": "pt"})
-        for k in cur:
-            wm[k] = fn
-        files.append(fn)
-        cur.clear()
-
-    off = 0
-    for name, shape, dt in shapes:
-        n = int(np.prod(shape)) * int(dt[1])
-        raw = np.resize(block[off % 4096:], n)
-        off += 7
-        arr = raw.view(np.float16 if dt == "f2" else np.float32).reshape(shape)
-        if dt == "f4":
-            arr = np.nan_to_num(arr)
-        cur[name] = arr
-        acc += n
-        if acc >= per * (len(files) + 1) and len(files) < nfiles - 1:
-            flush()
-    flush()
-    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": wm}, f, indent=2)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(c, f, indent=2)
-    return total
+    """Writes the GLM-5.3 checkpoint of config c (llama_gen.write_checkpoint: random bytes, fast)."""
+    return llama_gen.write_checkpoint(path, c, glm53_shapes(c), nfiles)
 
 
 def make_glm51_sparse(path):

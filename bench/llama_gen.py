@@ -36,11 +36,12 @@ def shapes(c):
     return out
 
 
-def write(path, c, nfiles=4, seed=0):
-    """Writes the checkpoint in layer order over nfiles files with an index; returns the data bytes."""
-    sh = shapes(c)
+def write_checkpoint(path, c, shapes, nfiles, seed=0):
+    """Writes config c and tensors shapes [(name, shape, dtype "f2" or "f4")] in that order over nfiles
+    safetensors files with an index (random bytes tiled from one 16 MiB block, NaNs made finite, so
+    writing stays fast); returns the data bytes. bench.py writes its GLM-5.3 geometry with it."""
     block = np.random.default_rng(seed).integers(0, 256, 16 * MiB + 4096, dtype=np.uint8)
-    total = sum(int(np.prod(s)) * 2 for _, s in sh)
+    total = sum(int(np.prod(s)) * int(dt[1]) for _, s, dt in shapes)
     per = total / nfiles
     os.makedirs(path, exist_ok=True)
     files, cur, acc, wm, off = [], {}, 0, {}, 0
@@ -53,11 +54,11 @@ def write(path, c, nfiles=4, seed=0):
         files.append(fn)
         cur.clear()
 
-    for name, shape in sh:
-        n = int(np.prod(shape)) * 2
+    for name, shape, dt in shapes:
+        n = int(np.prod(shape)) * int(dt[1])
         raw = np.resize(block[off % 4096:], n)
         off += 7
-        cur[name] = np.nan_to_num(raw.view(np.float16)).reshape(shape)
+        cur[name] = np.nan_to_num(raw.view(np.float16 if dt == "f2" else np.float32)).reshape(shape)
         acc += n
         if acc >= per * (len(files) + 1) and len(files) < nfiles - 1:
             flush()
@@ -67,6 +68,12 @@ def write(path, c, nfiles=4, seed=0):
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
     return total
+
+
+def write(path, c, nfiles=4, seed=0):
+    """Writes the Llama checkpoint of config c in layer order over nfiles files with an index; returns
+    the data bytes."""
+    return write_checkpoint(path, c, [(n, s, "f2") for n, s in shapes(c)], nfiles, seed)
 
 
 if __name__ == "__main__":
