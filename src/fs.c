@@ -65,6 +65,8 @@
 #define PF_UNIT 4096                /* granularity of the prefetch window */
 #define PF_SPAN (4u << 20)          /* most source bytes one residency check (mincore) covers */
 #define WN_CHUNK (128u << 10)       /* most bytes asked for by one MADV_WILLNEED */
+#define RC_CHUNK (1u << 20)         /* source bytes one residency mark covers (a power of two) */
+#define RC_FRESH_MS 1000u           /* a chunk seen whole in the page cache this recently is not checked again */
 
 /* ---- logging ---- */
 
@@ -240,6 +242,8 @@ typedef struct nstate {
 	_Atomic int pend;             /* an invalidation of its pages is queued */
 	_Atomic uint64_t ctime;       /* the source's ctime (ns) last accepted */
 	_Atomic uint32_t mode, uid, gid; /* of the source, served */
+	_Atomic uint32_t *resid;      /* per RC_CHUNK of source (exact reads): when (ms, 0 = never) a
+	                               * residency check last found every page of it cached */
 } nstate;
 
 #define INVAL_ATTR 0x80000000u
@@ -321,23 +325,58 @@ static uint64_t sys_page(void)
 	return page;
 }
 
+/* A millisecond clock for residency marks (wraps; never 0). */
+static uint32_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+	uint32_t v = (uint32_t)((uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u);
+	return v ? v : 1;
+}
+
 /* Asks the kernel to start reading the pages of ranges rg[0..ng) that are not in the page cache:
- * one mincore() per PF_SPAN of source visited, then MADV_WILLNEED on each stretch of missing
- * pages, in pieces of at most WN_CHUNK (the kernel reads at most max(io_pages, ra_pages) pages
- * per call and silently drops the rest of a larger one). */
-static void fetch_ranges(const tp_node *n, const tp_io_range *rg, size_t ng)
+ * one mincore() per window of up to PF_SPAN of source (whole RC_CHUNKs, up to the last range in
+ * it), then MADV_WILLNEED on each stretch of missing pages, in pieces of at most WN_CHUNK (the
+ * kernel reads at most max(io_pages, ra_pages) pages per call and silently drops the rest of a
+ * larger one). A chunk that a check found wholly cached in the last RC_FRESH_MS is skipped
+ * (resid, NULL: no marks): with a cached source the checks were a fifth of the daemon's time at
+ * T=8, every rank checking the pages around its own. A page evicted within that time is read
+ * when the copy touches it, as without prefetch. */
+static void fetch_ranges(const tp_node *n, _Atomic uint32_t *resid, const tp_io_range *rg, size_t ng)
 {
 	const uint64_t page = sys_page(), end = (n->src_size + page - 1) / page * page;
 	unsigned char vec[PF_SPAN / 4096];
 	uint64_t wlo = 0, whi = 0;
 	int known = 0;
+	const uint32_t now = resid ? now_ms() : 0;
 	for (size_t j = 0; j < ng; j++) {
 		uint64_t x = rg[j].lo, hi = rg[j].hi < end ? rg[j].hi : end;
 		while (x < hi) {
-			if (x < wlo || x >= whi) { /* a new residency window */
-				wlo = x;
-				whi = end - x > sizeof vec * page ? x + sizeof vec * page : end;
+			if (resid) {
+				uint64_t c = x / RC_CHUNK;
+				uint32_t st = atomic_load_explicit(&resid[c], memory_order_relaxed);
+				if (st && now - st <= RC_FRESH_MS) {
+					x = (c + 1) * RC_CHUNK < hi ? (c + 1) * RC_CHUNK : hi;
+					continue;
+				}
+			}
+			if (x < wlo || x >= whi) { /* a new residency window, up to the last range in it */
+				wlo = resid ? x / RC_CHUNK * RC_CHUNK : x;
+				whi = end - wlo > sizeof vec * page ? wlo + sizeof vec * page : end;
+				uint64_t need = hi;
+				for (size_t k = j + 1; k < ng && rg[k].lo < whi; k++)
+					need = rg[k].hi > need ? rg[k].hi : need;
+				if (resid) /* whole chunks, so that each can be marked */
+					need = (need + RC_CHUNK - 1) / RC_CHUNK * RC_CHUNK;
+				whi = need < whi ? (need + page - 1) / page * page : whi;
 				known = page >= 4096 && mincore((void *)(n->map + wlo), whi - wlo, vec) == 0;
+				for (uint64_t c = wlo; known && resid && c < whi; c += RC_CHUNK) {
+					uint64_t ce = c + RC_CHUNK < whi ? c + RC_CHUNK : whi, p = c;
+					while (p < ce && (vec[(p - wlo) / page] & 1))
+						p += page;
+					if (p == ce && (ce - c == RC_CHUNK || ce == end))
+						atomic_store_explicit(&resid[c / RC_CHUNK], now, memory_order_relaxed);
+				}
 			}
 			uint64_t stop = hi < whi ? hi : whi;
 			while (known && x < stop && (vec[(x - wlo) / page] & 1))
@@ -353,13 +392,13 @@ static void fetch_ranges(const tp_node *n, const tp_io_range *rg, size_t ng)
 }
 
 /* fetch_ranges for the pages of runs (as tp_map gives them). */
-static void fetch_runs(const tp_node *n, const tp_run *runs, size_t nr)
+static void fetch_runs(const tp_node *n, _Atomic uint32_t *resid, const tp_run *runs, size_t nr)
 {
 	tp_io_range rg[64];
 	size_t done = 0;
 	while (done < nr) {
 		size_t used, ng = tp_io_ranges(runs + done, nr - done, sys_page(), rg, 64, &used);
-		fetch_ranges(n, rg, ng);
+		fetch_ranges(n, resid, rg, ng);
 		if (!used)
 			break;
 		done += used;
@@ -368,13 +407,13 @@ static void fetch_runs(const tp_node *n, const tp_run *runs, size_t nr)
 
 /* fetch_ranges for rank-file bytes [a, b): the pages tp_io_plan gives, without visiting every
  * row of a tensor whose rows' pages run into each other. */
-static void fetch_range(const tp_node *n, const tp_layout *L, uint64_t a, uint64_t b)
+static void fetch_range(const tp_node *n, _Atomic uint32_t *resid, const tp_layout *L, uint64_t a, uint64_t b)
 {
 	tp_io_range rg[64];
 	while (a < b) {
 		uint64_t cov;
 		size_t ng = tp_io_plan(L, a, b, sys_page(), rg, 64, &cov);
-		fetch_ranges(n, rg, ng);
+		fetch_ranges(n, resid, rg, ng);
 		if (!cov)
 			break;
 		a += cov;
@@ -385,8 +424,8 @@ static void fetch_range(const tp_node *n, const tp_layout *L, uint64_t a, uint64
  * runs[0..nr), covering cov bytes): fetches its own pages unless an earlier read of this window
  * did, and the next PF_AHEAD bytes' pages that no read has asked for yet. The window is advisory:
  * a race between threads only repeats or skips a prefetch, never changes bytes. */
-static void prefetch(const tp_fs *fs, const tp_node *n, const tp_layout *L, _Atomic uint64_t *win, uint64_t off,
-		     uint64_t want, const tp_run *runs, size_t nr, uint64_t cov)
+static void prefetch(const tp_fs *fs, const tp_node *n, _Atomic uint32_t *resid, const tp_layout *L,
+		     _Atomic uint64_t *win, uint64_t off, uint64_t want, const tp_run *runs, size_t nr, uint64_t cov)
 {
 	if (fs->o->source_io != 0 || !n->map)
 		return;
@@ -395,9 +434,9 @@ static void prefetch(const tp_fs *fs, const tp_node *n, const tp_layout *L, _Ato
 	int inside = off >= lo && end <= hi;
 	if (!inside) {
 		if (cov == want)
-			fetch_runs(n, runs, nr);
+			fetch_runs(n, resid, runs, nr);
 		else
-			fetch_range(n, L, off, end);
+			fetch_range(n, resid, L, off, end);
 	}
 	uint64_t from = inside ? hi : end, to = L->size - end > PF_AHEAD ? end + PF_AHEAD : L->size;
 	if (from >= to)
@@ -406,7 +445,7 @@ static void prefetch(const tp_fs *fs, const tp_node *n, const tp_layout *L, _Ato
 	if (nhi <= 0xffffffffu &&
 	    !atomic_compare_exchange_strong_explicit(win, &w, nlo << 32 | nhi, memory_order_relaxed, memory_order_relaxed))
 		return; /* another thread moved the window and fetches ahead of it */
-	fetch_range(n, L, from, to);
+	fetch_range(n, resid, L, from, to);
 }
 
 /* Sets the access advice of every source mapping once, before serving (see above). */
@@ -1186,7 +1225,7 @@ static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size
 	}
 	uint64_t cov, touched = 0;
 	size_t nr = tp_map(L, (uint64_t)off, want, s->runs, RUN_CAP, &cov);
-	prefetch(fs, n, L, &fs->win[(size_t)i * fs->T + r], (uint64_t)off, want, s->runs, nr, cov);
+	prefetch(fs, n, fs->ns[i].resid, L, &fs->win[(size_t)i * fs->T + r], (uint64_t)off, want, s->runs, nr, cov);
 	size_t nsrc = 0;
 	for (size_t k = 0; k < nr; k++)
 		nsrc += s->runs[k].kind == TP_RUN_SRC;
@@ -1703,6 +1742,8 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		atomic_init(&fs.ns[i].mode, (uint32_t)m->n[i].mode);
 		atomic_init(&fs.ns[i].uid, (uint32_t)m->n[i].uid);
 		atomic_init(&fs.ns[i].gid, (uint32_t)m->n[i].gid);
+		if (m->n[i].kind == TN_TENSORS && m->n[i].map && o->source_io == 0) /* no marks: checked each time */
+			fs.ns[i].resid = calloc((m->n[i].src_size + RC_CHUNK - 1) / RC_CHUNK + 1, sizeof *fs.ns[i].resid);
 	}
 	fs.rs = calloc(m->T, sizeof *fs.rs);
 	if (!fs.rs) {
@@ -1850,6 +1891,8 @@ out_win:
 out_rs:
 	free(fs.rs);
 out_ns:
+	for (uint32_t i = 0; i < m->nn; i++)
+		free((void *)fs.ns[i].resid);
 	free(fs.ns);
 out_hdr:
 	for (size_t k = 0; k < (size_t)m->nn * m->T; k++)
