@@ -315,7 +315,8 @@ static void release_runs(const tp_fs *fs, const tp_node *n, const tp_run *runs, 
  * read asks for exactly the source pages of its own runs (when no earlier read asked for them)
  * and of the next PF_AHEAD bytes of the rank file, coalesced into page ranges, with
  * MADV_WILLNEED: the kernel starts that I/O and returns. Pages already cached are skipped after
- * one mincore() per PF_SPAN of source, so a cached source costs a few system calls per read. */
+ * one mincore() per window of at most PF_SPAN of source, and a 1 MiB chunk found wholly cached is
+ * not checked again for a second, so a cached source costs a few system calls per read. */
 
 static uint64_t sys_page(void)
 {
