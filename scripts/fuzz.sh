@@ -17,6 +17,7 @@ per=$(( secs / 3 > 1 ? secs / 3 : 1 ))
 for t in header plan config; do
   work="build/fuzz/work/$t"
   mkdir -p "$work/corpus"
+  rm -f "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* # an earlier run's: only this run's are shown
   cp -n tests/fuzz/corpus/$t/* "$work/corpus/" 2>/dev/null || true
   echo "fuzzing $t for ${per}s (seed ${FUZZ_SEED:-0})" >&2
   rc=0

@@ -37,7 +37,7 @@ typedef struct tp_expr_ctx {
 	int64_t val[TP_EXPR_MAX_VARS];
 	int nvar;
 	struct {                             /* the keys the last evaluation read (up to 8) */
-		char key[48];
+		char key[96];                /* as primary() reads a name: up to 95 characters */
 		const struct cJSON *node;
 	} usedk[8];
 	int nused;

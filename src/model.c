@@ -267,6 +267,14 @@ static cJSON *parse_json_file(const tp_node *n, char **keep, size_t *keep_len, t
 	char *text = tp_slurp(n->abspath, n->path, NULL, &len, e);
 	if (!text)
 		return NULL;
+	/* cJSON skips a UTF-8 byte-order mark; Python's json refuses the file ("Unexpected UTF-8 BOM"),
+	 * so a loader could not read what tpfs planned from */
+	if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) {
+		tp_fail(e, TP_EINVAL, "%s: starts with a UTF-8 byte-order mark, which JSON readers (Python's json) "
+			"refuse; save it without one", n->path);
+		free(text);
+		return NULL;
+	}
 	cJSON *j = cJSON_ParseWithLength(text, len);
 	if (!j) {
 		tp_json_fail(e, n->path, text, len, cJSON_GetErrorPtr());

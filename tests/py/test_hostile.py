@@ -124,6 +124,11 @@ text = open(os.path.join(src, "config.json")).read().rstrip().rstrip("}")
 open(os.path.join(src, "config.json"), "w").write(text + ', "num_attention_heads": 2}')
 expect_refusal("config.json naming a key twice (Python keeps the last, cJSON the first)", src,
                'config.json: key "num_attention_heads" appears twice in one object')
+src = fresh("config with a byte-order mark")
+text = open(os.path.join(src, "config.json"), "rb").read()
+open(os.path.join(src, "config.json"), "wb").write(b"\xef\xbb\xbf" + text)
+expect_refusal("config.json starting with a UTF-8 BOM (Python's json refuses it)", src,
+               "config.json: starts with a UTF-8 byte-order mark")
 src = fresh("config disagrees")
 cfg = json.load(open(os.path.join(src, "config.json")))
 cfg["num_attention_heads"] = 6

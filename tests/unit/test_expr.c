@@ -18,7 +18,8 @@ static const char *config_text =
 	" \"layer_types\": [\"linear_attention\", \"full_attention\"],"
 	" \"linear_attn_config\": {\"num_heads\": 64, \"head_dim\": 128, \"kda_layers\": [1, 3]},"
 	" \"text_config\": {\"hidden_size\": 2048, \"vocab_size\": 1000},"
-	" \"huge\": 1e300, \"half\": 2.5, \"flag\": true, \"obj\": {\"a\": 1}}";
+	" \"huge\": 1e300, \"half\": 2.5, \"flag\": true, \"obj\": {\"a\": 1},"
+	" \"rope_scaling\": {\"original_max_position_embeddings_of_a_long_name\": 4096}, \"head_dim\": 64, \"v_head_dim\": 32}";
 
 static cJSON *config;
 
@@ -133,6 +134,13 @@ static void test_config(void **state)
 	assert_int_equal(tp_expr_int(&c, "hidden_size + vocab_size + num_attention_heads", &v, &e), 0);
 	assert_int_equal(v, 2048 + 1000 + 32);
 	assert_non_null(strstr(tp_expr_used(&c), "hidden_size=2048"));
+	/* each key once, whole (a long dotted name; a key that is the end of another) */
+	c = ctx(0);
+	assert_int_equal(tp_expr_int(&c, "rope_scaling.original_max_position_embeddings_of_a_long_name * 2 + "
+				     "rope_scaling.original_max_position_embeddings_of_a_long_name + v_head_dim + head_dim",
+				     &v, &e), 0);
+	assert_string_equal(tp_expr_used(&c), "rope_scaling.original_max_position_embeddings_of_a_long_name=4096, "
+					      "v_head_dim=32, head_dim=64");
 }
 
 static void test_short_circuit(void **state)
