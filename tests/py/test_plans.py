@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import re
-import struct
 import subprocess
 import tempfile
 
@@ -73,9 +72,7 @@ def local_shapes(src, T, r):
     p = tt.tpfs("plan", src, "--tp", T, "--json")
     F.check(p.returncode == 0, "tpfs plan --json %s at T=%d: %s" % (src, T, p.stderr))
     rules = {x["match"]: x for x in json.loads(p.stdout)["rules"]} if p.returncode == 0 else {}
-    with open(os.path.join(src, "model.safetensors"), "rb") as f:
-        h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-    h.pop("__metadata__", None)
+    h = tt.read_header(os.path.join(src, "model.safetensors"))[1]
     out = {}
     for k, v in h.items():
         sh, rule = list(v["shape"]), rules.get(k, {"split": "replicate"})
@@ -244,18 +241,8 @@ shapes = {"q_proj.weight": ("BF16", [Pp, D]), "k_proj.weight": ("BF16", [Pp, D])
           "f_b_proj.weight": ("BF16", [Pp, rank]), "g_a_proj.weight": ("BF16", [rank, D]),
           "g_b_proj.weight": ("BF16", [Pp, rank]), "b_proj.weight": ("BF16", [Hh, D]), "A_log": ("F32", [Hh]),
           "dt_bias": ("F32", [Pp]), "o_norm.weight": ("BF16", [hd]), "o_proj.weight": ("BF16", [D, Pp])}
-hdr, off = {}, 0
-for k in sorted(shapes, key=lambda k: (-tt.DTYPE_BITS[shapes[k][0]], k)):
-    dt, sh = shapes[k]
-    n = int(np.prod(sh)) * tt.DTYPE_BITS[dt] // 8
-    hdr[layer + k] = {"dtype": dt, "shape": sh, "data_offsets": [off, off + n]}
-    off += n
+hdr, off = tt.write_header_only(os.path.join(geo, "model.safetensors"), {layer + k: v for k, v in shapes.items()})
 F.check(off == 275481088, "one GLM-5.3-Flash KDA layer is 275,481,088 bytes in BF16 (got %d)" % off)
-hb = json.dumps(hdr).encode()
-hb += b" " * ((8 - len(hb) % 8) % 8)
-with open(os.path.join(geo, "model.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(hb)) + hb)
-    f.truncate(8 + len(hb) + off)
 json.dump({"model_type": "glm5_next", "text_config": {"hidden_size": D, "layer_types": ["linear_attention"],
            "linear_attn_config": {"num_heads": Hh, "head_dim": hd, "short_conv_kernel_size": Kc},
            "num_attention_heads": 64, "vocab_size": 64}}, open(os.path.join(geo, "config.json"), "w"))
@@ -275,16 +262,7 @@ dn, dr, dv, Rq, Rkv = 128, 64, 128, 1536, 512
 sh = {"model.layers.0.self_attn.q_b_proj.weight": [64 * (dn + dr), Rq],
       "model.layers.0.self_attn.kv_b_proj.weight": [64 * (dn + dv), Rkv],
       "model.layers.0.self_attn.o_proj.weight": [7168, 64 * dv]}
-hdr, off = {}, 0
-for k in sorted(sh):
-    n = int(np.prod(sh[k])) * 2
-    hdr[k] = {"dtype": "BF16", "shape": sh[k], "data_offsets": [off, off + n]}
-    off += n
-hb = json.dumps(hdr).encode()
-hb += b" " * ((8 - len(hb) % 8) % 8)
-with open(os.path.join(mla, "model.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(hb)) + hb)
-    f.truncate(8 + len(hb) + off)
+tt.write_header_only(os.path.join(mla, "model.safetensors"), {k: ("BF16", v) for k, v in sh.items()})
 json.dump({"model_type": "deepseek_v32", "hidden_size": 7168, "num_attention_heads": 64, "q_lora_rank": Rq,
            "kv_lora_rank": Rkv, "qk_nope_head_dim": dn, "qk_rope_head_dim": dr, "v_head_dim": dv, "vocab_size": 64},
           open(os.path.join(mla, "config.json"), "w"))
@@ -385,10 +363,7 @@ F.check(not vc.items, "TP equivalence with padded vocab at T=8: %s" % vc.items)
 # 5. the seeds' GLM-5.3 KDA geometry through the mount
 with tt.Mount(geo, 2) as m:
     for r in range(2):
-        with open(os.path.join(m.rank(r), "model.safetensors"), "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            lh = json.loads(f.read(n))
-        lh.pop("__metadata__", None)
+        lh = tt.read_header(os.path.join(m.rank(r), "model.safetensors"))[1]
         local_b = sum(v["data_offsets"][1] - v["data_offsets"][0] for v in lh.values())
         repl = sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in lh.items() if v["shape"] == geo_hdr[k]["shape"])
         F.check(local_b == 138789248, "GLM-5.3 KDA at T=2, rank %d keeps 138,789,248 bytes (got %d)" % (r, local_b))
@@ -399,9 +374,7 @@ with tt.Mount(geo, 2) as m:
 # 6. 64 MLA heads over T = 3 through the mount
 with tt.Mount(mla, 3) as m:
     for r, heads in enumerate((22, 21, 21)):
-        with open(os.path.join(m.rank(r), "model.safetensors"), "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            lh = json.loads(f.read(n))
+        lh = tt.read_header(os.path.join(m.rank(r), "model.safetensors"))[1]
         F.check(lh["model.layers.0.self_attn.q_b_proj.weight"]["shape"][0] == heads * (dn + dr)
                 and lh["model.layers.0.self_attn.kv_b_proj.weight"]["shape"][0] == heads * (dn + dv)
                 and lh["model.layers.0.self_attn.o_proj.weight"]["shape"][1] == heads * dv,

@@ -14,9 +14,7 @@
   (77) only where the page cache cannot be dropped.
 """
 import hashlib
-import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -139,12 +137,7 @@ os.rmdir(mnt)
 
 
 # ---- the page-touch minimum, computed independently ----
-def header(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        h = json.loads(f.read(n))
-    h.pop("__metadata__", None)
-    return 8 + n, h
+header = tt.read_header
 
 
 def pages_of(T, ranks):

@@ -151,24 +151,11 @@ def seeds_glm53(tmp, F):
             % sorted(shapes))
     geo = os.path.join(tmp, "glm53-seeds")
     cfg.save_pretrained(geo)
-    hdr, off = {}, 0
-    for k in sorted(shapes, key=lambda k: (-tt.DTYPE_BITS[shapes[k][0]], k)):
-        dt, sh = shapes[k]
-        n = int(torch.Size(sh).numel()) * tt.DTYPE_BITS[dt] // 8
-        hdr[k] = {"dtype": dt, "shape": sh, "data_offsets": [off, off + n]}
-        off += n
+    hdr, off = tt.write_header_only(os.path.join(geo, "model.safetensors"), shapes)
     F.check(off == 275481088, "one GLM-5.3-Flash KDA layer is 275,481,088 bytes in BF16 (got %d)" % off)
-    hb = json.dumps(hdr).encode()
-    hb += b" " * ((8 - len(hb) % 8) % 8)
-    with open(os.path.join(geo, "model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(hb)) + hb)
-        f.truncate(8 + len(hb) + off)
     with tt.Mount(geo, 2) as m:
         for r in range(2):
-            with open(os.path.join(m.rank(r), "model.safetensors"), "rb") as f:
-                n = struct.unpack("<Q", f.read(8))[0]
-                lh = json.loads(f.read(n))
-            lh.pop("__metadata__", None)
+            lh = tt.read_header(os.path.join(m.rank(r), "model.safetensors"))[1]
             local_b = sum(v["data_offsets"][1] - v["data_offsets"][0] for v in lh.values())
             repl = sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in lh.items() if v["shape"] == hdr[k]["shape"])
             F.check(local_b == 138789248, "GLM-5.3 KDA at T=2, rank %d keeps 138,789,248 bytes (got %d)" % (r, local_b))

@@ -6,6 +6,7 @@ daemon wrote anything unexpected on stderr or exited non-zero.
 """
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -174,6 +175,33 @@ def write_raw(path, tensors, metadata=None):
         f.write(struct.pack("<Q", len(h)) + h)
         for k in names:
             f.write(tensors[k][2])
+
+
+def read_header(path):
+    """(header bytes with the 8-byte prefix, {name: entry}) of a safetensors file, __metadata__ left out."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+    h.pop("__metadata__", None)
+    return 8 + n, h
+
+
+def write_header_only(path, shapes):
+    """Writes a safetensors file of {name: (dtype, shape)} in the official writer's order whose data
+    is a sparse hole (for tests that plan or read headers only); returns its header {name: entry}
+    and the data bytes it declares."""
+    hdr, off = {}, 0
+    for k in sorted(shapes, key=lambda k: (-DTYPE_BITS[shapes[k][0]], k)):
+        dt, sh = shapes[k]
+        n = math.prod(sh) * DTYPE_BITS[dt] // 8
+        hdr[k] = {"dtype": dt, "shape": list(sh), "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        f.truncate(8 + len(h) + off)
+    return hdr, off
 
 
 class Failures:
