@@ -16,7 +16,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -196,31 +195,6 @@ def rss(pid):
     return out
 
 
-class Daemon:
-    """A foreground tpfs mount for benchmarking (pid known for RSS)."""
-
-    def __init__(self, tpfs, src, T, *extra):
-        self.mnt = tempfile.mkdtemp(prefix="tpfs-bench-")
-        self.err = tempfile.TemporaryFile(mode="w+")
-        t0 = time.perf_counter()
-        self.proc = subprocess.Popen([tpfs, "mount", src, self.mnt, "--tp", str(T), "-f"] + list(extra), stderr=self.err)
-        tt.wait_for(lambda: tt.is_mounted(self.mnt) or self.proc.poll() is not None, timeout=600, what="mount")
-        if self.proc.poll() is not None:
-            self.err.seek(0)
-            raise RuntimeError("tpfs failed: " + self.err.read())
-        os.stat(os.path.join(self.mnt, "rank0"))
-        self.ready_s = time.perf_counter() - t0
-        self.T = T
-
-    def rank(self, r):
-        return os.path.join(self.mnt, "rank%d" % r)
-
-    def stop(self):
-        subprocess.run(["fusermount3", "-u", "-z", self.mnt])
-        self.proc.wait(timeout=60)
-        os.rmdir(self.mnt)
-
-
 def preshard(src, out, c, T):
     """What users do instead: safe_open + slice + save_file for every rank (slicing per the rules)."""
     for r in range(T):
@@ -288,15 +262,15 @@ def main():
 
     # ---- read() throughput, alternating contenders ----
     mounts = {
-        "t1": Daemon(a.tpfs, src, 1),
-        "t2": Daemon(a.tpfs, src, 2),
-        "t2_ra128": Daemon(a.tpfs, src, 2, "--readahead", "0"),
-        "t2_iov": Daemon(a.tpfs, src, 2, "--reply", "iov"),
-        "t2_bg12": Daemon(a.tpfs, src, 2, "--max-background", "12"),
-        "t2_keep_ptes": Daemon(a.tpfs, src, 2, "--release-pages", "off"),
-        "t2_srcra": Daemon(a.tpfs, src, 2, "--source-io", "readahead"),
-        "t8": Daemon(a.tpfs, src, 8),
-        "t8_srcra": Daemon(a.tpfs, src, 8, "--source-io", "readahead"),
+        "t1": io_bench.Mount(a.tpfs, src, 1),
+        "t2": io_bench.Mount(a.tpfs, src, 2),
+        "t2_ra128": io_bench.Mount(a.tpfs, src, 2, "--readahead", "0"),
+        "t2_iov": io_bench.Mount(a.tpfs, src, 2, "--reply", "iov"),
+        "t2_bg12": io_bench.Mount(a.tpfs, src, 2, "--max-background", "12"),
+        "t2_keep_ptes": io_bench.Mount(a.tpfs, src, 2, "--release-pages", "off"),
+        "t2_srcra": io_bench.Mount(a.tpfs, src, 2, "--source-io", "readahead"),
+        "t8": io_bench.Mount(a.tpfs, src, 8),
+        "t8_srcra": io_bench.Mount(a.tpfs, src, 8, "--source-io", "readahead"),
     }
     try:
         def rankfiles(m):
@@ -356,7 +330,7 @@ def main():
 
         # ---- daemon RSS after reading every rank file once ----
         for key in ("t2", "t2_keep_ptes"):
-            m = Daemon(a.tpfs, src, 2, *(["--release-pages", "off"] if key == "t2_keep_ptes" else []))
+            m = io_bench.Mount(a.tpfs, src, 2, *(["--release-pages", "off"] if key == "t2_keep_ptes" else []))
             before = rss(m.proc.pid)
             read_all([p for r in range(2) for p in st_files(m.rank(r))])
             after = rss(m.proc.pid)
@@ -381,7 +355,7 @@ def main():
         note("preshard_only", t_shard)
         shutil.rmtree(pre)
         t0 = time.perf_counter()
-        m = Daemon(a.tpfs, src, T)
+        m = io_bench.Mount(a.tpfs, src, T)
         for r in range(T):
             load_all(st_files(m.rank(r)))
         note("tpfs_total", time.perf_counter() - t0)
@@ -408,7 +382,7 @@ def main():
             p = subprocess.run([a.tpfs, "plan", big, "--tp", "8"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             plans.append(time.perf_counter() - t0)
             assert p.returncode == 0, p.stderr
-            m = Daemon(a.tpfs, big, 8)
+            m = io_bench.Mount(a.tpfs, big, 8)
             readies.append(m.ready_s)
             rsses.append(rss(m.proc.pid))
             m.stop()

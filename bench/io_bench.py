@@ -144,17 +144,24 @@ class SlowStore:
 
 
 class Mount:
-    def __init__(self, tpfs, src, T, ranks, *extra):
-        self.mnt = tempfile.mkdtemp(prefix="tpfs-bench-io-")
+    """A foreground tpfs mount for benchmarking (the daemon's pid known, for its RSS): ready_s is the
+    seconds until its first served rank folder answered; ranks is --ranks LIST, or None for all."""
+
+    def __init__(self, tpfs, src, T, *extra, ranks=None):
+        self.mnt = tempfile.mkdtemp(prefix="tpfs-bench-")
         self.err = tempfile.TemporaryFile(mode="w+")
+        self.T = T
+        t0 = time.perf_counter()
         cmd = [tpfs, "mount", src, self.mnt, "--tp", str(T), "-f"] + (["--ranks", ranks] if ranks else []) + list(extra)
         self.proc = subprocess.Popen(cmd, stderr=self.err)
-        end = time.time() + 120
+        end = time.time() + 600
         while not os.path.ismount(self.mnt):
             if self.proc.poll() is not None or time.time() > end:
                 self.err.seek(0)
                 raise RuntimeError("tpfs mount failed: " + self.err.read())
             time.sleep(0.02)
+        os.stat(self.rank(rank_list(ranks)[0] if ranks else 0))
+        self.ready_s = time.perf_counter() - t0
 
     def rank(self, r):
         return os.path.join(self.mnt, "rank%d" % r)
@@ -200,7 +207,7 @@ def run(tpfs, work, smoke=False, reps=3, rate=200.0, iops=0, log=print):
         src = os.path.join(store.mnt, "src")
         shutil.copytree(gen, src, ignore=shutil.ignore_patterns(".complete"))
         for T in sets:
-            m = Mount(tpfs, gen, T, None)
+            m = Mount(tpfs, gen, T)
             try:
                 for r in range(T):
                     shutil.copytree(m.rank(r), os.path.join(store.mnt, "pre%d" % T, "rank%d" % r))
@@ -215,8 +222,8 @@ def run(tpfs, work, smoke=False, reps=3, rate=200.0, iops=0, log=print):
                 for ranks in lists:
                     rl = rank_list(ranks)
                     contenders = [
-                        ("tpfs", lambda: Mount(tpfs, src, T, ranks)),
-                        ("tpfs_ra", lambda: Mount(tpfs, src, T, ranks, "--source-io", "readahead")),
+                        ("tpfs", lambda: Mount(tpfs, src, T, ranks=ranks)),
+                        ("tpfs_ra", lambda: Mount(tpfs, src, T, "--source-io", "readahead", ranks=ranks)),
                         ("whole", None),
                         ("pre", None),
                     ]
