@@ -6,7 +6,6 @@ kernel's cached pages of them, and checks size and mtime on every read); no read
 that differ from the original; other files keep working; an mmap reader gets an error, not wrong
 bytes; the daemon does not die and exits 0 at unmount, having logged one line per changed file.
 """
-import errno
 import os
 import shutil
 import subprocess
@@ -29,14 +28,7 @@ def snapshot(m, T):
             if os.path.isfile(os.path.join(m.rank(r), fn))}
 
 
-def read_state(path, original):
-    """'eio', 'same' (identical to the original) or 'WRONG' for a read of the whole file."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        return "eio" if e.errno == errno.EIO else "errno %d" % e.errno
-    return "same" if data == original else "WRONG"
+read_state = tt.read_state
 
 
 def expect_eio(name, m, fn, snap, T):

@@ -5,6 +5,7 @@ the mount to appear, always unmounts (fusermount3 -u -z) and reaps the daemon, a
 daemon wrote anything unexpected on stderr or exited non-zero.
 """
 import contextlib
+import errno
 import json
 import math
 import os
@@ -175,6 +176,17 @@ def write_raw(path, tensors, metadata=None):
         f.write(struct.pack("<Q", len(h)) + h)
         for k in names:
             f.write(tensors[k][2])
+
+
+def read_state(path, original):
+    """'eio', 'same' (identical to original) or 'WRONG' for a read of the whole file (after its
+    source changed: EIO or the old bytes, never others)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return "eio" if e.errno == errno.EIO else "errno %d" % e.errno
+    return "same" if data == original else "WRONG"
 
 
 def read_header(path):
