@@ -437,28 +437,21 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 	uint32_t *order = rc == 0 ? tp_layout_order(&n->h) : NULL; /* the same for every rank */
 	if (rc == 0 && !order)
 		rc = tp_fail(e, TP_ENOMEM, "out of memory");
-	/* Where every cut is affine in the rank (tp_layout_affine), ranks 0, 1 and T-1 are built and
-	 * the ranks between take their pieces from 0 and 1: no time or memory per extra rank. Else
-	 * (or when rank T-1 fails: the ranks in order then report the first failure) each rank is
-	 * built on its own. */
-	int aff = rc == 0 && tp_layout_affine(&n->h, specs, m->T), last_built = 0;
+	/* Where every cut is affine in the rank (tp_layout_affine) and rank 1 holds rank 0's local
+	 * tensors, ranks 0, 1 and T-1 are built and the ranks between take their pieces from 0 and 1:
+	 * no time or memory per extra rank. Else (or when rank T-1 fails: the ranks in order then
+	 * report the first failure) each rank is built on its own. */
+	int aff = rc == 0 && tp_layout_affine(&n->h, specs, m->T);
 	for (uint32_t r = 0; r < m->T && rc == 0; r++) {
-		if (aff && r == 2) {
+		if (aff && r == 2 && n->lay[1].borrowed) {
 			tp_err le;
 			if (tp_layout_build_ordered(&n->h, specs, whyp, order, &n->lay[0], m->T, m->T - 1, n->path,
-						    &n->lay[m->T - 1], &le) == 0)
-				last_built = 1;
-			else
-				aff = 0;
+						    &n->lay[m->T - 1], &le) == 0) {
+				for (uint32_t q = 2; q + 1 < m->T; q++)
+					tp_layout_from_affine(&n->lay[0], &n->lay[1], q, &n->lay[q]); /* cannot fail here */
+				break;
+			}
 		}
-		if (aff && r >= 2 && r + 1 < m->T && tp_layout_from_affine(&n->lay[0], &n->lay[1], r, &n->lay[r]) == 0)
-			continue;
-		if (aff && r >= 2 && r + 1 < m->T && last_built) { /* rank 1 differs from rank 0: each on its own */
-			tp_layout_free(&n->lay[m->T - 1]);
-			aff = last_built = 0;
-		}
-		if (r + 1 == m->T && last_built)
-			continue;
 		rc = tp_layout_build_ordered(&n->h, specs, whyp, order, r ? &n->lay[0] : NULL, m->T, r, n->path,
 					     &n->lay[r], e);
 	}
