@@ -224,10 +224,13 @@ int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char
 		L->loc[L->t[i].src] = (uint32_t)i;
 	}
 	L->data_size = off;
+	tp_piece *np = realloc(L->pieces, (L->npieces ? L->npieces : 1) * sizeof *np); /* trimmed to size */
+	if (np)
+		L->pieces = np;
 	if (like && !like->borrowed && like->h == h && like->n == L->n && like->data_size == L->data_size &&
 	    !memcmp(like->t, L->t, L->n * sizeof *L->t)) {
 		/* the same local tensors (names, shapes, places, programs): borrow them and the header
-		 * size; keep only this rank's pieces, trimmed to size */
+		 * size; keep only this rank's pieces */
 		free(L->t);
 		free(L->loc);
 		L->t = like->t;
@@ -238,14 +241,8 @@ int tp_layout_build_ordered(const st_header *h, const tp_spec *specs, const char
 		L->size = like->size;
 		L->split_bytes = like->split_bytes;
 		L->repl_bytes = like->repl_bytes;
-		tp_piece *np = realloc(L->pieces, (L->npieces ? L->npieces : 1) * sizeof *np);
-		if (np)
-			L->pieces = np;
 		return 0;
 	}
-	tp_piece *np = realloc(L->pieces, (L->npieces ? L->npieces : 1) * sizeof *np);
-	if (np)
-		L->pieces = np;
 	L->tens_len = count_tensors(L);
 	L->hdr_size = count_header(L);
 	if (L->hdr_size - ST_PREFIX > ST_HEADER_MAX) {
