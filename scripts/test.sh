@@ -22,7 +22,9 @@ meson test -C build --print-errorlogs --num-processes 2
 echo "== benchmark smoke runs (seconds; the real runs are scripts/bench.sh, build/bench/gather_bench)" >&2
 build/venv/bin/python bench/bench.py --smoke --tpfs build/src/tpfs > build/bench-smoke.log
 tail -n 3 build/bench-smoke.log >&2
-build/bench/gather_bench 4 > build/gather-bench-smoke.log
+# the CUDA module lies next to tpfs, not next to gather_bench (empty: none built)
+TPFS_CUDA_MODULE="$([ -f build/src/tpfs-cuda.so ] && echo "$PWD/build/src/tpfs-cuda.so")" \
+  build/bench/gather_bench 4 > build/gather-bench-smoke.log
 head -n 1 build/gather-bench-smoke.log >&2
 
 echo "== sanitized build (ASan + UBSan)" >&2
