@@ -3,7 +3,8 @@
  * Layout of a mount: MNT/rank{r}/<every path of SRC> for each served r < T (all, or --ranks), and
  * MNT/.tpfs-stats (counters).
  * This is the only layer that speaks errno and libfuse; it reads the model and never changes
- * the plan. See fs.c for the read path and the caching policy.
+ * the plan. Its rooms: fs_names.c (namespace), fs_read.c (the read path), fs_watch.c (changed
+ * sources), fs_session.c (a mount's life), fs_log.c (messages); fs_int.h is what they share.
  */
 #ifndef TP_FS_H
 #define TP_FS_H

@@ -105,7 +105,7 @@ static int string(jscan *c)
 			return bad(c, at, "Invalid \\uXXXX escape");
 		c->i += 6;
 		if (v == 0)
-			return bad(c, at, "\\u0000 in a string: tpfs's parser (cJSON) would cut the string there");
+			return bad(c, at, "\\u0000 (a NUL character) in a string: tpfs's parser (cJSON) would cut the string there");
 		if (v >= 0xdc00 && v <= 0xdfff)
 			return bad(c, at, "an unpaired surrogate escape (\\udc00-\\udfff): tpfs's parser would not read "
 					  "it as Python does");
@@ -171,7 +171,7 @@ static int value(jscan *c, int depth)
 	if (c->i >= c->n)
 		return bad(c, c->i, "Expecting value");
 	if (depth > TP_JSON_MAX_DEPTH)
-		return bad(c, c->i, "nested deeper than 200 levels, the tpfs limit");
+		return bad(c, c->i, "JSON nested deeper than 512 levels, the tpfs limit (Python's json gives up near 1000)");
 	unsigned char ch = c->s[c->i];
 	size_t at = c->i;
 	if (ch == '{' || ch == '[') {
@@ -242,8 +242,12 @@ int tp_json_python(const char *what, const char *text, size_t len, tp_err *e)
 		else
 			col++;
 	}
-	return tp_fail(e, TP_EINVAL, "%s: line %zu column %zu (char %zu): %s; refused: a loader reading it with "
-		       "Python's json would not see what tpfs planned from", what, line, col, c.at, c.why);
+	if (c.at == 0 && len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3))
+		return tp_fail(e, TP_EINVAL, "%s: starts with a UTF-8 byte-order mark, which JSON readers (Python's json) "
+			       "refuse (\"Unexpected UTF-8 BOM\"); save it without one", what);
+	return tp_fail(e, TP_EINVAL, "%s: not valid JSON (near byte %zu, line %zu column %zu): %s; refused, since a "
+		       "loader reading it with Python's json would not see what tpfs planned from", what, c.at, line, col,
+		       c.why);
 }
 
 cJSON *tp_json_parse(const char *what, const char *text, size_t len, tp_err *e)

@@ -27,11 +27,11 @@
 
 #include "tp_err.h"
 
-#define TP_JSON_MAX_DEPTH 200
+#define TP_JSON_MAX_DEPTH 512
 
 /* Checks that text[0..len) is one JSON value, as Python's json.loads(text.decode("utf-8"))
- * reads it, with none of the constructs above. Returns 0, or -1 with "<what>: line L column C:
- * <Python's message> ..." in e (TP_EINVAL). */
+ * reads it, with none of the constructs above. Returns 0, or -1 with "<what>: not valid JSON (near byte
+ * N, line L column C): <Python's message> ..." in e (TP_EINVAL). */
 int tp_json_python(const char *what, const char *text, size_t len, tp_err *e);
 
 /* tp_json_python, then cJSON's parse and tp_json_unique: the parsed value (the caller deletes

@@ -1,0 +1,190 @@
+/* fs_int.h: what the rooms of the filesystem layer share (fs_log, fs_names, fs_read, fs_watch,
+ * fs_session): the state of a mount, per node and per rank, and the functions one room offers
+ * the others. Only these files and cli.c include libfuse's headers (through fs.h, cli.c does not);
+ * nothing below the filesystem includes this.
+ */
+#ifndef TP_FS_INT_H
+#define TP_FS_INT_H
+
+#define FUSE_USE_VERSION 312
+#include "fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/openat2.h>
+#include <sys/inotify.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gather.h"
+#include "gather_module.h"
+#include "guard.h"
+#include "io_plan.h"
+
+#define TIMEOUT (365.0 * 24 * 3600) /* entry and attribute cache lifetime, seconds */
+#define RUN_CAP 4096                /* runs mapped per pass */
+#define IOV_CAP 1000                /* segments in one iovec reply (below IOV_MAX) */
+#define STATS_NAME ".tpfs-stats"
+#define RA_NOTE 256                 /* bytes of the shared readahead note */
+#define PF_AHEAD (8u << 20)         /* rank-file bytes whose source pages are asked for past a read */
+#define PF_UNIT 4096                /* granularity of the prefetch window */
+#define PF_SPAN (4u << 20)          /* most source bytes one residency check (mincore) covers */
+#define WN_CHUNK (128u << 10)       /* most bytes asked for by one MADV_WILLNEED */
+#define RC_CHUNK (1u << 20)         /* source bytes one residency mark covers (a power of two) */
+#define RC_FRESH_MS 1000u           /* a chunk seen whole in the page cache this recently is not checked again */
+
+typedef struct rank_stats {
+	_Atomic uint64_t served;  /* bytes replied */
+	_Atomic uint64_t touched; /* source bytes read to produce them */
+	_Atomic uint64_t reads;   /* read requests */
+	_Atomic uint64_t copied;  /* requests served by copying (not an iovec) */
+	_Atomic uint64_t gpu;     /* of those, gathered by the CUDA backend */
+	char pad[24];
+} rank_stats;
+
+typedef struct nstate nstate;
+typedef struct watch watch;
+
+typedef struct tp_fs {
+	tp_model *m;
+	const tp_fs_opts *o;
+	struct fuse_session *se;
+	uint32_t nn, T;
+	fuse_ino_t stats_ino;
+	fuse_ino_t cfg_ino;         /* MNT/config.json (the source's), or 0 when there is none */
+	pthread_mutex_t fh_lock;    /* guards open_fh */
+	struct fhandle *open_fh;    /* handles not released yet: an unmount may leave RELEASE unsent */
+	_Atomic(char *) *hdr;  /* [i * T + r]: local header bytes, made on first use */
+	nstate *ns;            /* [i]: per node */
+	int inval[2];          /* node numbers to invalidate (| INVAL_ATTR: attributes only) */
+	_Atomic int inval_lost;/* the pipe was full: invalidate every changed node */
+	pthread_t invalidator;
+	_Atomic uint64_t *win; /* [i * T + r]: prefetch window, rank-file units of PF_UNIT: lo << 32 | hi */
+	rank_stats *rs;        /* [r] */
+	struct timespec started;
+	char *ra_note;         /* what was done about readahead (shared with the helper process) */
+	_Atomic int ready;
+	/* source watching */
+	int ifd;               /* inotify descriptor, or -1 */
+	int stop[2];           /* closing stop[1] ends the watcher */
+	watch *w;              /* (watch descriptor, name) -> node, sorted */
+	size_t nw;
+	pthread_t watcher;
+	int watching;
+	/* gather backends */
+	tp_gather gpu;         /* the CUDA backend when loaded */
+	enum {
+		TP_BACKEND_CPU,       /* every gather on the CPU */
+		TP_BACKEND_CUDA,      /* CUDA for every strided gather */
+		TP_BACKEND_CUDA_PAST, /* CUDA for gathers past --cuda-min-runs and --cuda-min-bytes */
+	} backend;
+	char gather_note[256];
+} tp_fs;
+
+/* Per node: what reads and the watcher share. */
+typedef struct nstate {
+	_Atomic int bad;              /* the source changed: reads fail with EIO */
+	_Atomic int pend;             /* an invalidation of its pages is queued */
+	_Atomic uint64_t ctime;       /* the source's ctime (ns) last accepted */
+	_Atomic uint32_t mode, uid, gid; /* of the source, served */
+	_Atomic uint32_t *resid;      /* per RC_CHUNK of source (exact reads): when (ms, 0 = never) a
+	                               * residency check last found every page of it cached */
+} nstate;
+
+#define INVAL_ATTR 0x80000000u
+
+typedef struct watch {
+	int wd;
+	char *name;
+	uint32_t node;
+} watch;
+
+/* A handle of an open stats file (plain files hold none: read_plain). */
+typedef struct fhandle {
+	char *buf; /* the text, as of the open */
+	size_t len;
+	struct fhandle *prev, *next; /* on tp_fs.open_fh until released */
+} fhandle;
+
+/* Per-thread scratch, made on a thread's first read and freed when it exits. */
+typedef struct scratch {
+	tp_run runs[RUN_CAP];
+	struct iovec iov[IOV_CAP];
+	uint8_t *buf;
+	size_t cap;
+} scratch;
+
+
+/* ---- fs_log.c ---- */
+extern char first_error[512]; /* the first error logged, for the parent in background mode */
+extern int daemon_fd;         /* background mode: the socket to the waiting parent, or -1 */
+extern FILE *log_file;        /* --log, once daemonized */
+/* libfuse's messages, through tp_log. */
+void log_fuse(enum fuse_log_level level, const char *fmt, va_list ap);
+/* Sends msg (a report to the waiting parent: "O" ready, "D..." failed with the reason). */
+void send_note(int fd, const char *msg);
+/* Once daemonized: standard streams to /dev/null, messages to log_path (or syslog). */
+void detach_stdio(const char *log_path);
+
+/* ---- fs_names.c ---- */
+extern const struct fuse_lowlevel_ops tp_fs_ops;
+/* Rank r's inode of node i; and back: 0 with *r and *i set, or -1 for an inode of no node. */
+fuse_ino_t ino_of(const tp_fs *fs, uint32_t r, uint32_t i);
+int decode(const tp_fs *fs, fuse_ino_t ino, uint32_t *r, uint32_t *i);
+/* The stats file's text (the caller frees it), padded to the size stat gives. */
+char *stats_text(tp_fs *fs, size_t *len);
+
+/* ---- fs_read.c ---- */
+void fh_free(fhandle *h);
+/* MADV_RANDOM on every source mapping (exact source reads), or nothing (--source-io readahead). */
+void advise_sources(const tp_fs *fs);
+/* Whether rank r's folder is served (--ranks). */
+int served(const tp_fs *fs, uint32_t r);
+/* This thread's scratch with a buffer of at least need bytes, or NULL (out of memory). */
+scratch *get_scratch(size_t need);
+void scratch_key_make(void);
+void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+
+/* ---- fs_watch.c ---- */
+uint64_t ts_ns(struct timespec t);
+/* Marks node i's source as changed, for good (why is logged once), and queues the invalidation
+ * of its rank files' cached pages. */
+void mark_bad(tp_fs *fs, uint32_t i, const char *why);
+/* Opens a resolved source path without following any link (ELOOP when one is met). */
+int open_real(const char *real, int flags);
+/* Whether err is a passing shortage of the daemon's (EMFILE, ENFILE, ENOMEM, EINTR, EAGAIN). */
+int transient(int err);
+/* Logs (rate-limited) that node i's source could not be checked, and what follows. */
+void log_unchecked(const tp_fs *fs, uint32_t i, const char *why, const char *what);
+/* 0 when node i may be served (fd: its open source, or -1), else the errno to fail with. */
+int source_check(tp_fs *fs, uint32_t i, int fd);
+/* After a reply: pages cached by a reply that raced a change are dropped again. */
+void after_reply(tp_fs *fs, uint32_t i);
+int start_inval(tp_fs *fs);
+void stop_inval(tp_fs *fs);
+void start_watching(tp_fs *fs);
+void stop_watching(tp_fs *fs);
+
+#endif

@@ -1,0 +1,356 @@
+/* fs_names.c: the namespace of a mount: inodes, attributes, lookup, readdir, statfs, the
+ * refusals of every writing call (EROFS), extended attributes, the stats file's text, and the
+ * table of operations handed to libfuse.
+ *
+ * Inodes are computed, never allocated: 1 is the top folder, 2 + r * nn + i is node i of the
+ * model as rank r sees it (node 0 is the rank folder), 2 + T * nn is .tpfs-stats and the next one
+ * MNT/config.json. Every inode lives as long as the mount, so lookup counts are not tracked.
+ * Attributes and entries are cached for a long time: the files never change while mounted (a
+ * source that does change makes its rank files fail with EIO). Owner, group and mode are the
+ * source's.
+ */
+#include "fs_int.h"
+
+/* ---- inodes and attributes ---- */
+
+fuse_ino_t ino_of(const tp_fs *fs, uint32_t r, uint32_t i)
+{
+	return 2 + (fuse_ino_t)r * fs->nn + i;
+}
+
+int decode(const tp_fs *fs, fuse_ino_t ino, uint32_t *r, uint32_t *i)
+{
+	if (ino < 2 || ino >= fs->stats_ino)
+		return -1;
+	*r = (uint32_t)((ino - 2) / fs->nn);
+	*i = (uint32_t)((ino - 2) % fs->nn);
+	return served(fs, *r) ? 0 : -1;
+}
+
+static size_t stats_size(const tp_fs *fs);
+
+static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
+{
+	memset(st, 0, sizeof *st);
+	st->st_ino = ino;
+	/* Owner, group and permission bits are those of the file (or folder) actually read, a link's
+	 * target, with write, set-id and sticky bits cleared; the kernel checks them
+	 * (default_permissions). The top folder and the stats file take the source folder's. */
+	uint32_t top_mode = atomic_load(&fs->ns[0].mode);
+	st->st_uid = atomic_load(&fs->ns[0].uid);
+	st->st_gid = atomic_load(&fs->ns[0].gid);
+	st->st_blksize = 1 << 20;
+	uint32_t r, i;
+	if (ino == FUSE_ROOT_ID) {
+		st->st_mode = S_IFDIR | (top_mode & 0555);
+		st->st_nlink = 2 + (fs->o->serve ? fs->o->nserve : fs->T);
+		st->st_size = 4096;
+		st->st_mtim = fs->m->n[0].mtime;
+	} else if (ino == fs->stats_ino) {
+		st->st_mode = S_IFREG | (top_mode & 0444);
+		st->st_nlink = 1;
+		st->st_size = (off_t)stats_size(fs); /* generated on open, padded to this size */
+		st->st_mtim = fs->started;
+	} else if (ino == fs->cfg_ino) { /* the source's config.json: its owner and mode */
+		uint32_t c = fs->m->config_node;
+		st->st_mode = S_IFREG | (atomic_load(&fs->ns[c].mode) & 0555);
+		st->st_uid = atomic_load(&fs->ns[c].uid);
+		st->st_gid = atomic_load(&fs->ns[c].gid);
+		st->st_nlink = 1;
+		st->st_size = (off_t)fs->m->config_len;
+		st->st_mtim = fs->m->n[fs->m->config_node].mtime;
+	} else if (decode(fs, ino, &r, &i) == 0) {
+		const tp_node *n = &fs->m->n[i];
+		uint32_t mode = atomic_load(&fs->ns[i].mode);
+		st->st_mtim = n->mtime;
+		st->st_uid = atomic_load(&fs->ns[i].uid);
+		st->st_gid = atomic_load(&fs->ns[i].gid);
+		if (n->kind == TN_DIR) {
+			st->st_mode = S_IFDIR | (mode & 0555);
+			st->st_nlink = 2;
+			for (uint32_t k = 0; k < n->nchild; k++)
+				st->st_nlink += fs->m->n[n->child[k]].kind == TN_DIR;
+			st->st_size = 4096;
+		} else {
+			st->st_mode = S_IFREG | (mode & 0555);
+			st->st_nlink = 1;
+			st->st_size = (off_t)tp_node_size(fs->m, i, r);
+		}
+	}
+	st->st_atim = st->st_ctim = st->st_mtim;
+	st->st_blocks = (st->st_size + 511) / 512;
+}
+
+static void reply_entry(fuse_req_t req, const tp_fs *fs, fuse_ino_t ino)
+{
+	struct fuse_entry_param e;
+	memset(&e, 0, sizeof e);
+	e.ino = ino;
+	e.generation = 1;
+	e.attr_timeout = e.entry_timeout = TIMEOUT;
+	fill_attr(fs, ino, &e.attr);
+	fuse_reply_entry(req, &e);
+}
+
+/* ---- operations ---- */
+
+static void op_init(void *data, struct fuse_conn_info *conn)
+{
+	tp_fs *fs = data;
+	atomic_store(&fs->ready, 1); /* from here on, cache invalidations reach the kernel */
+	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA; /* files never change while mounted */
+	if (conn->capable & FUSE_CAP_ASYNC_READ)
+		conn->want |= FUSE_CAP_ASYNC_READ;
+	conn->max_background = fs->o->max_background ? fs->o->max_background : 64;
+	conn->congestion_threshold = conn->max_background * 3 / 4;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	tp_fs *fs = fuse_req_userdata(req);
+	uint32_t r, i;
+	if (parent == FUSE_ROOT_ID) {
+		if (strcmp(name, STATS_NAME) == 0 || (fs->cfg_ino && strcmp(name, "config.json") == 0)) {
+			reply_entry(req, fs, name[0] == 'c' ? fs->cfg_ino : fs->stats_ino);
+			return;
+		}
+		char *end;
+		if (strncmp(name, "rank", 4) == 0 && name[4] >= '0' && name[4] <= '9' &&
+		    (name[4] != '0' || name[5] == 0)) {
+			unsigned long v = strtoul(name + 4, &end, 10);
+			if (*end == 0 && v < fs->T && served(fs, (uint32_t)v)) {
+				reply_entry(req, fs, ino_of(fs, (uint32_t)v, 0));
+				return;
+			}
+		}
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (decode(fs, parent, &r, &i) < 0 || fs->m->n[i].kind != TN_DIR) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	uint32_t c = tp_node_child(fs->m, i, name);
+	if (c == UINT32_MAX)
+		fuse_reply_err(req, ENOENT);
+	else
+		reply_entry(req, fs, ino_of(fs, r, c));
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)fi;
+	tp_fs *fs = fuse_req_userdata(req);
+	struct stat st;
+	uint32_t r, i;
+	if (ino != FUSE_ROOT_ID && ino != fs->stats_ino && ino != fs->cfg_ino && decode(fs, ino, &r, &i) < 0) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	fill_attr(fs, ino, &st);
+	fuse_reply_attr(req, &st, TIMEOUT);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	(void)fi;
+	tp_fs *fs = fuse_req_userdata(req);
+	scratch *s = get_scratch(size);
+	if (!s) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	uint32_t r = 0, i = 0, count;
+	int top = ino == FUSE_ROOT_ID;
+	if (!top && (decode(fs, ino, &r, &i) < 0 || fs->m->n[i].kind != TN_DIR)) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	uint32_t nranks = fs->o->serve ? fs->o->nserve : fs->T, rk = 0;
+	count = 2 + (top ? nranks + 1 + (fs->cfg_ino != 0) : fs->m->n[i].nchild);
+	size_t used = 0;
+	for (off_t k = off; k < (off_t)count; k++) {
+		char name[32];
+		const char *nm;
+		struct stat st;
+		memset(&st, 0, sizeof st);
+		fuse_ino_t child;
+		if (k < 2) {
+			nm = k ? ".." : ".";
+			child = ino;
+		} else if (top && k - 2 < (off_t)nranks) {
+			/* the (k - 2)th served rank */
+			for (uint32_t seen = 0, want = (uint32_t)(k - 2); rk < fs->T; rk++)
+				if (served(fs, rk) && seen++ == want)
+					break;
+			snprintf(name, sizeof name, "rank%u", rk);
+			nm = name;
+			child = ino_of(fs, rk, 0);
+			rk = 0;
+		} else if (top) {
+			nm = k - 2 == (off_t)nranks ? STATS_NAME : "config.json";
+			child = k - 2 == (off_t)nranks ? fs->stats_ino : fs->cfg_ino;
+		} else {
+			uint32_t c = fs->m->n[i].child[k - 2];
+			nm = fs->m->n[c].name;
+			child = ino_of(fs, r, c);
+		}
+		fill_attr(fs, child, &st);
+		size_t l = fuse_add_direntry(req, (char *)s->buf + used, size - used, nm, &st, k + 1);
+		if (l > size - used)
+			break;
+		used += l;
+	}
+	fuse_reply_buf(req, (char *)s->buf, used);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	(void)ino;
+	tp_fs *fs = fuse_req_userdata(req);
+	struct statvfs sv;
+	memset(&sv, 0, sizeof sv);
+	sv.f_bsize = sv.f_frsize = 4096;
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < fs->nn; i++)
+		for (uint32_t r = 0; r < fs->T && fs->m->n[i].kind != TN_DIR; r++)
+			total += served(fs, r) ? tp_node_size(fs->m, i, r) : 0;
+	sv.f_blocks = total / 4096 + 1;
+	sv.f_files = (fsfilcnt_t)fs->nn * fs->T + 2;
+	sv.f_namemax = 255;
+	sv.f_flag = ST_RDONLY;
+	fuse_reply_statfs(req, &sv);
+}
+
+/* Everything that would write gets EROFS (the mount is also "ro" for the VFS). */
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int to_set, struct fuse_file_info *fi)
+{
+	(void)ino, (void)a, (void)to_set, (void)fi;
+	fuse_reply_err(req, EROFS);
+}
+static void op_mknod(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m, dev_t d)
+{
+	(void)p, (void)n, (void)m, (void)d;
+	fuse_reply_err(req, EROFS);
+}
+static void op_mkdir(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m)
+{
+	(void)p, (void)n, (void)m;
+	fuse_reply_err(req, EROFS);
+}
+static void op_unlink(fuse_req_t req, fuse_ino_t p, const char *n)
+{
+	(void)p, (void)n;
+	fuse_reply_err(req, EROFS);
+}
+static void op_symlink(fuse_req_t req, const char *l, fuse_ino_t p, const char *n)
+{
+	(void)l, (void)p, (void)n;
+	fuse_reply_err(req, EROFS);
+}
+static void op_rename(fuse_req_t req, fuse_ino_t p, const char *n, fuse_ino_t np, const char *nn, unsigned f)
+{
+	(void)p, (void)n, (void)np, (void)nn, (void)f;
+	fuse_reply_err(req, EROFS);
+}
+static void op_link(fuse_req_t req, fuse_ino_t i, fuse_ino_t np, const char *nn)
+{
+	(void)i, (void)np, (void)nn;
+	fuse_reply_err(req, EROFS);
+}
+static void op_write(fuse_req_t req, fuse_ino_t i, const char *b, size_t s, off_t o, struct fuse_file_info *fi)
+{
+	(void)i, (void)b, (void)s, (void)o, (void)fi;
+	fuse_reply_err(req, EROFS);
+}
+static void op_create(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m, struct fuse_file_info *fi)
+{
+	(void)p, (void)n, (void)m, (void)fi;
+	fuse_reply_err(req, EROFS);
+}
+static void op_setxattr(fuse_req_t req, fuse_ino_t i, const char *n, const char *v, size_t s, int f)
+{
+	(void)i, (void)n, (void)v, (void)s, (void)f;
+	fuse_reply_err(req, EROFS);
+}
+static void op_removexattr(fuse_req_t req, fuse_ino_t i, const char *n)
+{
+	(void)i, (void)n;
+	fuse_reply_err(req, EROFS);
+}
+static void op_getxattr(fuse_req_t req, fuse_ino_t i, const char *n, size_t s)
+{
+	(void)i, (void)n, (void)s;
+	fuse_reply_err(req, ENODATA);
+}
+static void op_listxattr(fuse_req_t req, fuse_ino_t i, size_t s)
+{
+	(void)i;
+	if (s == 0)
+		fuse_reply_xattr(req, 0);
+	else
+		fuse_reply_buf(req, NULL, 0);
+}
+
+const struct fuse_lowlevel_ops tp_fs_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.getattr = op_getattr,
+	.readdir = op_readdir,
+	.open = op_open,
+	.release = op_release,
+	.read = op_read,
+	.statfs = op_statfs,
+	.setattr = op_setattr,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_unlink,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.write = op_write,
+	.create = op_create,
+	.setxattr = op_setxattr,
+	.removexattr = op_removexattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+};
+
+/* ---- counters ---- */
+
+/* The stats file's size: its text is padded to it, so that stat tells exactly what a read gives
+ * (tar, du and cp see the whole file) however the counters grow: a bound on the header lines
+ * (the source path, the plan's origin, the readahead and gather notes) and 128 bytes a rank. */
+static size_t stats_size(const tp_fs *fs)
+{
+	return 512 + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note +
+	       (size_t)(fs->o->serve ? fs->o->nserve : fs->T) * 128;
+}
+
+char *stats_text(tp_fs *fs, size_t *len)
+{
+	size_t cap = stats_size(fs);
+	char *b = malloc(cap);
+	if (!b)
+		return NULL;
+	size_t w = (size_t)snprintf(b, cap,
+				    "tpfs %s\nsource: %s\ntp: %u\nplan: %s\nreadahead: %s\ngather: %s\n"
+				    "%-6s %16s %16s %10s %10s %10s\n",
+				    TPFS_VERSION, fs->m->src, fs->T, fs->m->plan_origin, fs->ra_note, fs->gather_note, "rank",
+				    "bytes_served", "source_bytes", "reads", "copied", "gpu");
+	for (uint32_t r = 0; r < fs->T && w < cap; r++)
+		if (served(fs, r))
+			w += (size_t)snprintf(b + w, cap - w, "%-6u %16llu %16llu %10llu %10llu %10llu\n", r,
+				      (unsigned long long)atomic_load(&fs->rs[r].served),
+				      (unsigned long long)atomic_load(&fs->rs[r].touched),
+				      (unsigned long long)atomic_load(&fs->rs[r].reads),
+				      (unsigned long long)atomic_load(&fs->rs[r].copied),
+				      (unsigned long long)atomic_load(&fs->rs[r].gpu));
+	if (w > cap - 1)
+		w = cap - 1;
+	memset(b + w, ' ', cap - 1 - w); /* padded with spaces to the size stat gives */
+	b[cap - 1] = '\n';
+	*len = cap;
+	return b;
+}
