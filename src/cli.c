@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -258,7 +259,7 @@ static int cmd_mount(int argc, char **argv)
 		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 	tp_model_opts mo = {.log = tp_log_model};
 	const char *ranks = NULL;
-	tp_fs_opts fo = {.readahead_kb = 4096, .threads = 16, .gather = TP_GATHER_AUTO, .release_pages = -1};
+	tp_fs_opts fo = {.readahead_kb = 4096, .threads = 16, .gather = TP_GATHER_AUTO, .release_pages = -1, .mnt_lock = -1};
 	int have_t = 0, c;
 	char fuse_opts[4096] = "";
 	uint32_t v;
@@ -362,17 +363,34 @@ static int cmd_mount(int argc, char **argv)
 		fprintf(stderr, "tpfs: %s: not a folder\n", mnt);
 		return 1;
 	}
+	/* Mounting is exclusive: an flock on MNT's folder, taken before the mount-point check and
+	 * held (by the daemon) until its mount exists, so that of two mounts started at once the
+	 * second sees the first's lock or its mount, never neither (issue 19). */
+	int lockfd = open(rmnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (lockfd >= 0 && flock(lockfd, LOCK_EX | LOCK_NB) < 0) {
+		int err = errno;
+		close(lockfd);
+		if (err == EWOULDBLOCK) {
+			fprintf(stderr, "tpfs: %s: already a mount point (another tpfs is mounting it now); unmount it first\n",
+				mnt);
+			return 1;
+		}
+		lockfd = -1; /* a file system without flock: the check after mounting remains */
+	}
 	if (is_mountpoint(rmnt, fstype, sizeof fstype)) {
 		fprintf(stderr, "tpfs: %s: already a mount point (%s); unmount it first\n", mnt, fstype);
+		if (lockfd >= 0)
+			close(lockfd);
 		return 1;
 	}
+	fo.mnt_lock = lockfd;
 	if (under(rmnt, rsrc)) {
 		fprintf(stderr, "tpfs: %s is inside %s: the mount would contain itself; mount elsewhere\n", mnt, src);
-		return 1;
+		goto refused;
 	}
 	if (under(rsrc, rmnt)) {
 		fprintf(stderr, "tpfs: %s is inside %s: the mount would hide its own source; mount elsewhere\n", src, mnt);
-		return 1;
+		goto refused;
 	}
 	mo.src = rsrc;
 	mo.mnt = rmnt;
@@ -382,7 +400,7 @@ static int cmd_mount(int argc, char **argv)
 		char why[512];
 		if (tp_cuda_available(why, sizeof why) < 0) {
 			fprintf(stderr, "tpfs: --gather cuda: %s; use --gather auto or cpu\n", why);
-			return 1;
+			goto refused;
 		}
 	}
 	tp_model m;
@@ -392,19 +410,23 @@ static int cmd_mount(int argc, char **argv)
 	tp_log_repeats();
 	if (orc < 0) {
 		fprintf(stderr, "tpfs: %s\n", e.msg);
-		return 1;
+		goto refused;
 	}
 	if (tp_fs_nofile(m.ntensor_files + 64, &e) < 0) {
 		fprintf(stderr, "tpfs: %s\n", e.msg);
 		tp_model_close(&m);
-		return 1;
+		goto refused;
 	}
 	int parent = 0;
-	int rc = tp_fs_main(&m, &fo, &parent, &e);
+	int rc = tp_fs_main(&m, &fo, &parent, &e); /* closes fo.mnt_lock once the mount exists */
 	if (rc < 0 && (parent || fo.foreground))
 		fprintf(stderr, "tpfs: %s\n", e.msg);
 	tp_model_close(&m);
 	return rc < 0 ? 1 : 0;
+refused:
+	if (lockfd >= 0)
+		close(lockfd);
+	return 1;
 }
 
 /* ---- umount ---- */

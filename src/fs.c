@@ -1720,6 +1720,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	clock_gettime(CLOCK_REALTIME, &fs.started);
 	int rc = -1;
 	pid_t helper = -1;
+	int lock_closed = 0;
 	char opts[4096];
 	char *argv[] = {"tpfs", "-o", opts, o->debug ? "-d" : NULL, NULL};
 	struct fuse_args args = FUSE_ARGS_INIT(o->debug ? 4 : 3, argv);
@@ -1776,6 +1777,8 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 				goto out_win;
 			}
 			*parent = 1;
+			if (o->mnt_lock >= 0)
+				close(o->mnt_lock); /* the child holds the lock until its mount exists */
 			rc = wait_child(pipefd[0], e);
 			goto out_win;
 		}
@@ -1806,7 +1809,12 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		tp_fail(e, TP_EIO, "cannot install signal handlers");
 		goto out_session;
 	}
-	if (fuse_session_mount(fs.se, o->mnt) != 0) {
+	int mounted = fuse_session_mount(fs.se, o->mnt) == 0;
+	if (o->mnt_lock >= 0) { /* the mount exists (or failed): another tpfs may now look */
+		close(o->mnt_lock);
+		lock_closed = 1;
+	}
+	if (!mounted) {
 		tp_fail(e, TP_EIO, "%s: mounting failed (see the message above; is /dev/fuse usable?)", o->mnt);
 		goto out_signals;
 	}
@@ -1866,6 +1874,8 @@ out_session:
 	if (helper > 0)
 		waitpid(helper, NULL, 0);
 out_report:
+	if (o->mnt_lock >= 0 && !lock_closed && !*parent)
+		close(o->mnt_lock);
 	if (rc < 0 && !o->foreground) {
 		/* the log, and the parent if it still waits: the reason and the first error logged */
 		char msg[TP_ERR_MSG + 8];

@@ -35,6 +35,9 @@ typedef struct tp_fs_opts {
 	                          * reply (keeps RSS flat); -1 auto (on), 0 off, 1 on */
 	const uint8_t *serve;    /* [T]: 1 for each rank folder served (--ranks), or NULL: all */
 	uint32_t nserve;         /* ranks served when serve is set */
+	int mnt_lock;            /* -1, or a descriptor of the mount point's folder holding an exclusive
+	                          * flock (the CLI's, taken before planning): closed once the mount
+	                          * exists or has failed, so a second tpfs waits for neither */
 	int source_io;           /* how source pages are fetched: 0 exact (no readahead on the source
 	                          * mappings, the next runs prefetched, the default), 1 the kernel's
 	                          * readahead, 2 no readahead and no prefetch (for measuring) */
