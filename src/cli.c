@@ -444,14 +444,35 @@ static int cmd_stats(int argc, char **argv)
 	snprintf(path, sizeof path, "%s/.tpfs-stats", argv[1]);
 	FILE *f = fopen(path, "r");
 	if (!f) {
-		fprintf(stderr, "tpfs: %s: %s (is %s a tpfs mount?)\n", path, strerror(errno), argv[1]);
+		if (errno == ENOTCONN)
+			fprintf(stderr, "tpfs: %s: the tpfs daemon serving it is gone (killed or crashed); "
+				"`tpfs umount %s` removes the dead mount\n", argv[1], argv[1]);
+		else
+			fprintf(stderr, "tpfs: %s: %s (is %s a tpfs mount?)\n", path, strerror(errno), argv[1]);
 		return 1;
 	}
-	char buf[4096];
-	size_t n;
-	while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-		fwrite(buf, 1, n, stdout);
+	/* the file is padded with spaces to the size stat gives: print it without them */
+	size_t n = 0, cap = 1 << 16;
+	char *buf = malloc(cap);
+	for (size_t got = 1; buf && got;) {
+		if (n == cap) {
+			char *b = realloc(buf, cap *= 2);
+			if (!b)
+				break;
+			buf = b;
+		}
+		n += got = fread(buf + n, 1, cap - n, f);
+	}
 	fclose(f);
+	if (!buf) {
+		fprintf(stderr, "tpfs: out of memory\n");
+		return 1;
+	}
+	while (n && (buf[n - 1] == ' ' || buf[n - 1] == '\n'))
+		n--;
+	fwrite(buf, 1, n, stdout);
+	fputc('\n', stdout);
+	free(buf);
 	return 0;
 }
 

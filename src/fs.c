@@ -254,10 +254,9 @@ typedef struct watch {
 	uint32_t node;
 } watch;
 
-/* A handle of an open plain file or of the stats file. */
+/* A handle of an open stats file (plain files hold none: read_plain). */
 typedef struct fhandle {
-	int fd;
-	char *buf; /* stats: the text */
+	char *buf; /* the text, as of the open */
 	size_t len;
 	struct fhandle *prev, *next; /* on tp_fs.open_fh until released */
 } fhandle;
@@ -266,8 +265,6 @@ static const uint8_t zero_page[1 << 20];
 
 static void fh_free(fhandle *h)
 {
-	if (h->fd >= 0)
-		close(h->fd);
 	free(h->buf);
 	free(h);
 }
@@ -522,6 +519,8 @@ static int decode(const tp_fs *fs, fuse_ino_t ino, uint32_t *r, uint32_t *i)
 	return served(fs, *r) ? 0 : -1;
 }
 
+static size_t stats_size(const tp_fs *fs);
+
 static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
@@ -542,7 +541,7 @@ static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 	} else if (ino == fs->stats_ino) {
 		st->st_mode = S_IFREG | (top_mode & 0444);
 		st->st_nlink = 1;
-		st->st_size = 0; /* generated on open, read with direct_io */
+		st->st_size = (off_t)stats_size(fs); /* generated on open, padded to this size */
 		st->st_mtim = fs->started;
 	} else if (ino == fs->cfg_ino) { /* the source's config.json: its owner and mode */
 		uint32_t c = fs->m->config_node;
@@ -637,9 +636,17 @@ static int open_real(const char *real, int flags)
 	return open(real, flags | O_NOFOLLOW);
 }
 
+/* Whether err is a passing shortage of the daemon's (descriptors, memory, a signal) rather than
+ * something about the source: then nothing can be said about the source, and nothing is marked. */
+static int transient(int err)
+{
+	return err == EMFILE || err == ENFILE || err == ENOMEM || err == EINTR || err == EAGAIN || err == ENOBUFS;
+}
+
 /* Compares the file behind fd (or, with fd < 0, node i's resolved path) with what was planned.
- * Returns 0 (the same), 1 (changed: why says how) or 2 (only the ctime moved: an attribute
- * change the watcher has not accepted yet; with accept, it is accepted now). */
+ * Returns 0 (the same), 1 (changed: why says how), 2 (only the ctime moved: an attribute
+ * change the watcher has not accepted yet; with accept, it is accepted now) or 3 (it could not
+ * be looked at for a transient reason, transient(errno): why says which; nothing is known). */
 static int differs(tp_fs *fs, uint32_t i, int fd, int accept, char *why, size_t len)
 {
 	const tp_node *n = &fs->m->n[i];
@@ -648,11 +655,13 @@ static int differs(tp_fs *fs, uint32_t i, int fd, int accept, char *why, size_t 
 	 * lead into the mount) */
 	int own = fd < 0 ? open_real(n->real, O_PATH | O_CLOEXEC) : fd;
 	int rc = own < 0 ? -1 : fstat(own, &st);
+	int err = errno;
 	if (fd < 0 && own >= 0)
 		close(own);
 	if (rc < 0) {
-		tp_fmt(why, len, "%s", strerror(errno));
-		return 1;
+		tp_fmt(why, len, "%s", strerror(err));
+		errno = err;
+		return transient(err) ? 3 : 1;
 	}
 	if (n->kind != TN_DIR && (uint64_t)st.st_size != n->src_size)
 		tp_fmt(why, len, "size %llu, was %llu", (unsigned long long)st.st_size, (unsigned long long)n->src_size);
@@ -676,17 +685,34 @@ static int differs(tp_fs *fs, uint32_t i, int fd, int accept, char *why, size_t 
 	return 1;
 }
 
+/* Logs that node i's source could not be checked (why) and that only this request fails. */
+static void log_unchecked(const tp_fs *fs, uint32_t i, const char *why, const char *what)
+{
+	char msg[TP_ERR_MSG];
+	tp_fmt(msg, sizeof msg, "%s: the source could not be checked (%s): %s; the file stays served",
+	       fs->m->n[i].path, why, what);
+	if (tp_log_shown(msg))
+		tp_log(0, "%s", msg);
+}
+
 /* May node i be served? One fstat of the open source (or a stat of its resolved path). Returns
- * 0, or -1 when the read must fail with EIO (the file is marked changed when it is). */
-static int source_changed(tp_fs *fs, uint32_t i, int fd)
+ * 0, or the errno the request must fail with: EIO when the source changed (the file is marked
+ * changed then, for good) or only its ctime moved; the transient errno (EMFILE, ENOMEM, ...) when
+ * it could not be looked at, which fails this request alone. */
+static int source_check(tp_fs *fs, uint32_t i, int fd)
 {
 	if (atomic_load(&fs->ns[i].bad))
-		return -1;
+		return EIO;
 	char why[96];
 	int d = differs(fs, i, fd, 0, why, sizeof why);
+	if (d == 3) {
+		int err = errno;
+		log_unchecked(fs, i, why, "this read fails with that error");
+		return err;
+	}
 	if (d == 1)
 		mark_bad(fs, i, why);
-	return d ? -1 : 0;
+	return d ? EIO : 0;
 }
 
 /* After a successful reply: a change noticed while the reply was under way may have been
@@ -785,9 +811,13 @@ static void recheck_all(tp_fs *fs)
 {
 	for (uint32_t i = 0; i < fs->nn; i++) {
 		char why[96];
-		if (!atomic_load(&fs->ns[i].bad) && differs(fs, i, -1, 1, why, sizeof why) == 1 &&
-		    fs->m->n[i].kind != TN_DIR)
+		if (atomic_load(&fs->ns[i].bad))
+			continue;
+		int d = differs(fs, i, -1, 1, why, sizeof why); /* a folder's new mode is accepted */
+		if (d == 1 && fs->m->n[i].kind != TN_DIR)
 			mark_bad(fs, i, why);
+		else if (d == 3) /* reads still check the file themselves */
+			log_unchecked(fs, i, why, "a change notice was not followed up");
 	}
 }
 
@@ -821,8 +851,11 @@ static void on_event(tp_fs *fs, uint32_t i, const struct inotify_event *ev)
 	} else if (ev->mask & (IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVE_SELF | IN_DELETE_SELF)) {
 		/* an attribute change or a close after writing: a change only if the content's size,
 		 * mtime or identity moved */
-		if (differs(fs, i, -1, 1, why, sizeof why) == 1 && n->kind != TN_DIR)
+		int d = differs(fs, i, -1, 1, why, sizeof why); /* a folder's new mode is accepted */
+		if (d == 1 && n->kind != TN_DIR)
 			mark_bad(fs, i, why);
+		else if (d == 3) /* reads still check the file themselves */
+			log_unchecked(fs, i, why, "a change notice was not followed up");
 	}
 }
 
@@ -1075,7 +1108,8 @@ static char *stats_text(tp_fs *fs, size_t *len);
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	tp_fs *fs = fuse_req_userdata(req);
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & (O_TRUNC | O_APPEND))) {
+	/* O_APPEND without write access opens, as on a read-only ext4 or tmpfs mount */
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		fuse_reply_err(req, EROFS);
 		return;
 	}
@@ -1088,7 +1122,6 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
-		h->fd = -1;
 		fh_track(fs, h);
 		fi->fh = (uint64_t)(uintptr_t)h;
 		fi->direct_io = 1;
@@ -1119,28 +1152,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EIO);
 		return;
 	}
-	if (n->kind == TN_PLAIN) {
-		fhandle *h = calloc(1, sizeof *h);
-		if (!h) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-		h->fd = open_real(n->real, O_RDONLY | O_CLOEXEC);
-		int oerr = h->fd < 0 ? errno : 0;
-		if (oerr == ELOOP)
-			mark_bad(fs, i, "a link on its path");
-		if (h->fd < 0 || source_changed(fs, i, h->fd) < 0) {
-			int err = oerr && oerr != ELOOP ? oerr : EIO;
-			if (h->fd >= 0)
-				close(h->fd);
-			free(h);
-			fuse_reply_err(req, err);
-			return;
-		}
-		fh_track(fs, h);
-		fi->fh = (uint64_t)(uintptr_t)h;
-	}
-	fuse_reply_open(req, fi);
+	/* A plain file costs no descriptor while open: each read opens the source (read_plain), so
+	 * a reader holding many files cannot run the daemon out of descriptors. */
+	int err = n->kind == TN_PLAIN ? source_check(fs, i, -1) : 0;
+	if (err)
+		fuse_reply_err(req, err);
+	else
+		fuse_reply_open(req, fi);
 }
 
 static void fh_track(tp_fs *fs, fhandle *h)
@@ -1213,8 +1231,9 @@ static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	if (source_changed(fs, i, n->fd) < 0) {
-		fuse_reply_err(req, EIO);
+	int err = source_check(fs, i, n->fd);
+	if (err) {
+		fuse_reply_err(req, err);
 		return;
 	}
 	uint64_t want = L->size - (uint64_t)off < size ? L->size - (uint64_t)off : size;
@@ -1292,8 +1311,8 @@ copy:;
 		release_runs(fs, n, s->runs, nr);
 		done += cov;
 	}
-	if (source_changed(fs, i, n->fd) < 0) { /* the identity again, after the copy */
-		fuse_reply_err(req, EIO);
+	if ((err = source_check(fs, i, n->fd))) { /* the identity again, after the copy */
+		fuse_reply_err(req, err);
 		return;
 	}
 	atomic_fetch_add_explicit(&rs->served, want, memory_order_relaxed);
@@ -1302,6 +1321,40 @@ copy:;
 	if (backend == &fs->gpu)
 		atomic_fetch_add_explicit(&rs->gpu, 1, memory_order_relaxed);
 	fuse_reply_buf(req, (const char *)s->buf, want);
+	after_reply(fs, i);
+}
+
+/* Replies to a read of plain file i: the source is opened for this read alone (a link on its
+ * path fails it, and marks it), checked, read and checked again, as for tensors. */
+static void read_plain(fuse_req_t req, tp_fs *fs, uint32_t i, size_t size, off_t off)
+{
+	scratch *s = get_scratch(size);
+	if (!s) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	int fd = open_real(fs->m->n[i].real, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int err = errno;
+		if (err == ELOOP)
+			mark_bad(fs, i, "a link on its path");
+		else if (transient(err))
+			log_unchecked(fs, i, strerror(err), "this read fails with that error");
+		fuse_reply_err(req, err == ELOOP || atomic_load(&fs->ns[i].bad) ? EIO : err);
+		return;
+	}
+	int err = source_check(fs, i, fd);
+	ssize_t got = err ? -1 : pread(fd, s->buf, size, off);
+	if (!err && got < 0)
+		err = errno;
+	else if (!err)
+		err = source_check(fs, i, fd); /* again after reading, as for tensors */
+	close(fd);
+	if (err) {
+		fuse_reply_err(req, err);
+		return;
+	}
+	fuse_reply_buf(req, (const char *)s->buf, (size_t)got);
 	after_reply(fs, i);
 }
 
@@ -1327,8 +1380,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	if (ino == fs->cfg_ino) {
 		uint32_t c = fs->m->config_node;
 		uint64_t len = fs->m->config_len, o = (uint64_t)off < len ? (uint64_t)off : len;
-		if (source_changed(fs, c, -1) < 0)
-			fuse_reply_err(req, EIO);
+		int err = source_check(fs, c, -1);
+		if (err)
+			fuse_reply_err(req, err);
 		else
 			fuse_reply_buf(req, fs->m->config_text + o, size < len - o ? size : len - o);
 		return;
@@ -1341,32 +1395,16 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	if (n->kind == TN_TENSORS) {
 		read_tensors(req, fs, r, i, size, off);
 	} else if (n->kind == TN_INDEX || n->kind == TN_CONFIG) {
-		if (source_changed(fs, i, -1) < 0) {
-			fuse_reply_err(req, EIO);
+		int err = source_check(fs, i, -1);
+		if (err) {
+			fuse_reply_err(req, err);
 			return;
 		}
 		uint64_t len = n->gen_len[r], o = (uint64_t)off < len ? (uint64_t)off : len;
 		fuse_reply_buf(req, n->gen[r] + o, size < len - o ? size : len - o);
 		after_reply(fs, i);
-	} else if (h) {
-		scratch *s = get_scratch(size);
-		if (!s) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-		if (source_changed(fs, i, h->fd) < 0) {
-			fuse_reply_err(req, EIO);
-			return;
-		}
-		ssize_t got = pread(h->fd, s->buf, size, off);
-		if (got < 0) {
-			fuse_reply_err(req, errno);
-		} else if (source_changed(fs, i, h->fd) < 0) { /* again after reading, as for tensors */
-			fuse_reply_err(req, EIO);
-		} else {
-			fuse_reply_buf(req, (const char *)s->buf, (size_t)got);
-			after_reply(fs, i);
-		}
+	} else if (n->kind == TN_PLAIN) {
+		read_plain(req, fs, i, size, off);
 	} else {
 		fuse_reply_err(req, EBADF);
 	}
@@ -1487,9 +1525,18 @@ static const struct fuse_lowlevel_ops ops = {
 
 /* ---- counters ---- */
 
+/* The stats file's size: its text is padded to it, so that stat tells exactly what a read gives
+ * (tar, du and cp see the whole file) however the counters grow: a bound on the header lines
+ * (the source path, the plan's origin, the readahead and gather notes) and 128 bytes a rank. */
+static size_t stats_size(const tp_fs *fs)
+{
+	return 512 + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note +
+	       (size_t)(fs->o->serve ? fs->o->nserve : fs->T) * 128;
+}
+
 static char *stats_text(tp_fs *fs, size_t *len)
 {
-	size_t cap = 512 + (size_t)fs->T * 128;
+	size_t cap = stats_size(fs);
 	char *b = malloc(cap);
 	if (!b)
 		return NULL;
@@ -1506,7 +1553,11 @@ static char *stats_text(tp_fs *fs, size_t *len)
 				      (unsigned long long)atomic_load(&fs->rs[r].reads),
 				      (unsigned long long)atomic_load(&fs->rs[r].copied),
 				      (unsigned long long)atomic_load(&fs->rs[r].gpu));
-	*len = w < cap ? w : cap - 1;
+	if (w > cap - 1)
+		w = cap - 1;
+	memset(b + w, ' ', cap - 1 - w); /* padded with spaces to the size stat gives */
+	b[cap - 1] = '\n';
+	*len = cap;
 	return b;
 }
 

@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "index_json.h"
+#include "json_strict.h"
 #include "tensor_index.h"
 
 void tp_model_log(const tp_model *m, int level, const char *fmt, ...)
@@ -166,6 +168,14 @@ static int walk(tp_model *m, uint32_t dir, int depth, tp_err *e)
 		struct stat st;
 		if (!cabs || !crel) {
 			rc = tp_fail(e, TP_ENOMEM, "out of memory");
+		} else if (strlen(cabs) >= PATH_MAX) {
+			/* sources are opened by path when read: one this long cannot be (ENAMETOOLONG) */
+			char shown[256];
+			size_t l = strlen(crel);
+			tp_fmt(shown, sizeof shown, "%.120s...%s", crel, crel + (l > 100 ? l - 100 : 0));
+			tp_model_log(m, 0, "%s: left out of every rank, with everything under it: its source path is %zu "
+				     "bytes, longer than the %d-byte path limit (PATH_MAX) of the system calls tpfs reads "
+				     "sources with", l > 220 ? shown : crel, strlen(cabs), PATH_MAX);
 		} else if (stat(cabs, &st) < 0) {
 			tp_model_log(m, 0, "%s: skipped: %s", crel,
 			      errno == ELOOP ? "symbolic link loop" : errno == ENOENT ? "dangling symbolic link" : strerror(errno));
@@ -266,21 +276,7 @@ static cJSON *parse_json_file(const tp_node *n, char **keep, size_t *keep_len, t
 	char *text = tp_slurp(n->abspath, n->path, NULL, &len, e);
 	if (!text)
 		return NULL;
-	/* cJSON skips a UTF-8 byte-order mark; Python's json refuses the file ("Unexpected UTF-8 BOM"),
-	 * so a loader could not read what tpfs planned from */
-	if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) {
-		tp_fail(e, TP_EINVAL, "%s: starts with a UTF-8 byte-order mark, which JSON readers (Python's json) "
-			"refuse; save it without one", n->path);
-		free(text);
-		return NULL;
-	}
-	cJSON *j = cJSON_ParseWithLength(text, len);
-	if (!j) {
-		tp_json_fail(e, n->path, text, len, cJSON_GetErrorPtr());
-	} else if (tp_json_unique(e, n->path, j) < 0) {
-		cJSON_Delete(j);
-		j = NULL;
-	}
+	cJSON *j = tp_json_parse(n->path, text, len, e); /* as Python's json reads it (json_strict.h) */
 	if (j && keep) {
 		*keep = text;
 		*keep_len = len;
@@ -622,7 +618,12 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 	}
 	if (rc == 0 && !o->check_only) {
 		uint32_t cfg = tp_node_child(m, 0, "config.json");
-		if (cfg != UINT32_MAX && m->n[cfg].kind == TN_PLAIN) {
+		if (cfg != UINT32_MAX && m->n[cfg].kind == TN_PLAIN && m->n[cfg].src_size > TP_MAX_CONFIG) {
+			/* each rank's config.json is held in memory: the limit bounds what that costs */
+			rc = tp_fail(e, TP_ELIMIT, "config.json: %llu bytes, more than the %d MiB tpfs reads of a config.json "
+				     "(every rank's copy is held in memory; real ones are under a few MB)",
+				     (unsigned long long)m->n[cfg].src_size, TP_MAX_CONFIG >> 20);
+		} else if (cfg != UINT32_MAX && m->n[cfg].kind == TN_PLAIN) {
 			m->config = parse_json_file(&m->n[cfg], &m->config_text, &m->config_len, e);
 			if (!m->config || !cJSON_IsObject(m->config)) {
 				if (m->config)

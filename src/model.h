@@ -31,6 +31,7 @@ struct tp_model;
 #define TP_MAX_NODES 1000000       /* files and folders in SRC */
 #define TP_MAX_DIR_ENTRIES 100000  /* entries of one folder */
 #define TP_MAX_DEPTH 64            /* folder nesting */
+#define TP_MAX_CONFIG (16 << 20)   /* bytes of config.json */
 
 typedef enum tp_node_kind {
 	TN_DIR,     /* a folder */

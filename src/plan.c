@@ -2,6 +2,7 @@
  * file (every field checked, unknown fields refused), extending a plan by a built-in, and
  * name patterns. Resolution against a checkpoint is planner.h's. */
 #include "plan.h"
+#include "json_strict.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -274,9 +275,9 @@ static int parse_experts(cJSON *o, int idx, const char *origin, tp_experts *x, t
 int tp_plan_parse(const char *text, size_t len, const char *origin, tp_plan *p, tp_err *e)
 {
 	memset(p, 0, sizeof *p);
-	p->json = cJSON_ParseWithLength(text, len);
+	p->json = tp_json_parse(origin, text, len, e); /* as Python's json reads it (json_strict.h) */
 	if (!p->json)
-		return tp_json_fail(e, origin, text, len, cJSON_GetErrorPtr());
+		return -1;
 	cJSON *o = p->json;
 	if (!cJSON_IsObject(o)) {
 		tp_plan_free(p);

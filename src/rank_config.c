@@ -5,6 +5,7 @@
  * the end of an object where a missing key is added in the style (indent, separator) of the
  * object's last member. The output is the source with the edits applied, in text order. */
 #include "rank_config.h"
+#include "json_strict.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -296,10 +297,14 @@ int tp_rank_config(const char *src, size_t len, const tp_cfg_set *set, size_t ns
 {
 	*out = NULL;
 	*outlen = 0;
-	cJSON *j = cJSON_ParseWithLength(src, len);
-	int is_obj = cJSON_IsObject(j);
-	cJSON_Delete(j);
-	if (!is_obj)
+	/* validated as Python reads it, without building a tree (a large config.json costs no second
+	 * copy of itself here) */
+	size_t first = 0;
+	while (first < len && strchr(" \t\r\n", src[first]) && src[first])
+		first++;
+	if (tp_json_python(fname, src, len, e) < 0)
+		return -1;
+	if (first >= len || src[first] != '{')
 		return tp_fail(e, TP_EINVAL, "%s: not a JSON object", fname);
 	scan c = {.s = src, .n = len, .set = set, .nset = nset, .fname = fname, .e = e};
 	c.seen = calloc(nset ? nset : 1, sizeof *c.seen);

@@ -53,13 +53,18 @@ def tpfs(*args, check=False, **kw):
     return p
 
 
-def mountpoints():
-    out = set()
+def mountpoints_list():
+    """Every mount point of /proc/self/mountinfo, once per mount (stacked mounts repeat)."""
+    out = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
             mp = line.split()[4]
-            out.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), mp))
+            out.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), mp))
     return out
+
+
+def mountpoints():
+    return set(mountpoints_list())
 
 
 def is_mounted(path):
@@ -89,10 +94,11 @@ class Mount:
         self.path = mnt or tempfile.mkdtemp(prefix="tpfs-mnt-")
         self.proc = None
         self.errfile = None
+        self.wrap = []  # a command the daemon runs under (prlimit ...)
 
     def __enter__(self):
         self.errfile = tempfile.TemporaryFile(mode="w+")
-        cmd = [TPFS, "mount", self.src, self.path, "--tp", str(self.tp), "-f"] + self.extra
+        cmd = self.wrap + [TPFS, "mount", self.src, self.path, "--tp", str(self.tp), "-f"] + self.extra
         self.proc = subprocess.Popen(cmd, stderr=self.errfile, stdout=subprocess.DEVNULL)
         try:
             wait_for(lambda: is_mounted(self.path) or self.proc.poll() is not None, what="the mount")
