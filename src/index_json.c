@@ -24,21 +24,28 @@ static void w_member(st_wbuf *w, const char *sep, const cJSON *it)
 
 /* Writes (or counts) rank r's rewrite of index j: metadata keys kept, total_size replaced by
  * the local tensor bytes, weight_map restricted to the tensors the rank has. */
-static uint64_t write_index(tp_model *m, uint32_t idx, const cJSON *j, uint32_t r, st_wbuf *w)
+static tp_index_file find(const tp_index_in *in, const cJSON *it)
+{
+	if (!cJSON_IsString(it))
+		return (tp_index_file){.kind = TP_IX_NONE};
+	return in->find(in->find_ctx, it->valuestring);
+}
+
+static uint64_t write_index(const tp_index_in *in, const cJSON *j, uint32_t r, st_wbuf *w)
 {
 	uint64_t total = 0;
 	const cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map"), *it;
 	cJSON_ArrayForEach(it, wm)
 	{
-		uint32_t f = cJSON_IsString(it) ? tp_node_resolve(m, m->n[idx].parent, it->valuestring) : UINT32_MAX;
-		if (f == UINT32_MAX || m->n[f].kind != TN_TENSORS)
+		tp_index_file f = find(in, it);
+		if (f.kind != TP_IX_TENSORS)
 			continue;
-		const st_tensor *t = st_find(&m->n[f].h, it->string);
+		const st_tensor *t = st_find(f.h, it->string);
 		if (!t)
 			continue;
-		uint32_t li = m->n[f].lay[r].loc[t - m->n[f].h.t];
+		uint32_t li = f.lay[r].loc[t - f.h->t];
 		if (li != UINT32_MAX)
-			total += m->n[f].lay[r].t[li].size;
+			total += f.lay[r].t[li].size;
 	}
 	w->len = 0;
 	w_str(w, "{\n  \"metadata\": {\n    \"total_size\": ");
@@ -51,10 +58,10 @@ static uint64_t write_index(tp_model *m, uint32_t idx, const cJSON *j, uint32_t 
 	int first = 1;
 	cJSON_ArrayForEach(it, wm)
 	{
-		uint32_t f = cJSON_IsString(it) ? tp_node_resolve(m, m->n[idx].parent, it->valuestring) : UINT32_MAX;
-		if (f != UINT32_MAX && m->n[f].kind == TN_TENSORS) {
-			const st_tensor *t = st_find(&m->n[f].h, it->string);
-			if (t && m->n[f].lay[r].loc[t - m->n[f].h.t] == UINT32_MAX)
+		tp_index_file f = find(in, it);
+		if (f.kind == TP_IX_TENSORS) {
+			const st_tensor *t = st_find(f.h, it->string);
+			if (t && f.lay[r].loc[t - f.h->t] == UINT32_MAX)
 				continue; /* not on this rank */
 		}
 		w_member(w, first ? "\n    " : ",\n    ", it);
@@ -68,33 +75,32 @@ static uint64_t write_index(tp_model *m, uint32_t idx, const cJSON *j, uint32_t 
 	return w->len;
 }
 
-int tp_index_rewrite(tp_model *m, uint32_t idx, const cJSON *j, tp_err *e)
+int tp_index_rewrite(const tp_index_in *in, const cJSON *j, char ***gen, uint64_t **gen_len, tp_err *e)
 {
-	tp_node *n = &m->n[idx];
 	const cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map"), *it;
 	cJSON_ArrayForEach(it, wm)
 	{
-		uint32_t f = cJSON_IsString(it) ? tp_node_resolve(m, n->parent, it->valuestring) : UINT32_MAX;
-		if (f == UINT32_MAX || m->n[f].kind == TN_DIR)
-			tp_model_log(m, 0, "%s: weight_map lists '%s' in '%s', which is not in the checkpoint", n->path,
-			      it->string, cJSON_IsString(it) ? it->valuestring : "(not a string)");
-		else if (m->n[f].kind == TN_TENSORS && !st_find(&m->n[f].h, it->string))
-			tp_model_log(m, 0, "%s: weight_map lists '%s' in '%s', whose header has no such tensor", n->path,
-			      it->string, it->valuestring);
+		tp_index_file f = find(in, it);
+		if (f.kind == TP_IX_NONE)
+			tp_logf(in->log, in->log_ctx, 0, "%s: weight_map lists '%s' in '%s', which is not in the checkpoint",
+				in->path, it->string, cJSON_IsString(it) ? it->valuestring : "(not a string)");
+		else if (f.kind == TP_IX_TENSORS && !st_find(f.h, it->string))
+			tp_logf(in->log, in->log_ctx, 0, "%s: weight_map lists '%s' in '%s', whose header has no such tensor",
+				in->path, it->string, it->valuestring);
 	}
-	n->gen = calloc(m->T, sizeof *n->gen);
-	n->gen_len = calloc(m->T, sizeof *n->gen_len);
-	if (!n->gen || !n->gen_len)
+	*gen = calloc(in->T, sizeof **gen);
+	*gen_len = calloc(in->T, sizeof **gen_len);
+	if (!*gen || !*gen_len)
 		return tp_fail(e, TP_ENOMEM, "out of memory");
-	for (uint32_t r = 0; r < m->T; r++) {
+	for (uint32_t r = 0; r < in->T; r++) {
 		st_wbuf w = {.p = NULL};
-		uint64_t len = write_index(m, idx, j, r, &w);
-		n->gen[r] = malloc(len + 1);
-		if (!n->gen[r])
+		uint64_t len = write_index(in, j, r, &w);
+		(*gen)[r] = malloc(len + 1);
+		if (!(*gen)[r])
 			return tp_fail(e, TP_ENOMEM, "out of memory");
-		w.p = n->gen[r];
-		write_index(m, idx, j, r, &w);
-		n->gen_len[r] = len;
+		w.p = (*gen)[r];
+		write_index(in, j, r, &w);
+		(*gen_len)[r] = len;
 	}
 	return 0;
 }

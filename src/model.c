@@ -1,6 +1,5 @@
 /* model.c: walking, validating and planning a source checkpoint (see model.h). */
 #include "model.h"
-#include "rank_folder.h"
 #include "slurp.h"
 
 #include <cjson/cJSON.h>
@@ -356,6 +355,21 @@ static void unload_tensors(tp_node *n)
 
 /* ---- resolving and laying out one file ---- */
 
+/* The tensor index for companions over every planned safetensors file, in node order. */
+static int build_tindex(const tp_model *m, tp_tindex *x, tp_err *e)
+{
+	tp_tindex_file *f = malloc((m->ntensor_files ? m->ntensor_files : 1) * sizeof *f);
+	if (!f)
+		return tp_fail(e, TP_ENOMEM, "out of memory");
+	size_t nf = 0;
+	for (uint32_t i = 0; i < m->nn; i++)
+		if (m->n[i].kind == TN_TENSORS && nf < m->ntensor_files)
+			f[nf++] = (tp_tindex_file){m->n[i].parent, &m->n[i].h};
+	int rc = tp_tindex_build(x, f, nf, m->o->strict, m->o->log, m->o->ctx, e);
+	free(f);
+	return rc;
+}
+
 static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 {
 	tp_node *n = &m->n[idx];
@@ -420,10 +434,10 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 		}
 	}
 	if (rs) {
-		tp_resolved_keep(m, idx, &rt, rs);
+		tp_resolved_keep(&m->rf, m->nn, idx, &n->h, &rt, rs);
 	} else {
 		free(rt.p);
-		m->resolved_failed = 1;
+		m->rf.resolved_failed = 1;
 	}
 	if (rc == 0) {
 		n->lay = calloc(m->T, sizeof *n->lay);
@@ -455,6 +469,72 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 	free(specs);
 	free(why);
 	free(whyp);
+	return rc;
+}
+
+/* ---- the per-rank indexes ---- */
+
+typedef struct index_ctx {
+	const tp_model *m;
+	uint32_t dir; /* the index's folder */
+} index_ctx;
+
+static tp_index_file index_find(void *vc, const char *rel)
+{
+	const index_ctx *c = vc;
+	uint32_t f = tp_node_resolve(c->m, c->dir, rel);
+	if (f == UINT32_MAX || c->m->n[f].kind == TN_DIR)
+		return (tp_index_file){.kind = TP_IX_NONE};
+	if (c->m->n[f].kind != TN_TENSORS)
+		return (tp_index_file){.kind = TP_IX_OTHER};
+	return (tp_index_file){.kind = TP_IX_TENSORS, .h = &c->m->n[f].h, .lay = c->m->n[f].lay};
+}
+
+/* Writes the T rewrites of index node idx (parsed as j) into its gen / gen_len. */
+static int rewrite_index(tp_model *m, uint32_t idx, const cJSON *j, tp_err *e)
+{
+	tp_node *n = &m->n[idx];
+	index_ctx c = {m, n->parent};
+	tp_index_in in = {.path = n->path, .T = m->T, .find = index_find, .find_ctx = &c, .log = m->o->log,
+			  .log_ctx = m->o->ctx};
+	return tp_index_rewrite(&in, j, &n->gen, &n->gen_len, e);
+}
+
+/* ---- the rank folders ---- */
+
+/* The plan digest, the rank metadata and every rank's config.json (rank_folder.h), over every
+ * planned safetensors file in node order. Sets config_node (the root's config.json when it is
+ * served from the source, else UINT32_MAX), and its kind to TN_CONFIG once rewritten. */
+static int build_rank_folders(tp_model *m, tp_err *e)
+{
+	tp_rf_file *f = malloc((m->ntensor_files ? m->ntensor_files : 1) * sizeof *f);
+	if (!f)
+		return tp_fail(e, TP_ENOMEM, "out of memory");
+	size_t nf = 0;
+	for (uint32_t i = 0; i < m->nn; i++)
+		if (m->n[i].kind == TN_TENSORS && nf < m->ntensor_files)
+			f[nf++] = (tp_rf_file){&m->n[i].h, m->n[i].lay};
+	m->config_node = tp_node_child(m, 0, "config.json");
+	if (m->config_node == UINT32_MAX || !m->config || m->n[m->config_node].kind != TN_PLAIN)
+		m->config_node = UINT32_MAX;
+	tp_node *cn = m->config_node != UINT32_MAX ? &m->n[m->config_node] : NULL;
+	const tp_model_opts *o = m->o;
+	tp_rf_in in = {.plan = &m->plan, .cfg = &m->cfg, .T = m->T, .pad_vocab = o->pad_vocab, .ep = o->ep,
+		       .config_global = o->config_global, .keep_going = o->keep_going, .ep_count = m->ep_count,
+		       .log = o->log, .log_ctx = o->ctx, .files = f, .nfiles = nf, .config = m->config,
+		       .config_plain = cn != NULL, .config_text = m->config_text, .config_len = m->config_len,
+		       .config_size = cn ? cn->src_size : 0};
+	char **gen = NULL;
+	uint64_t *gen_len = NULL;
+	int rewritten = 0;
+	int rc = tp_rank_folder_build(&m->rf, &in, &gen, &gen_len, &rewritten, e);
+	free(f);
+	if (cn) {
+		cn->gen = gen;
+		cn->gen_len = gen_len;
+		if (rc == 0 && rewritten)
+			cn->kind = TN_CONFIG;
+	}
 	return rc;
 }
 
@@ -564,7 +644,7 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 		/* the tensor index for companions */
 		tp_tindex lc = {0};
 		if (rc == 0)
-			rc = tp_tindex_build(&lc, m, o->strict, e);
+			rc = build_tindex(m, &lc, e);
 		for (uint32_t i = 0; i < m->nn && rc == 0; i++)
 			if (m->n[i].kind == TN_TENSORS)
 				rc = plan_file(m, i, &lc, e);
@@ -574,9 +654,9 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 			      m->src, m->plan.name);
 		for (uint32_t i = 0; i < m->nn && rc == 0; i++)
 			if (m->n[i].kind == TN_INDEX && idx_json[i])
-				rc = tp_index_rewrite(m, i, idx_json[i], e);
+				rc = rewrite_index(m, i, idx_json[i], e);
 		if (rc == 0)
-			rc = tp_rank_folder_build(m, e);
+			rc = build_rank_folders(m, e);
 	}
 	for (uint32_t i = 0; i < m->nn; i++)
 		cJSON_Delete(idx_json[i]);
@@ -608,7 +688,8 @@ void tp_model_close(tp_model *m)
 		free(n->real);
 		free(n->error);
 	}
-	tp_rank_folder_free(m);
+	tp_rank_folder_free(&m->rf);
+	free(m->config_text);
 	free(m->n);
 	cJSON_Delete(m->config);
 	tp_plan_free(&m->plan);
@@ -635,14 +716,9 @@ uint64_t tp_node_size(const tp_model *m, uint32_t i, uint32_t r)
 void tp_model_ep_range(const tp_model *m, int d, uint32_t r, uint64_t *first, uint64_t *count)
 {
 	*first = *count = 0;
-	if (!m->o || !m->o->ep || d < 0 || d >= m->plan.nexperts || m->ep_count[d] <= 0 || r >= m->T)
+	if (!m->o || !m->o->ep || d < 0 || d >= m->plan.nexperts)
 		return;
-	tp_spec s = tp_spec_owned((uint64_t)m->ep_count[d], 0);
-	tp_share sh;
-	if (tp_share_of(s.seg[0], &s, m->T, r, &sh, "", NULL) == 0) { /* the layouts' distribution */
-		*first = sh.first;
-		*count = sh.count;
-	}
+	tp_ep_range(m->ep_count[d], m->T, r, first, count);
 }
 
 int64_t tp_model_rank_count(const tp_model *m, const tp_per_rank *pr, uint32_t r)

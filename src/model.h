@@ -20,6 +20,8 @@
 
 #include "layout.h"
 #include "plan.h"
+#include "planner.h"
+#include "rank_folder.h"
 #include "st_format.h"
 #include "tp_err.h"
 
@@ -69,7 +71,6 @@ typedef struct tp_node {
 	uint64_t *gen_len;
 } tp_node;
 
-typedef void (*tp_log_fn)(void *ctx, int level, const char *msg); /* 0 warn, 1 info, 2 error */
 typedef void (*tp_tensor_fn)(void *ctx, const struct tp_model *m, uint32_t node, uint32_t tensor,
 			     const tp_resolved *res);
 
@@ -106,15 +107,7 @@ typedef struct tp_model {
 	int64_t ep_count[TP_MAX_EXPERT_DECLS]; /* --ep: E of each of the plan's experts declarations */
 	uint64_t ep_tensors;   /* --ep: source tensors an experts declaration placed */
 	const tp_model_opts *o;
-	/* rank folders (rank_folder.h) */
-	char **resolved;         /* while planning: per node, its rules of the resolved plan (JSON
-	                          * objects joined by commas; rank_folder.h) */
-	int resolved_failed;     /* a rule could not be kept (out of memory) */
-	char *plan_tag;          /* "<plan name> sha256:<hex of the resolved plan>" */
-	st_meta *rank_meta;      /* 3 per rank: tpfs.plan, tpfs.tp_rank, tpfs.tp_size (5 under --ep:
-	                          * then tpfs.ep_size, tpfs.ep_experts) */
-	char (*rank_num)[12];    /* T + 1 strings: each rank's number, then T */
-	char (*rank_ep)[160];    /* --ep: T strings, each rank's expert range ("8-15"; rank_folder.h) */
+	tp_rank_folder rf;       /* the resolved plan's digest and the rank metadata (rank_folder.h) */
 	char *config_text;       /* the source's config.json (MNT/config.json), or NULL */
 	size_t config_len;
 	uint32_t config_node;    /* its node, or UINT32_MAX */

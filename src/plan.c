@@ -1,6 +1,6 @@
 /* plan.c: plan files as data (see plan.h): the split kinds table, parsing and validating a plan
  * file (every field checked, unknown fields refused), extending a plan by a built-in, and
- * name patterns. Resolution against a checkpoint is planner.c's. */
+ * name patterns. Resolution against a checkpoint is planner.h's. */
 #include "plan.h"
 #include "json_strict.h"
 

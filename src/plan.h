@@ -178,8 +178,4 @@ int tp_plan_extend(tp_plan *p, tp_plan *base, tp_err *e);
  * be NULL). */
 int tp_pattern_match(const char *pat, const char *name, tp_expr_ctx *cfg);
 
-/* Choosing a plan and resolving tensors (planner.h) is included here for the callers that
- * only know plan.h. */
-#include "planner.h"
-
 #endif

@@ -14,6 +14,11 @@
  *               scales, broadcast scales)
  *   spec        the tp_spec and the one-line explanation `tpfs plan` shows
  *
+ * Files: planner_choose.c (plan choice), planner_resolve.c (the pipeline, with the match,
+ * geometry, distribution, spec and experts stages, and the per-rank check),
+ * planner_companions.c (the reference and companions stages, with the packed formats and the
+ * quantized companions table); planner_stages.h is the state they share.
+ *
  * Errors: a rule that cannot be evaluated (an expression error, a key config.json lacks) is
  * TP_ERULE, its message starting "plan 'NAME', rule 'RULE' (FIELD): expression ..."; a tensor
  * that the rule cannot cut (shape disagreement, indivisible split) is TP_EPLAN.

@@ -137,15 +137,16 @@ void tp_resolved_rule(tp_text *b, const tp_plan *pl, const st_tensor *t, const t
 	t_add(b, "}", 1);
 }
 
-void tp_resolved_keep(tp_model *m, uint32_t idx, tp_text *b, tp_span *sp)
+void tp_resolved_keep(tp_rank_folder *rf, uint32_t nn, uint32_t idx, const st_header *h, tp_text *b, tp_span *sp)
 {
-	const tp_node *n = &m->n[idx];
-	if (!m->resolved)
-		m->resolved = calloc(m->nn, sizeof *m->resolved);
+	if (!rf->resolved) {
+		rf->resolved = calloc(nn, sizeof *rf->resolved);
+		rf->nresolved = rf->resolved ? nn : 0;
+	}
 	tp_text block = {0};
-	int ok = m->resolved && !b->oom;
-	for (size_t k = n->h.n; ok && k-- > 0;) {
-		const tp_span *s = &sp[n->h.by_name[k]];
+	int ok = rf->resolved && !b->oom;
+	for (size_t k = h->n; ok && k-- > 0;) {
+		const tp_span *s = &sp[h->by_name[k]];
 		if (s->a == SIZE_MAX) {
 			ok = 0; /* a rule is missing: no digest */
 			break;
@@ -160,12 +161,12 @@ void tp_resolved_keep(tp_model *m, uint32_t idx, tp_text *b, tp_span *sp)
 	free(sp);
 	if (!ok || block.oom) {
 		free(block.p);
-		m->resolved_failed = 1;
+		rf->resolved_failed = 1;
 		return;
 	}
-	m->resolved[idx] = block.p ? block.p : strdup("");
-	if (!m->resolved[idx])
-		m->resolved_failed = 1;
+	rf->resolved[idx] = block.p ? block.p : strdup("");
+	if (!rf->resolved[idx])
+		rf->resolved_failed = 1;
 }
 
 cJSON *tp_experts_json(const tp_plan *pl)
@@ -184,11 +185,11 @@ cJSON *tp_experts_json(const tp_plan *pl)
 	return xs;
 }
 
-char *tp_resolved_plan_text(tp_model *m)
+char *tp_resolved_plan_text(tp_rank_folder *rf, const tp_plan *pl, int ep)
 {
 	cJSON *pr = cJSON_CreateArray();
-	for (int i = 0; pr && i < m->plan.nper_rank; i++) {
-		const tp_per_rank *p = &m->plan.per_rank[i];
+	for (int i = 0; pr && i < pl->nper_rank; i++) {
+		const tp_per_rank *p = &pl->per_rank[i];
 		cJSON *q = cJSON_CreateObject();
 		cJSON_AddStringToObject(q, "key", p->key);
 		if (p->groups)
@@ -201,7 +202,7 @@ char *tp_resolved_plan_text(tp_model *m)
 			cJSON_AddStringToObject(q, "value", p->value);
 		cJSON_AddItemToArray(pr, q);
 	}
-	cJSON *xs = m->o->ep && m->plan.nexperts ? tp_experts_json(&m->plan) : NULL;
+	cJSON *xs = ep && pl->nexperts ? tp_experts_json(pl) : NULL;
 	char *prs = pr ? cJSON_PrintUnformatted(pr) : NULL, *xss = xs ? cJSON_PrintUnformatted(xs) : NULL;
 	cJSON_Delete(pr);
 	cJSON_Delete(xs);
@@ -211,23 +212,23 @@ char *tp_resolved_plan_text(tp_model *m)
 	t_str(&t, prs ? prs : "");
 	t_str(&t, ",\"rules\":[");
 	int any = 0;
-	for (uint32_t i = m->nn; i-- > 0 && m->resolved;) {
-		char *blk = m->resolved[i];
+	for (uint32_t i = rf->nresolved; i-- > 0 && rf->resolved;) {
+		char *blk = rf->resolved[i];
 		if (blk && *blk) {
 			if (any++)
 				t_add(&t, ",", 1);
 			t_str(&t, blk);
 		}
 		free(blk);
-		m->resolved[i] = NULL;
+		rf->resolved[i] = NULL;
 	}
 	t_add(&t, "]", 1);
-	if (m->o->ep && m->plan.nexperts) {
+	if (ep && pl->nexperts) {
 		t_str(&t, ",\"experts\":");
 		t_str(&t, xss ? xss : "");
 	}
 	t_add(&t, "}", 1);
-	int bad = m->resolved_failed || t.oom || !prs || (m->o->ep && m->plan.nexperts && !xss);
+	int bad = rf->resolved_failed || t.oom || !prs || (ep && pl->nexperts && !xss);
 	free(prs);
 	free(xss);
 	if (bad) {
@@ -241,7 +242,7 @@ char *tp_resolved_plan_text(tp_model *m)
 
 /* The value rank r gives key pr at the object loc (named where, "" for the top level), from
  * that object's own count; 1 when the key is not there, -1 with e set when it cannot be given. */
-static int rank_value(const tp_model *m, const cJSON *loc, const char *where, const tp_per_rank *pr, uint32_t r,
+static int rank_value(const tp_rf_in *in, const cJSON *loc, const char *where, const tp_per_rank *pr, uint32_t r,
 		      int64_t *out, tp_err *e)
 {
 	tp_expr_ctx c = {.config = loc};
@@ -262,17 +263,17 @@ static int rank_value(const tp_model *m, const cJSON *loc, const char *where, co
 	uint64_t units = (uint64_t)v->valuedouble;
 	tp_spec s = tp_spec_split(0, units, 1);
 	s.flags = (pr->uneven ? TP_UNEVEN : 0) | (pr->groups ? TP_GROUPS : 0);
-	s.pad_to = pr->vocab && m->o->pad_vocab > 1 ? m->o->pad_vocab : 0;
+	s.pad_to = pr->vocab && in->pad_vocab > 1 ? in->pad_vocab : 0;
 	tp_share sh;
 	char ctx[300];
 	tp_fmt(ctx, sizeof ctx, "config.json: \"%s%s%s\" (a per_rank count of plan '%s')", where, *where ? "." : "",
-	       pr->key, m->plan.name);
-	if (tp_share_of(units, &s, m->T, r, &sh, ctx, e) < 0) {
+	       pr->key, in->plan->name);
+	if (tp_share_of(units, &s, in->T, r, &sh, ctx, e) < 0) {
 		/* no tensor is split by it (or planning would have refused the model): keep it */
-		if (m->o->log && r == 0) {
+		if (in->log && r == 0) {
 			char msg[TP_ERR_MSG + 64];
 			tp_fmt(msg, sizeof msg, "%s; every rank's config.json keeps it", e->msg);
-			m->o->log(m->o->ctx, 1, msg);
+			in->log(in->log_ctx, 1, msg);
 		}
 		return 1;
 	}
@@ -283,7 +284,7 @@ static int rank_value(const tp_model *m, const cJSON *loc, const char *where, co
 /* pad_token_id next to a vocabulary count at loc is a row of the vocabulary: the rank that holds
  * that row gets its local index, the others null (a loader builds nn.Embedding(rows, dim,
  * padding_idx) and refuses an index past its rows). Returns 1 when *set was written. */
-static int pad_token(const tp_model *m, const cJSON *loc, const char *where, uint32_t r, tp_cfg_set *set,
+static int pad_token(const tp_rf_in *in, const cJSON *loc, const char *where, uint32_t r, tp_cfg_set *set,
 		     char *path)
 {
 	const cJSON *p = cJSON_GetObjectItemCaseSensitive(loc, "pad_token_id");
@@ -292,10 +293,10 @@ static int pad_token(const tp_model *m, const cJSON *loc, const char *where, uin
 	    v->valuedouble > 1e15 || p->valuedouble != (double)(int64_t)p->valuedouble)
 		return 0;
 	tp_spec s = tp_spec_split(0, (uint64_t)v->valuedouble, 1);
-	s.pad_to = m->o->pad_vocab > 1 ? m->o->pad_vocab : 0;
+	s.pad_to = in->pad_vocab > 1 ? in->pad_vocab : 0;
 	tp_share sh;
 	tp_err e;
-	if (tp_share_of((uint64_t)v->valuedouble, &s, m->T, r, &sh, "vocab_size", &e) < 0)
+	if (tp_share_of((uint64_t)v->valuedouble, &s, in->T, r, &sh, "vocab_size", &e) < 0)
 		return 0;
 	uint64_t id = (uint64_t)p->valuedouble;
 	tp_fmt(path, 300, "%s%spad_token_id", where, *where ? "." : "");
@@ -321,20 +322,20 @@ static int mentions(const char *x, const char *key)
  * without --ep: for every tensor an experts declaration names, the first rule whose pattern (and
  * `when`) matches it. Per-expert tensors ({e} bound) are looked at for expert 0 only: every expert
  * has the same tensors, and the rules' patterns and `when` name experts by the wildcard {e}. */
-static void routed_rules(const tp_model *m, unsigned char *used)
+static void routed_rules(const tp_rf_in *in, unsigned char *used)
 {
-	const tp_plan *pl = &m->plan;
-	tp_expr_ctx c = m->cfg;
+	const tp_plan *pl = in->plan;
+	tp_expr_ctx c = *in->cfg;
 	tp_err e;
-	for (uint32_t i = 0; i < m->nn; i++) {
-		const tp_node *n = &m->n[i];
-		for (size_t k = 0; n->kind == TN_TENSORS && k < n->h.n; k++) {
-			const char *name = n->h.t[k].name;
+	for (size_t i = 0; i < in->nfiles; i++) {
+		const st_header *h = in->files[i].h;
+		for (size_t k = 0; k < h->n; k++) {
+			const char *name = h->t[k].name;
 			int routed = 0;
 			for (int d = 0; d < pl->nexperts && !routed; d++)
 				for (int p = 0; p < pl->experts[d].npat && !routed; p++) {
 					c.nvar = 0;
-					tp_expr_bind(&c, "T", m->T);
+					tp_expr_bind(&c, "T", in->T);
 					routed = tp_pattern_match(pl->experts[d].pat[p], name, &c) >= 0;
 					for (int v = 0; routed && v < c.nvar; v++)
 						if (strcmp(c.var[v], "e") == 0 && c.val[v] != 0)
@@ -346,7 +347,7 @@ static void routed_rules(const tp_model *m, unsigned char *used)
 			for (int r = 0; routed && r < pl->nrules && !found; r++)
 				for (int p = 0; p < pl->rules[r].npat && !found; p++) {
 					c.nvar = 0;
-					tp_expr_bind(&c, "T", m->T);
+					tp_expr_bind(&c, "T", in->T);
 					if (tp_pattern_match(pl->rules[r].pat[p], name, &c) < 0)
 						continue;
 					if (pl->rules[r].when && tp_expr_cond(&c, pl->rules[r].when, &e) <= 0)
@@ -376,29 +377,29 @@ static int expert_sized(const tp_plan *pl, const unsigned char *used, const char
 }
 
 /* Rank r's config.json into *out. */
-static int rank_config(tp_model *m, uint32_t r, const unsigned char *routed, char **out, size_t *outlen,
-		       tp_err *e)
+static int rank_config(const tp_rank_folder *rf, const tp_rf_in *in, uint32_t r, const unsigned char *routed,
+		       char **out, size_t *outlen, tp_err *e)
 {
-	const int nloc = m->plan.nprefix + 1;
-	tp_cfg_set *set = calloc((size_t)(2 * m->plan.nper_rank * nloc) + 3, sizeof *set);
-	char (*path)[300] = calloc((size_t)(2 * m->plan.nper_rank * nloc) + 3, sizeof *path);
+	const int nloc = in->plan->nprefix + 1;
+	tp_cfg_set *set = calloc((size_t)(2 * in->plan->nper_rank * nloc) + 3, sizeof *set);
+	char (*path)[300] = calloc((size_t)(2 * in->plan->nper_rank * nloc) + 3, sizeof *path);
 	size_t n = 0;
 	int rc = set && path ? 0 : tp_fail(e, TP_ENOMEM, "out of memory");
-	for (int i = 0; i < m->plan.nper_rank && rc == 0; i++) {
-		const tp_per_rank *pr = &m->plan.per_rank[i];
+	for (int i = 0; i < in->plan->nper_rank && rc == 0; i++) {
+		const tp_per_rank *pr = &in->plan->per_rank[i];
 		int added = 0;
-		if (routed && !pr->value && expert_sized(&m->plan, routed, pr->key))
+		if (routed && !pr->value && expert_sized(in->plan, routed, pr->key))
 			continue; /* --ep: the routed experts are whole */
 		for (int l = 0; l < nloc && rc == 0; l++) {
-			const char *where = l < m->plan.nprefix ? m->plan.prefix[l] : "";
-			const cJSON *loc = *where ? cJSON_GetObjectItemCaseSensitive(m->config, where) : m->config;
+			const char *where = l < in->plan->nprefix ? in->plan->prefix[l] : "";
+			const cJSON *loc = *where ? cJSON_GetObjectItemCaseSensitive(in->config, where) : in->config;
 			if (!cJSON_IsObject(loc))
 				continue;
 			int64_t v;
 			tp_expr_ctx c = {.config = loc};
 			const cJSON *cur = tp_config_get(&c, pr->key);
 			int present = cur && !cJSON_IsNull(cur);
-			int k = rank_value(m, loc, where, pr, r, &v, e);
+			int k = rank_value(in, loc, where, pr, r, &v, e);
 			if (k < 0) {
 				rc = -1;
 			} else if (k == 0 && (present || (!added && !strchr(pr->key, '.')))) {
@@ -408,16 +409,16 @@ static int rank_config(tp_model *m, uint32_t r, const unsigned char *routed, cha
 				n++;
 				added = 1;
 				if (pr->vocab && present)
-					n += pad_token(m, loc, where, r, &set[n], path[n]);
+					n += pad_token(in, loc, where, r, &set[n], path[n]);
 			}
 		}
 	}
-	if (rc == 0 && m->o->ep) { /* the ep size and this rank's experts, at the top level */
-		set[n++] = (tp_cfg_set){.path = "tpfs_ep_size", .value = m->T, .add = 1};
-		set[n++] = (tp_cfg_set){.path = "tpfs_ep_experts", .str = m->rank_ep[r], .add = 1};
+	if (rc == 0 && in->ep) { /* the ep size and this rank's experts, at the top level */
+		set[n++] = (tp_cfg_set){.path = "tpfs_ep_size", .value = in->T, .add = 1};
+		set[n++] = (tp_cfg_set){.path = "tpfs_ep_experts", .str = rf->rank_ep[r], .add = 1};
 	}
 	if (rc == 0)
-		rc = tp_rank_config(m->config_text, m->config_len, set, n, "config.json", out, outlen, e);
+		rc = tp_rank_config(in->config_text, in->config_len, set, n, "config.json", out, outlen, e);
 	free(set);
 	free(path);
 	return rc;
@@ -425,13 +426,13 @@ static int rank_config(tp_model *m, uint32_t r, const unsigned char *routed, cha
 
 /* Rank r's expert range under --ep into buf: "first-last" (inclusive, global expert numbers) of
  * each experts declaration, the distinct ones joined by ","; "" when it holds none. */
-static void ep_range_text(const tp_model *m, uint32_t r, char *buf, size_t cap)
+static void ep_range_text(const tp_rf_in *in, uint32_t r, char *buf, size_t cap)
 {
 	size_t w = 0;
 	buf[0] = 0;
-	for (int d = 0; d < m->plan.nexperts; d++) {
+	for (int d = 0; d < in->plan->nexperts; d++) {
 		uint64_t first, count;
-		tp_model_ep_range(m, d, r, &first, &count);
+		tp_ep_range(in->ep_count[d], in->T, r, &first, &count);
 		if (!count)
 			continue;
 		char one[48];
@@ -439,7 +440,7 @@ static void ep_range_text(const tp_model *m, uint32_t r, char *buf, size_t cap)
 		int dup = 0;
 		for (int p = 0; p < d && !dup; p++) {
 			uint64_t f2, c2;
-			tp_model_ep_range(m, p, r, &f2, &c2);
+			tp_ep_range(in->ep_count[p], in->T, r, &f2, &c2);
 			dup = f2 == first && c2 == count;
 		}
 		if (!dup && w + strlen(one) + 2 < cap)
@@ -447,82 +448,92 @@ static void ep_range_text(const tp_model *m, uint32_t r, char *buf, size_t cap)
 	}
 }
 
-int tp_rank_folder_build(tp_model *m, tp_err *e)
+void tp_ep_range(int64_t E, uint32_t T, uint32_t r, uint64_t *first, uint64_t *count)
+{
+	*first = *count = 0;
+	if (E <= 0 || r >= T)
+		return;
+	tp_spec s = tp_spec_owned((uint64_t)E, 0);
+	tp_share sh;
+	if (tp_share_of(s.seg[0], &s, T, r, &sh, "", NULL) == 0) { /* the layouts' distribution */
+		*first = sh.first;
+		*count = sh.count;
+	}
+}
+
+int tp_rank_folder_build(tp_rank_folder *rf, const tp_rf_in *in, char ***gen, uint64_t **gen_len, int *rewritten,
+			 tp_err *e)
 {
 	/* the plan digest and the rank metadata */
-	char *plan = tp_resolved_plan_text(m);
+	char *plan = tp_resolved_plan_text(rf, in->plan, in->ep);
 	if (!plan)
 		return tp_fail(e, TP_ENOMEM, "out of memory writing the resolved plan");
 	char hex[65];
 	tp_sha256_hex(plan, strlen(plan), hex);
 	free(plan);
-	size_t tl = strlen(m->plan.name) + 80;
-	m->plan_tag = malloc(tl);
-	const size_t nm = m->o->ep ? 5 : 3;
-	m->rank_meta = calloc((size_t)m->T * nm, sizeof *m->rank_meta);
-	m->rank_num = calloc(m->T + 1, sizeof *m->rank_num);
-	m->rank_ep = m->o->ep ? calloc(m->T, sizeof *m->rank_ep) : NULL;
-	if (!m->plan_tag || !m->rank_meta || !m->rank_num || (m->o->ep && !m->rank_ep))
+	size_t tl = strlen(in->plan->name) + 80;
+	rf->plan_tag = malloc(tl);
+	const size_t nm = in->ep ? 5 : 3;
+	rf->rank_meta = calloc((size_t)in->T * nm, sizeof *rf->rank_meta);
+	rf->rank_num = calloc(in->T + 1, sizeof *rf->rank_num);
+	rf->rank_ep = in->ep ? calloc(in->T, sizeof *rf->rank_ep) : NULL;
+	if (!rf->plan_tag || !rf->rank_meta || !rf->rank_num || (in->ep && !rf->rank_ep))
 		return tp_fail(e, TP_ENOMEM, "out of memory");
-	snprintf(m->plan_tag, tl, "%s sha256:%s", m->plan.name, hex);
-	snprintf(m->rank_num[m->T], sizeof m->rank_num[m->T], "%u", m->T);
-	for (uint32_t r = 0; r < m->T; r++) {
-		snprintf(m->rank_num[r], sizeof m->rank_num[r], "%u", r);
-		st_meta *x = &m->rank_meta[nm * r];
-		x[0] = (st_meta){"tpfs.plan", m->plan_tag};
-		x[1] = (st_meta){"tpfs.tp_rank", m->rank_num[r]};
-		x[2] = (st_meta){"tpfs.tp_size", m->rank_num[m->T]};
-		if (m->o->ep) {
-			ep_range_text(m, r, m->rank_ep[r], sizeof m->rank_ep[r]);
-			x[3] = (st_meta){"tpfs.ep_size", m->rank_num[m->T]};
-			x[4] = (st_meta){"tpfs.ep_experts", m->rank_ep[r]};
+	snprintf(rf->plan_tag, tl, "%s sha256:%s", in->plan->name, hex);
+	snprintf(rf->rank_num[in->T], sizeof rf->rank_num[in->T], "%u", in->T);
+	for (uint32_t r = 0; r < in->T; r++) {
+		snprintf(rf->rank_num[r], sizeof rf->rank_num[r], "%u", r);
+		st_meta *x = &rf->rank_meta[nm * r];
+		x[0] = (st_meta){"tpfs.plan", rf->plan_tag};
+		x[1] = (st_meta){"tpfs.tp_rank", rf->rank_num[r]};
+		x[2] = (st_meta){"tpfs.tp_size", rf->rank_num[in->T]};
+		if (in->ep) {
+			ep_range_text(in, r, rf->rank_ep[r], sizeof rf->rank_ep[r]);
+			x[3] = (st_meta){"tpfs.ep_size", rf->rank_num[in->T]};
+			x[4] = (st_meta){"tpfs.ep_experts", rf->rank_ep[r]};
 		}
-		for (uint32_t i = 0; i < m->nn; i++)
-			if (m->n[i].kind == TN_TENSORS && m->n[i].lay)
-				tp_layout_set_meta(&m->n[i].lay[r], x, nm);
+		for (size_t i = 0; i < in->nfiles; i++)
+			if (in->files[i].lay)
+				tp_layout_set_meta(&in->files[i].lay[r], x, nm);
 	}
 	/* the source's config.json (MNT/config.json) and each rank's */
-	m->config_node = tp_node_child(m, 0, "config.json");
-	if (m->config_node == UINT32_MAX || !m->config || m->n[m->config_node].kind != TN_PLAIN) {
-		m->config_node = UINT32_MAX;
+	if (!in->config_plain || !in->config)
 		return 0;
-	}
-	tp_node *n = &m->n[m->config_node];
-	if (!m->config_text || m->config_len != n->src_size) /* the text config.json was parsed from */
+	if (!in->config_text || in->config_len != in->config_size) /* the text config.json was parsed from */
 		return tp_fail(e, TP_EIO, "config.json: changed while planning");
-	if (m->o->config_global || m->o->keep_going)
+	if (in->config_global || in->keep_going)
 		return 0; /* tpfs plan (keep_going) reports refusals, and prints the per-rank counts itself */
 	unsigned char *routed = NULL; /* --ep: the rules that size routed experts */
-	if (m->o->ep) {
-		routed = calloc(m->plan.nrules ? (size_t)m->plan.nrules : 1, 1);
+	if (in->ep) {
+		routed = calloc(in->plan->nrules ? (size_t)in->plan->nrules : 1, 1);
 		if (!routed)
 			return tp_fail(e, TP_ENOMEM, "out of memory");
-		routed_rules(m, routed);
+		routed_rules(in, routed);
 	}
-	n->gen = calloc(m->T, sizeof *n->gen);
-	n->gen_len = calloc(m->T, sizeof *n->gen_len);
-	int rc = n->gen && n->gen_len ? 0 : tp_fail(e, TP_ENOMEM, "out of memory");
-	for (uint32_t r = 0; r < m->T && rc == 0; r++) {
+	*gen = calloc(in->T, sizeof **gen);
+	*gen_len = calloc(in->T, sizeof **gen_len);
+	int rc = *gen && *gen_len ? 0 : tp_fail(e, TP_ENOMEM, "out of memory");
+	for (uint32_t r = 0; r < in->T && rc == 0; r++) {
 		size_t len;
-		rc = rank_config(m, r, routed, &n->gen[r], &len, e);
-		n->gen_len[r] = len;
+		rc = rank_config(rf, in, r, routed, &(*gen)[r], &len, e);
+		(*gen_len)[r] = len;
 	}
 	free(routed);
 	if (rc < 0)
 		return -1;
-	n->kind = TN_CONFIG;
+	*rewritten = 1;
 	return 0;
 }
 
-void tp_rank_folder_free(tp_model *m)
+void tp_rank_folder_free(tp_rank_folder *rf)
 {
-	if (m->resolved)
-		for (uint32_t i = 0; i < m->nn; i++)
-			free(m->resolved[i]);
-	free(m->resolved);
-	free(m->plan_tag);
-	free(m->rank_meta);
-	free(m->rank_num);
-	free(m->rank_ep);
-	free(m->config_text);
+	if (rf->resolved)
+		for (uint32_t i = 0; i < rf->nresolved; i++)
+			free(rf->resolved[i]);
+	free(rf->resolved);
+	free(rf->plan_tag);
+	free(rf->rank_meta);
+	free(rf->rank_num);
+	free(rf->rank_ep);
+	memset(rf, 0, sizeof *rf);
 }

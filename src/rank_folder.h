@@ -14,14 +14,63 @@
  *     Under --ep a count that sizes a routed expert (named by the rule that would cut a routed
  *     expert's tensor without --ep: moe_intermediate_size) keeps the source's value, and the top
  *     level gets "tpfs_ep_size": N and "tpfs_ep_experts": "8-15".
- * It works on a tp_model that tp_model_open has planned, and knows nothing of FUSE.
+ * It works on what tp_model_open has planned, handed over as a tp_rf_in (the plan, the config,
+ * the safetensors files and their layouts), and knows neither the model's tree nor FUSE.
  */
 #ifndef TP_RANK_FOLDER_H
 #define TP_RANK_FOLDER_H
 
-#include "model.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#include "expr.h"
+#include "layout.h"
+#include "plan.h"
+#include "planner.h"
+#include "st_format.h"
+#include "tp_err.h"
 
 struct cJSON;
+
+/* What this module keeps for a model: the resolved rules while planning, then the digest and
+ * the rank metadata every rank file's layout points to (so it lives as long as the layouts). */
+typedef struct tp_rank_folder {
+	char **resolved;         /* while planning: per node, its rules of the resolved plan (JSON
+	                          * objects joined by commas) */
+	uint32_t nresolved;      /* entries of resolved (the model's nodes) */
+	int resolved_failed;     /* a rule could not be kept (out of memory) */
+	char *plan_tag;          /* "<plan name> sha256:<hex of the resolved plan>" */
+	st_meta *rank_meta;      /* 3 per rank: tpfs.plan, tpfs.tp_rank, tpfs.tp_size (5 under --ep:
+	                          * then tpfs.ep_size, tpfs.ep_experts) */
+	char (*rank_num)[12];    /* T + 1 strings: each rank's number, then T */
+	char (*rank_ep)[160];    /* --ep: T strings, each rank's expert range ("8-15") */
+} tp_rank_folder;
+
+/* One planned safetensors file. */
+typedef struct tp_rf_file {
+	const st_header *h;
+	tp_layout *lay;          /* its T layouts (given the rank metadata), or NULL */
+} tp_rf_file;
+
+/* What tp_rank_folder_build reads. */
+typedef struct tp_rf_in {
+	const tp_plan *plan;
+	const tp_expr_ctx *cfg;  /* config.json with the plan's prefixes */
+	uint32_t T;
+	uint64_t pad_vocab;
+	int ep, config_global, keep_going; /* as tp_model_opts has them */
+	const int64_t *ep_count; /* --ep: E of each of the plan's experts declarations */
+	tp_log_fn log;           /* notes (level 1), or NULL */
+	void *log_ctx;
+	const tp_rf_file *files; /* every planned safetensors file, in the model's node order */
+	size_t nfiles;
+	const struct cJSON *config; /* the root's config.json, parsed, or NULL */
+	int config_plain;        /* the root has a config.json served from the source (not an index,
+	                          * folder or tensors file) */
+	const char *config_text; /* the text it was parsed from, or NULL */
+	size_t config_len;
+	uint64_t config_size;    /* its size at the walk */
+} tp_rf_in;
 
 /* A growing text; out of memory sticks (oom set; later appends do nothing). */
 typedef struct tp_text {
@@ -48,9 +97,10 @@ void tp_resolved_rule(tp_text *b, const tp_plan *pl, const st_tensor *t, const t
  * count, axis}]), an array (empty when it has none); NULL when out of memory. */
 struct cJSON *tp_experts_json(const tp_plan *pl);
 
-/* Takes the rules of node idx's tensors (tensor i's at sp[i] in b), in the order `tpfs plan
- * --json` lists them (names descending), for the digest. Frees b's text and sp. */
-void tp_resolved_keep(tp_model *m, uint32_t idx, tp_text *b, tp_span *sp);
+/* Takes the rules of the tensors of node idx (of nn nodes), whose header is h (tensor i's rule
+ * at sp[i] in b), in the order `tpfs plan --json` lists them (names descending), for the
+ * digest. Frees b's text and sp. */
+void tp_resolved_keep(tp_rank_folder *rf, uint32_t nn, uint32_t idx, const st_header *h, tp_text *b, tp_span *sp);
 
 /* The content of the resolved plan, whose SHA-256 is the digest in tpfs.plan: the compact JSON
  * (no spaces, members in the order `tpfs plan --json` prints them) of {"per_rank": [...],
@@ -63,14 +113,21 @@ void tp_resolved_keep(tp_model *m, uint32_t idx, tp_text *b, tp_span *sp);
  *              separators=(",", ":"), ensure_ascii=False)
  * with "experts": p["experts"] added last under --ep. Consumes the rules kept by tp_resolved_keep. Returns a malloc'd string, or NULL when out of
  * memory. */
-char *tp_resolved_plan_text(tp_model *m);
+char *tp_resolved_plan_text(tp_rank_folder *rf, const tp_plan *pl, int ep);
+
+/* Expert parallelism: the routed experts [*first, *first + *count) that rank r of T holds of E
+ * (the layouts' distribution); both 0 when E <= 0 or r >= T. */
+void tp_ep_range(int64_t E, uint32_t T, uint32_t r, uint64_t *first, uint64_t *count);
 
 /* After planning: the plan digest, the rank metadata of every layout, and (unless
- * m->o->config_global) every rank's config.json. Returns 0, or -1 with a message naming the
- * key that cannot be given a rank's value and why. */
-int tp_rank_folder_build(tp_model *m, tp_err *e);
+ * in->config_global, or in->keep_going) every rank's config.json, written into *gen / *gen_len
+ * (arrays of T, allocated here; on failure what was allocated is left there for the caller to
+ * free), *rewritten then set to 1 (else left alone). Returns 0, or -1 with a message naming the key that
+ * cannot be given a rank's value and why. */
+int tp_rank_folder_build(tp_rank_folder *rf, const tp_rf_in *in, char ***gen, uint64_t **gen_len, int *rewritten,
+			 tp_err *e);
 
-/* Frees what tp_rank_folder_build (and tp_resolved_keep) allocated in m. */
-void tp_rank_folder_free(tp_model *m);
+/* Frees what tp_rank_folder_build (and tp_resolved_keep) allocated in rf. */
+void tp_rank_folder_free(tp_rank_folder *rf);
 
 #endif

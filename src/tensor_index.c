@@ -12,16 +12,19 @@ static int cmp_ent(const void *a, const void *b)
 	return strcmp(x->t->name, y->t->name);
 }
 
-int tp_tindex_build(tp_tindex *x, const tp_model *m, int strict, tp_err *e)
+int tp_tindex_build(tp_tindex *x, const tp_tindex_file *f, size_t nf, int strict, tp_log_fn log, void *lctx,
+		    tp_err *e)
 {
 	memset(x, 0, sizeof *x);
-	x->ix = malloc((m->ntensors ? m->ntensors : 1) * sizeof *x->ix);
+	size_t total = 0;
+	for (size_t i = 0; i < nf; i++)
+		total += f[i].h->n;
+	x->ix = malloc((total ? total : 1) * sizeof *x->ix);
 	if (!x->ix)
 		return tp_fail(e, TP_ENOMEM, "out of memory");
-	for (uint32_t i = 0; i < m->nn; i++)
-		if (m->n[i].kind == TN_TENSORS)
-			for (size_t k = 0; k < m->n[i].h.n && x->n < m->ntensors; k++)
-				x->ix[x->n++] = (tp_tindex_ent){m->n[i].parent, &m->n[i].h.t[k]};
+	for (size_t i = 0; i < nf; i++)
+		for (size_t k = 0; k < f[i].h->n; k++)
+			x->ix[x->n++] = (tp_tindex_ent){f[i].dir, &f[i].h->t[k]};
 	qsort(x->ix, x->n, sizeof *x->ix, cmp_ent);
 	for (size_t k = 1; k < x->n; k++) {
 		if (x->ix[k].dir != x->ix[k - 1].dir || strcmp(x->ix[k].t->name, x->ix[k - 1].t->name))
@@ -31,11 +34,7 @@ int tp_tindex_build(tp_tindex *x, const tp_model *m, int strict, tp_err *e)
 			tp_tindex_free(x);
 			return -1;
 		}
-		if (m->o->log) {
-			char msg[TP_ERR_MSG];
-			tp_fmt(msg, sizeof msg, "tensor '%s' appears in two files of one folder", x->ix[k].t->name);
-			m->o->log(m->o->ctx, 0, msg);
-		}
+		tp_logf(log, lctx, 0, "tensor '%s' appears in two files of one folder", x->ix[k].t->name);
 	}
 	return 0;
 }

@@ -32,6 +32,18 @@ void tp_err_prefix(tp_err *e, const char *fmt, ...)
 	tp_fmt(e->msg, sizeof e->msg, "%s: %s", pre, old);
 }
 
+void tp_logf(tp_log_fn log, void *ctx, int level, const char *fmt, ...)
+{
+	if (!log)
+		return;
+	char msg[TP_ERR_MSG];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	log(ctx, level, msg);
+}
+
 void tp_err_clear(tp_err *e)
 {
 	if (e) {

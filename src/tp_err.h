@@ -53,6 +53,15 @@ int tp_json_fail(tp_err *e, const char *what, const char *text, size_t len, cons
  * or -1 with "<what>: key "K" appears twice in one object ..." in e. */
 int tp_json_unique(tp_err *e, const char *what, const struct cJSON *j);
 
+/* Where the core hands warnings and notes it does not fail on (the CLI prints them): level 0
+ * warn, 1 info, 2 error. The core never prints; a module that warns takes one of these and its
+ * ctx as arguments. */
+typedef void (*tp_log_fn)(void *ctx, int level, const char *msg);
+
+/* Formats a message (truncated to TP_ERR_MSG) and hands it to log(ctx, level, ...); nothing
+ * when log is NULL. */
+void tp_logf(tp_log_fn log, void *ctx, int level, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* Clears e to TP_OK with an empty message. */
 void tp_err_clear(tp_err *e);
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan.h"
+#include "planner.h"
 
 static const struct {
 	const char *name;
