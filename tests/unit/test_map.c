@@ -19,6 +19,7 @@
 
 #include "gather.h"
 #include "guard.h"
+#include "io_plan.h"
 #include "layout.h"
 #include "served.h"
 
@@ -1059,16 +1060,121 @@ static void describe(const mworld *w, tp_sdesc *d, tp_pdesc *pd)
 	}
 }
 
+/* Marks in pages[src][p] the pages (of `page` bytes) of the source runs of bytes [a, b) of S. */
+static void served_pages(const tp_served *S, uint64_t a, uint64_t b, uint64_t page, uint8_t **pages)
+{
+	tp_run runs[16];
+	while (a < b) {
+		uint64_t cov;
+		size_t n = tp_served_map(S, a, b - a, runs, 16, &cov);
+		for (size_t k = 0; k < n; k++)
+			if (runs[k].kind == TP_RUN_SRC)
+				for (uint64_t p = runs[k].off / page; p <= (runs[k].off + runs[k].len - 1) / page; p++)
+					pages[runs[k].src][p] = 1;
+		if (!cov)
+			break;
+		a += cov;
+	}
+}
+
+/* The prefetch plans of a served file (tp_served_io_plan) against brute force, for random
+ * ranges: each range lies in pages of its own source that the file reads somewhere, and every
+ * page the runs of [a, b) read is in a range of that source; tp_io_ranges_src gives exactly the
+ * pages of the runs, source by source. Returns the ranges checked. */
+static long check_served_io(const tp_served *S, const file *f, uint32_t nf)
+{
+	long checked = 0;
+	uint64_t page = (uint64_t)64 << (rnd() % 4);
+	uint8_t *all[MS_FILES], *want[MS_FILES], *got[MS_FILES];
+	for (uint32_t k = 0; k < nf; k++) {
+		all[k] = calloc(f[k].size / page + 2, 1);
+		want[k] = calloc(f[k].size / page + 2, 1);
+		got[k] = calloc(f[k].size / page + 2, 1);
+	}
+	served_pages(S, 0, S->size, page, all);
+	for (int trial = 0; trial < 8; trial++) {
+		uint64_t a = rnd() % (S->size + 1), b = a + rnd() % (S->size - a + 1);
+		for (uint32_t k = 0; k < nf; k++) {
+			memset(want[k], 0, f[k].size / page + 2);
+			memset(got[k], 0, f[k].size / page + 2);
+		}
+		served_pages(S, a, b, page, want);
+		for (int which = 0; which < 2; which++) {
+			tp_io_range out[40];
+			if (which == 0) {
+				uint64_t x = a;
+				while (x < b) {
+					uint64_t cov;
+					size_t n = tp_served_io_plan(S, x, b, page, out, 32 + rnd() % 9, &cov);
+					assert_true(cov > 0);
+					for (size_t j = 0; j < n; j++) {
+						assert_true(out[j].src < nf);
+						assert_true(out[j].lo < out[j].hi && out[j].lo % page == 0 && out[j].hi % page == 0);
+						for (uint64_t p = out[j].lo / page; p < out[j].hi / page; p++) {
+							if (!all[out[j].src][p])
+								fail_msg("plan range [%llu, %llu) of source %u holds page %llu the file never reads",
+									 (unsigned long long)out[j].lo, (unsigned long long)out[j].hi, out[j].src,
+									 (unsigned long long)p);
+							got[out[j].src][p] = 1;
+						}
+					}
+					x += cov;
+				}
+			} else {
+				tp_run runs[64];
+				uint64_t x = a;
+				while (x < b) {
+					uint64_t cov;
+					size_t nr = tp_served_map(S, x, b - x, runs, 64, &cov), done = 0;
+					while (done < nr) {
+						size_t used, n = tp_io_ranges_src(runs + done, nr - done, page, out, 1 + rnd() % 8, &used);
+						for (size_t j = 0; j < n; j++) {
+							if (j)
+								assert_false(out[j].src == out[j - 1].src && out[j].lo <= out[j - 1].hi &&
+									     out[j].hi >= out[j - 1].lo); /* merged */
+							for (uint64_t p = out[j].lo / page; p < out[j].hi / page; p++) {
+								if (!want[out[j].src][p])
+									fail_msg("range of source %u holds page %llu that no run of it touches",
+										 out[j].src, (unsigned long long)p);
+								got[out[j].src][p] = 1;
+							}
+						}
+						assert_true(used > 0);
+						done += used;
+					}
+					x += cov;
+				}
+			}
+			for (uint32_t k = 0; k < nf; k++)
+				for (uint64_t p = 0; p < f[k].size / page + 1; p++)
+					if (want[k][p] && !got[k][p])
+						fail_msg("%s: page %llu of source %u, read by [%llu, %llu), is in no range",
+							 which ? "tp_io_ranges_src" : "tp_served_io_plan", (unsigned long long)p, k,
+							 (unsigned long long)a, (unsigned long long)b);
+			for (uint32_t k = 0; k < nf; k++)
+				memset(got[k], 0, f[k].size / page + 2);
+			checked++;
+		}
+	}
+	for (uint32_t k = 0; k < nf; k++) {
+		free(all[k]);
+		free(want[k]);
+		free(got[k]);
+	}
+	return checked;
+}
+
 /* Served files of random tensors made of pieces of 1 to 3 source files, at T = 1 to 4 on every
  * rank: the header parses back with the naive shapes in the writer's order, and thousands of
  * random reads (any offset and length, across header and tensor boundaries, with run buffers of
  * 1 to 16 runs so that the mapper must resume) through tp_served_map and the CPU gather over the
  * table of sources equal a rank file built in memory from the definition. Where the rules forbid
- * a piece's cut the build must refuse. */
+ * a piece's cut the build must refuse. The prefetch plans of each file are checked too
+ * (check_served_io). */
 static void test_multi_source_random(void **state)
 {
 	(void)state;
-	long reads = 0, refusals = 0, files = 0, multi = 0, stacked = 0, empty = 0;
+	long reads = 0, refusals = 0, files = 0, multi = 0, stacked = 0, empty = 0, planned = 0;
 	dropped = 0;
 	mworld *w = malloc(sizeof *w);
 	for (int trial = 0; trial < 150; trial++) {
@@ -1190,6 +1296,7 @@ static void test_multi_source_random(void **state)
 					reads++;
 				}
 				multi += __builtin_popcount((unsigned)srcs_seen) > 1;
+				planned += check_served_io(&S, w->f, w->nfiles);
 				files++;
 				free(buf);
 				free(local);
@@ -1201,8 +1308,8 @@ static void test_multi_source_random(void **state)
 	}
 	free(w);
 	printf("multi-source: %ld files (%ld reading several sources), %ld reads compared, %ld stacked tensors, "
-	       "%ld experts on other ranks, %ld tensors on other ranks only, %ld refusals\n",
-	       files, multi, reads, stacked, dropped, empty, refusals);
+	       "%ld experts on other ranks, %ld tensors on other ranks only, %ld refusals, %ld prefetch plans checked\n",
+	       files, multi, reads, stacked, dropped, empty, refusals, planned);
 	assert_true(reads > 20000);
 	assert_true(multi > 100);
 	assert_true(stacked > 100);
