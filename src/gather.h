@@ -18,7 +18,9 @@
  * (a SIGBUS caught by the guard, see guard.h): the copy stopped and nothing was left held. */
 typedef int (*tp_copy_fn)(void *dst, const void *src, size_t len);
 
-/* An open source file: a descriptor and, when mapped, a read-only mapping of `size` bytes. */
+/* An open source file: a descriptor and, when mapped, a read-only mapping of `size` bytes.
+ * Gathers take a table of them, indexed by each TP_RUN_SRC run's `src` (a rank file of one
+ * source passes a one-entry table: its runs all name source 0). */
 typedef struct tp_src {
 	int fd;
 	const uint8_t *map; /* NULL when not mapped */
@@ -39,9 +41,11 @@ static inline int tp_src_copy(const tp_src *src, void *dst, uint64_t off, size_t
 
 typedef struct tp_gather_ops {
 	const char *name;
-	/* Copies the bytes of runs[0..n) into dst (their total length), reading TP_RUN_SRC runs from
-	 * src and TP_RUN_HDR runs from hdr. Returns 0, or -1 with e set (TP_EIO, TP_ECHANGED when
-	 * the source is shorter than planned). */
+	/* Copies the bytes of runs[0..n) into dst (their total length), reading each TP_RUN_SRC run
+	 * from src[run.src] (a table holding every source the runs name) and TP_RUN_HDR and
+	 * TP_RUN_CONST runs from hdr (the file's local bytes: its header, then a served file's
+	 * constants). Returns 0, or -1 with e set (TP_EIO, TP_ECHANGED when a source is shorter than
+	 * planned). */
 	int (*gather)(void *self, const tp_run *runs, size_t n, const tp_src *src,
 		      const uint8_t *hdr, uint8_t *dst, tp_err *e);
 	void (*destroy)(void *self);
@@ -52,12 +56,12 @@ typedef struct tp_gather {
 	void *self;
 } tp_gather;
 
-/* The CPU backend. With src->map set it copies from the mapping through src->copy (the guard,
- * where the file can shrink or fail); without, it uses pread. Stateless. */
+/* The CPU backend. Where a source's map is set it copies from the mapping through its copy (the
+ * guard, where the file can shrink or fail); without, it uses pread. Stateless. */
 extern const tp_gather_ops tp_gather_cpu_ops;
 extern const tp_gather tp_gather_cpu_backend;
 
-/* Convenience: the CPU backend's gather without a backend object. */
+/* Convenience: the CPU backend's gather without a backend object (src a table, as above). */
 int tp_gather_cpu(const tp_run *runs, size_t n, const tp_src *src, const uint8_t *hdr,
 		  uint8_t *dst, tp_err *e);
 

@@ -51,10 +51,11 @@ int tp_gather_cpu(const tp_run *runs, size_t n, const tp_src *src, const uint8_t
 			memset(dst, 0, r->len);
 			break;
 		case TP_RUN_HDR:
+		case TP_RUN_CONST:
 			memcpy(dst, hdr + r->off, r->len);
 			break;
 		default:
-			if (read_src(src, r->off, r->len, dst, e) < 0)
+			if (read_src(&src[r->src], r->off, r->len, dst, e) < 0)
 				return -1;
 		}
 		dst += r->len;

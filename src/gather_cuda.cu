@@ -2,10 +2,12 @@
  * (tpfs-cuda.so) so that the tpfs binary starts and works on machines with no CUDA runtime and no
  * GPU. The module links the CUDA runtime statically; the driver is found at run time.
  *
- * A gather copies the covering source span of the SRC runs to the device in chunks (pinned
- * staging buffers, two streams, so that the host copy of chunk i+1 overlaps the transfer and the
- * gather of chunk i), gathers every run's bytes with a kernel into a device output buffer, and
- * copies the result back; zero and header runs are filled on the host. One context serves all
+ * A gather copies, for each source its runs name (one for a rank file of one source file, or
+ * several for a served file of pieces, in index order), the covering span of that source's runs
+ * to the device in chunks (pinned staging buffers, two streams, so that the host copy of chunk
+ * i+1 overlaps the transfer and the gather of chunk i), gathers every run's bytes with a kernel
+ * into a device output buffer, and copies the result back; zero, header and constant runs are
+ * filled on the host. One context serves all
  * the daemon's threads, one gather at a time (a mutex). Source bytes are read only through
  * tp_src_copy, the caller's SIGBUS guard: a source that fails under its mapping makes that copy
  * return -1 here, and the mutex is released on the way out like on any other error.
@@ -101,70 +103,95 @@ static int grow(cuda_ctx *c, size_t out, size_t runs, tp_err *e)
 	return 0;
 }
 
+/* Gathers the runs of source k (src[k]) into the device output: its covering span in chunks
+ * through the staging buffers, the kernel placing each run at its offset in the output. */
+static int gather_source(cuda_ctx *c, const tp_run *runs, size_t n, const tp_src *src, uint32_t k, tp_err *e)
+{
+	unsigned long long lo = ~0ull, hi = 0, out = 0;
+	size_t ns = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (runs[i].kind == TP_RUN_SRC && runs[i].src == k) {
+			lo = runs[i].off < lo ? runs[i].off : lo;
+			hi = runs[i].off + runs[i].len > hi ? runs[i].off + runs[i].len : hi;
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (runs[i].kind == TP_RUN_SRC && runs[i].src == k)
+			c->hruns[ns++] = drun{runs[i].off - lo, out, runs[i].len};
+		out += runs[i].len;
+	}
+	cudaError_t err;
+	if ((err = cudaMemcpyAsync(c->druns, c->hruns, ns * sizeof(drun), cudaMemcpyHostToDevice, c->st[0])) != cudaSuccess)
+		return fail(e, "copying the run table", err);
+	if ((err = cudaStreamSynchronize(c->st[0])) != cudaSuccess)
+		return fail(e, "copying the run table", err);
+	int b = 0;
+	for (unsigned long long cs = lo; cs < hi; cs += CHUNK, b ^= 1) {
+		unsigned long long cl = hi - cs < CHUNK ? hi - cs : CHUNK;
+		if ((err = cudaStreamSynchronize(c->st[b])) != cudaSuccess) /* staging buffer b is free again */
+			return fail(e, "waiting for a stream", err);
+		if (tp_src_copy(&src[k], c->pin[b], cs, cl) < 0) {
+			/* the source failed under its mapping (the guard caught a SIGBUS inside this
+			 * copy only): let the streams finish with the staging buffers, then return;
+			 * cuda_gather releases the lock as on any error */
+			for (int s2 = 0; s2 < 2; s2++)
+				cudaStreamSynchronize(c->st[s2]);
+			e->code = TP_ECHANGED;
+			snprintf(e->msg, sizeof e->msg, "the source could not be read under its mapping at %llu (SIGBUS caught)",
+				 cs);
+			return -1;
+		}
+		if ((err = cudaMemcpyAsync(c->dspan[b], c->pin[b], cl, cudaMemcpyHostToDevice, c->st[b])) != cudaSuccess)
+			return fail(e, "copying the source span", err);
+		unsigned blocks = ns < 4096 ? (unsigned)ns : 4096;
+		gather_kernel<<<blocks, 256, 0, c->st[b]>>>(c->druns, ns, c->dspan[b], cs - lo, cl, c->dout);
+		if ((err = cudaGetLastError()) != cudaSuccess)
+			return fail(e, "launching the gather", err);
+	}
+	for (int s = 0; s < 2; s++) /* the run table and the staging buffers are free for the next source */
+		if ((err = cudaStreamSynchronize(c->st[s])) != cudaSuccess)
+			return fail(e, "gathering", err);
+	return 0;
+}
+
 static int do_gather(cuda_ctx *c, const tp_run *runs, size_t n, const tp_src *src, const uint8_t *hdr, uint8_t *dst,
 		     tp_err *e)
 {
-	unsigned long long lo = ~0ull, hi = 0, total = 0;
+	unsigned long long total = 0;
 	size_t ns = 0;
+	uint32_t first = UINT32_MAX; /* the lowest source index the runs name */
 	for (size_t i = 0; i < n; i++) {
 		total += runs[i].len;
 		if (runs[i].kind != TP_RUN_SRC)
 			continue;
 		ns++;
-		lo = runs[i].off < lo ? runs[i].off : lo;
-		hi = runs[i].off + runs[i].len > hi ? runs[i].off + runs[i].len : hi;
-		if (runs[i].off + runs[i].len > src->size) {
+		const tp_src *s = &src[runs[i].src];
+		first = runs[i].src < first ? runs[i].src : first;
+		if (runs[i].off + runs[i].len > s->size) {
 			e->code = TP_ECHANGED;
 			snprintf(e->msg, sizeof e->msg, "run past the planned source size");
 			return -1;
 		}
-	}
-	if (ns && (!src->map)) {
-		e->code = TP_EIO;
-		snprintf(e->msg, sizeof e->msg, "CUDA gather needs a mapped source");
-		return -1;
+		if (!s->map) {
+			e->code = TP_EIO;
+			snprintf(e->msg, sizeof e->msg, "CUDA gather needs a mapped source");
+			return -1;
+		}
 	}
 	if (grow(c, total ? total : 1, ns ? ns : 1, e) < 0)
 		return -1;
 	cudaError_t err;
 	if (ns) {
-		unsigned long long out = 0;
-		size_t k = 0;
-		for (size_t i = 0; i < n; i++) {
-			if (runs[i].kind == TP_RUN_SRC)
-				c->hruns[k++] = drun{runs[i].off - lo, out, runs[i].len};
-			out += runs[i].len;
-		}
-		if ((err = cudaMemcpyAsync(c->druns, c->hruns, ns * sizeof(drun), cudaMemcpyHostToDevice, c->st[0])) != cudaSuccess)
-			return fail(e, "copying the run table", err);
-		if ((err = cudaStreamSynchronize(c->st[0])) != cudaSuccess)
-			return fail(e, "copying the run table", err);
-		int b = 0;
-		for (unsigned long long cs = lo; cs < hi; cs += CHUNK, b ^= 1) {
-			unsigned long long cl = hi - cs < CHUNK ? hi - cs : CHUNK;
-			if ((err = cudaStreamSynchronize(c->st[b])) != cudaSuccess) /* staging buffer b is free again */
-				return fail(e, "waiting for a stream", err);
-			if (tp_src_copy(src, c->pin[b], cs, cl) < 0) {
-				/* the source failed under its mapping (the guard caught a SIGBUS inside this
-				 * copy only): let the streams finish with the staging buffers, then return;
-				 * cuda_gather releases the lock as on any error */
-				for (int s2 = 0; s2 < 2; s2++)
-					cudaStreamSynchronize(c->st[s2]);
-				e->code = TP_ECHANGED;
-				snprintf(e->msg, sizeof e->msg, "the source could not be read under its mapping at %llu (SIGBUS caught)",
-					 cs);
+		/* one source at a time, in index order (a rank file of one source: one pass) */
+		for (uint32_t k = first; k != UINT32_MAX;) {
+			if (gather_source(c, runs, n, src, k, e) < 0)
 				return -1;
-			}
-			if ((err = cudaMemcpyAsync(c->dspan[b], c->pin[b], cl, cudaMemcpyHostToDevice, c->st[b])) != cudaSuccess)
-				return fail(e, "copying the source span", err);
-			unsigned blocks = ns < 4096 ? (unsigned)ns : 4096;
-			gather_kernel<<<blocks, 256, 0, c->st[b]>>>(c->druns, ns, c->dspan[b], cs - lo, cl, c->dout);
-			if ((err = cudaGetLastError()) != cudaSuccess)
-				return fail(e, "launching the gather", err);
+			uint32_t next = UINT32_MAX;
+			for (size_t i = 0; i < n; i++)
+				if (runs[i].kind == TP_RUN_SRC && runs[i].src > k && runs[i].src < next)
+					next = runs[i].src;
+			k = next;
 		}
-		for (int s = 0; s < 2; s++)
-			if ((err = cudaStreamSynchronize(c->st[s])) != cudaSuccess)
-				return fail(e, "gathering", err);
 		if ((err = cudaMemcpy(c->pout, c->dout, total, cudaMemcpyDeviceToHost)) != cudaSuccess)
 			return fail(e, "copying the result back", err);
 	}
@@ -174,7 +201,7 @@ static int do_gather(cuda_ctx *c, const tp_run *runs, size_t n, const tp_src *sr
 			memcpy(dst + out, c->pout + out, runs[i].len);
 		else if (runs[i].kind == TP_RUN_ZERO)
 			memset(dst + out, 0, runs[i].len);
-		else
+		else /* header and constant runs */
 			memcpy(dst + out, hdr + runs[i].off, runs[i].len);
 		out += runs[i].len;
 	}

@@ -3,6 +3,7 @@
 
 #include <setjmp.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* volatile: the stores around a memcpy the compiler can see through must stay */
@@ -48,4 +49,25 @@ int tp_guarded_gather(const tp_gather *g, const tp_run *runs, size_t n, const tp
 	tp_src guarded = *src;
 	guarded.copy = tp_guarded_copy;
 	return g->ops->gather(g->self, runs, n, &guarded, hdr, dst, e);
+}
+
+int tp_guarded_gather_n(const tp_gather *g, const tp_run *runs, size_t n, const tp_src *src, uint32_t nsrc,
+			const uint8_t *hdr, uint8_t *dst, tp_err *e)
+{
+	for (size_t i = 0; i < n; i++)
+		if (runs[i].kind == TP_RUN_SRC && runs[i].src >= nsrc)
+			return tp_fail(e, TP_EINVAL, "run %zu names source %u of a table of %u", i, runs[i].src, nsrc);
+	if (!nsrc) /* no source runs */
+		return g->ops->gather(g->self, runs, n, src, hdr, dst, e);
+	tp_src stack[TP_GUARD_SRCS], *t = nsrc <= TP_GUARD_SRCS ? stack : malloc(nsrc * sizeof *t);
+	if (!t)
+		return tp_fail(e, TP_ENOMEM, "out of memory copying a table of %u sources", nsrc);
+	for (uint32_t k = 0; k < nsrc; k++) {
+		t[k] = src[k];
+		t[k].copy = tp_guarded_copy;
+	}
+	int rc = g->ops->gather(g->self, runs, n, t, hdr, dst, e);
+	if (t != stack)
+		free(t);
+	return rc;
 }

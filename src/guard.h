@@ -18,9 +18,16 @@ void tp_guard_install(void);
 /* memcpy under the guard. Returns 0, or -1 when a SIGBUS hit (dst then partly written). */
 int tp_guarded_copy(void *dst, const void *src, size_t len);
 
-/* A gather by backend g whose source copies go through tp_guarded_copy. Returns 0, or -1 with
- * e set (TP_ECHANGED when a SIGBUS hit). */
+/* A gather by backend g whose source copies go through tp_guarded_copy, from the one source src
+ * (every run names source 0). Returns 0, or -1 with e set (TP_ECHANGED when a SIGBUS hit). */
 int tp_guarded_gather(const tp_gather *g, const tp_run *runs, size_t n, const tp_src *src, const uint8_t *hdr,
 		      uint8_t *dst, tp_err *e);
+
+/* The same from a table of nsrc sources (each run's src < nsrc; a run naming another source is
+ * refused with TP_EINVAL before anything is copied). Returns 0, or -1 with e set (TP_ENOMEM when
+ * a table past TP_GUARD_SRCS entries cannot be copied). */
+#define TP_GUARD_SRCS 64 /* sources a guarded gather copies on the stack */
+int tp_guarded_gather_n(const tp_gather *g, const tp_run *runs, size_t n, const tp_src *src, uint32_t nsrc,
+			const uint8_t *hdr, uint8_t *dst, tp_err *e);
 
 #endif

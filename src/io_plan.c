@@ -171,64 +171,105 @@ int tp_io_need_of(const tp_layout *lay, uint32_t T, const uint8_t *sel, uint64_t
 	return 0;
 }
 
-size_t tp_io_ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, size_t *used)
+/* Merges out[n - 1] back into its predecessors while it overlaps or touches them in the same
+ * source (a range grown backwards). */
+static void merge_back(tp_io_range *out, size_t *n)
+{
+	while (*n > 1 && out[*n - 1].src == out[*n - 2].src && out[*n - 1].lo <= out[*n - 2].hi &&
+	       out[*n - 1].hi >= out[*n - 2].lo) {
+		if (out[*n - 1].lo < out[*n - 2].lo)
+			out[*n - 2].lo = out[*n - 1].lo;
+		if (out[*n - 1].hi > out[*n - 2].hi)
+			out[*n - 2].hi = out[*n - 1].hi;
+		(*n)--;
+	}
+}
+
+/* Appends page range [lo, hi) of source src (rounded out to pages), merging it into the previous
+ * range when they are of the same source and overlap or touch. Returns 0, or -1 when out is full
+ * and the range could not be merged. */
+static int push(tp_io_range *out, size_t cap, size_t *n, uint32_t src, uint64_t lo, uint64_t hi, uint64_t page)
+{
+	lo &= ~(page - 1);
+	hi = (hi + page - 1) & ~(page - 1);
+	if (*n && out[*n - 1].src == src && lo <= out[*n - 1].hi && hi >= out[*n - 1].lo) {
+		if (lo < out[*n - 1].lo)
+			out[*n - 1].lo = lo;
+		if (hi > out[*n - 1].hi)
+			out[*n - 1].hi = hi;
+		merge_back(out, n);
+		return 0;
+	}
+	if (*n == cap)
+		return -1;
+	out[*n] = (tp_io_range){lo, hi, src};
+	(*n)++;
+	return 0;
+}
+
+/* tp_io_ranges and tp_io_ranges_src: with by_src, each range of its runs' source. */
+static size_t ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, size_t *used,
+		     int by_src)
 {
 	size_t n = 0, k = 0;
 	for (; k < nr; k++) {
 		if (runs[k].kind != TP_RUN_SRC || !runs[k].len)
 			continue;
-		uint64_t lo = runs[k].off & ~(page - 1), hi = (runs[k].off + runs[k].len + page - 1) & ~(page - 1);
-		if (n && lo <= out[n - 1].hi && hi >= out[n - 1].lo) {
-			if (lo < out[n - 1].lo)
-				out[n - 1].lo = lo;
-			if (hi > out[n - 1].hi)
-				out[n - 1].hi = hi;
-			while (n > 1 && out[n - 1].lo <= out[n - 2].hi && out[n - 1].hi >= out[n - 2].lo) {
-				/* grown back into its predecessor */
-				if (out[n - 1].lo < out[n - 2].lo)
-					out[n - 2].lo = out[n - 1].lo;
-				if (out[n - 1].hi > out[n - 2].hi)
-					out[n - 2].hi = out[n - 1].hi;
-				n--;
-			}
-			continue;
-		}
-		if (n == cap)
+		if (push(out, cap, &n, by_src ? runs[k].src : 0, runs[k].off, runs[k].off + runs[k].len, page) < 0)
 			break;
-		out[n].lo = lo;
-		out[n].hi = hi;
-		n++;
 	}
 	*used = k;
 	return n;
 }
 
-/* Appends page range [lo, hi) of source bytes (rounded out to pages), merging as tp_io_ranges
- * does. Returns 0, or -1 when out is full and the range could not be merged. */
-static int push(tp_io_range *out, size_t cap, size_t *n, uint64_t lo, uint64_t hi, uint64_t page)
+size_t tp_io_ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, size_t *used)
 {
-	lo &= ~(page - 1);
-	hi = (hi + page - 1) & ~(page - 1);
-	if (*n && lo <= out[*n - 1].hi && hi >= out[*n - 1].lo) {
-		if (lo < out[*n - 1].lo)
-			out[*n - 1].lo = lo;
-		if (hi > out[*n - 1].hi)
-			out[*n - 1].hi = hi;
-		while (*n > 1 && out[*n - 1].lo <= out[*n - 2].hi && out[*n - 1].hi >= out[*n - 2].lo) {
-			if (out[*n - 1].lo < out[*n - 2].lo)
-				out[*n - 2].lo = out[*n - 1].lo;
-			if (out[*n - 1].hi > out[*n - 2].hi)
-				out[*n - 2].hi = out[*n - 1].hi;
-			(*n)--;
-		}
-		return 0;
+	return ranges(runs, nr, page, out, cap, used, 0);
+}
+
+size_t tp_io_ranges_src(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, size_t *used)
+{
+	return ranges(runs, nr, page, out, cap, used, 1);
+}
+
+/* One cut's share of a plan: the pages of the rows of local bytes [pos - t0, tend - t0) of a cut
+ * whose row o lies at base + o x stride of source src (pieces pc[0 .. np), rep bytes a row),
+ * widened to whole rows, as one range where the rows' pages run into each other. Returns the
+ * rank-file position reached: tend, or less when out filled. */
+static uint64_t plan_cut(tp_io_range *out, size_t cap, size_t *n, uint64_t page, uint32_t src, uint64_t base,
+			 uint64_t stride, uint64_t rep, const tp_piece *pieces, uint32_t npieces, uint64_t t0, uint64_t pos,
+			 uint64_t tend)
+{
+	uint64_t o0 = (pos - t0) / rep, o1 = (tend - t0 - 1) / rep; /* rows, inclusive */
+	tp_piece pc[TP_MAX_PIECES];
+	size_t np = 0;
+	for (uint32_t j = 0; j < npieces; j++)
+		if (pieces[j].off != TP_ZERO && pieces[j].len)
+			pc[np++] = pieces[j];
+	if (!np)
+		return tend;
+	qsort(pc, np, sizeof *pc, cmp_piece);
+	uint64_t first = pc[0].off, last = 0;
+	int dense = 1;
+	for (size_t j = 0; j < np; j++) {
+		if (j && pc[j].off > last && pc[j].off - last >= page)
+			dense = 0;
+		if (pc[j].off + pc[j].len > last)
+			last = pc[j].off + pc[j].len;
 	}
-	if (*n == cap)
-		return -1;
-	out[*n].lo = lo;
-	out[*n].hi = hi;
-	(*n)++;
-	return 0;
+	if (o1 > o0 && stride - last + first >= page)
+		dense = 0;
+	if (dense)
+		return push(out, cap, n, src, base + o0 * stride + first, base + o1 * stride + last, page) < 0 ? pos : tend;
+	for (uint64_t o = o0; o <= o1; o++) {
+		if (*n + np > cap)
+			return pos;
+		for (size_t j = 0; j < np; j++)
+			push(out, cap, n, src, base + o * stride + pc[j].off, base + o * stride + pc[j].off + pc[j].len, page);
+		uint64_t next = t0 + (o + 1) * rep;
+		pos = next < tend ? next : tend;
+	}
+	return tend;
 }
 
 size_t tp_io_plan(const tp_layout *L, uint64_t a, uint64_t b, uint64_t page, tp_io_range *out, size_t cap,
@@ -259,47 +300,59 @@ size_t tp_io_plan(const tp_layout *L, uint64_t a, uint64_t b, uint64_t page, tp_
 		uint64_t t0 = L->hdr_size + lt->off, tend = t0 + lt->size < b ? t0 + lt->size : b;
 		if (!lt->size || tend <= pos)
 			continue;
-		uint64_t o0 = (pos - t0) / lt->rep, o1 = (tend - t0 - 1) / lt->rep; /* rows, inclusive */
 		tp_piece pc[TP_MAX_PIECES];
-		size_t np = 0;
-		for (uint32_t j = 0; j < lt->np; j++) {
-			tp_piece p = tp_layout_piece(L, lt->pi + j);
-			if (p.off != TP_ZERO && p.len)
-				pc[np++] = p;
-		}
-		if (!np) {
-			pos = tend;
-			continue;
-		}
-		qsort(pc, np, sizeof *pc, cmp_piece);
-		uint64_t base = L->h->data_start + L->h->t[lt->src].begin, first = pc[0].off, last = 0;
-		int dense = 1;
-		for (size_t j = 0; j < np; j++) {
-			if (j && pc[j].off > last && pc[j].off - last >= page)
-				dense = 0;
-			if (pc[j].off + pc[j].len > last)
-				last = pc[j].off + pc[j].len;
-		}
-		if (o1 > o0 && lt->stride - last + first >= page)
-			dense = 0;
-		if (dense) {
-			if (push(out, cap, &n, base + o0 * lt->stride + first, base + o1 * lt->stride + last, page) < 0)
-				break;
-			pos = tend;
-			continue;
-		}
-		for (uint64_t o = o0; o <= o1; o++) {
-			if (n + np > cap)
-				goto full;
-			for (size_t j = 0; j < np; j++)
-				push(out, cap, &n, base + o * lt->stride + pc[j].off, base + o * lt->stride + pc[j].off + pc[j].len,
-				     page);
-			uint64_t next = t0 + (o + 1) * lt->rep;
-			pos = next < tend ? next : tend;
+		for (uint32_t j = 0; j < lt->np; j++)
+			pc[j] = tp_layout_piece(L, lt->pi + j);
+		uint64_t to = plan_cut(out, cap, &n, page, 0, L->h->data_start + L->h->t[lt->src].begin, lt->stride, lt->rep,
+				       pc, lt->np, t0, pos, tend);
+		if (to < tend) {
+			pos = to;
+			break; /* out is full */
 		}
 		pos = tend;
 	}
-full:
+	*covered = (pos < b ? pos : b) - a;
+	return n;
+}
+
+size_t tp_served_io_plan(const tp_served *S, uint64_t a, uint64_t b, uint64_t page, tp_io_range *out, size_t cap,
+			 uint64_t *covered)
+{
+	size_t n = 0;
+	*covered = 0;
+	if (b > S->size)
+		b = S->size;
+	if (a >= b || cap < TP_MAX_PIECES)
+		return 0;
+	uint64_t pos = a < S->hdr_size ? S->hdr_size : a; /* the header and the constants read no source */
+	if (pos >= b) {
+		*covered = b - a;
+		return 0;
+	}
+	/* the first part that ends past pos (parts are never empty) */
+	size_t lo = 0, hi = S->nparts;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (S->hdr_size + S->parts[mid].off + S->parts[mid].size <= pos)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < S->nparts && pos < b; i++) {
+		const tp_part *p = &S->parts[i];
+		uint64_t t0 = S->hdr_size + p->off, tend = t0 + p->size < b ? t0 + p->size : b;
+		if (p->src == TP_PART_CONST) {
+			pos = tend;
+			continue;
+		}
+		uint64_t to = plan_cut(out, cap, &n, page, p->src, p->base, p->stride, p->rep, S->pieces + p->pi, p->np, t0,
+				       pos, tend);
+		if (to < tend) {
+			pos = to;
+			break; /* out is full */
+		}
+		pos = tend;
+	}
 	*covered = (pos < b ? pos : b) - a;
 	return n;
 }

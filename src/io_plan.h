@@ -5,7 +5,8 @@
  * page-touch minimum: the source pages holding at least one byte of the served ranks' source
  * runs (the union over those ranks, so a replicated tensor or a page two ranks share counts
  * once). This module computes it from the layouts, without reading any data, and turns a
- * read's runs into the page ranges to prefetch. It also parses rank lists. Pure: no I/O.
+ * read's runs into the page ranges to prefetch (each range of one source: a served file reads
+ * several, see served.h). It also parses rank lists. Pure: no I/O.
  */
 #ifndef TP_IO_PLAN_H
 #define TP_IO_PLAN_H
@@ -14,6 +15,7 @@
 #include <stdint.h>
 
 #include "layout.h"
+#include "served.h"
 #include "tp_err.h"
 
 /* Parses a rank list of a T-way split: comma-separated ranks and inclusive ranges ("8-15",
@@ -38,16 +40,23 @@ typedef struct tp_io_need {
 int tp_io_need_of(const tp_layout *lay, uint32_t T, const uint8_t *sel, uint64_t page, tp_io_need *out,
 		  tp_err *e);
 
-/* A page-aligned range [lo, hi) of source bytes. */
+/* A page-aligned range [lo, hi) of the bytes of source `src` (the runs' source index; 0 for
+ * a layout). */
 typedef struct tp_io_range {
 	uint64_t lo, hi;
+	uint32_t src;
 } tp_io_range;
 
-/* Turns runs (as tp_map emits them; only TP_RUN_SRC ones count) into page-aligned ranges of
- * `page` bytes (a power of two), in order, merging a range into the previous one when they
- * overlap or touch. Writes at most cap ranges; *used receives the number of runs consumed (all
- * of them unless cap was reached: call again from there). Returns the number of ranges. */
+/* Turns runs of one source (as tp_map emits them; only TP_RUN_SRC ones count, their src is not
+ * read and the ranges name source 0) into page-aligned ranges of `page` bytes (a power of two),
+ * in order, merging a range into the previous one when they overlap or touch. Writes at most
+ * cap ranges; *used receives the number of runs consumed (all of them unless cap was reached:
+ * call again from there). Returns the number of ranges. */
 size_t tp_io_ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, size_t *used);
+
+/* The same for runs of several sources (tp_served_map's): each range names its runs' source,
+ * and ranges merge only within one source. */
+size_t tp_io_ranges_src(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, size_t *used);
 
 /* The page ranges (of `page` bytes, a power of two) to fetch for rank-file bytes [a, b) of L, in
  * order, merged as tp_io_ranges merges: every page of the source runs tp_map gives for [a, b),
@@ -58,5 +67,10 @@ size_t tp_io_ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *o
  * from there). Returns the number of ranges. */
 size_t tp_io_plan(const tp_layout *L, uint64_t a, uint64_t b, uint64_t page, tp_io_range *out, size_t cap,
 		  uint64_t *covered);
+
+/* The same for bytes [a, b) of served file S: every page of the source runs tp_served_map gives,
+ * each range naming its source, widened and merged as tp_io_plan does for each piece's cut. */
+size_t tp_served_io_plan(const tp_served *S, uint64_t a, uint64_t b, uint64_t page, tp_io_range *out, size_t cap,
+			 uint64_t *covered);
 
 #endif

@@ -1,6 +1,7 @@
 /* layout.c: building rank layouts, writing local headers, and mapping byte ranges
  * (see layout.h). */
 #include "layout.h"
+#include "map_emit.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -276,26 +277,6 @@ int tp_layout_from_affine(const tp_layout *l0, const tp_layout *l1, uint32_t r, 
 	return 0;
 }
 
-/* Appends a run, merging with the previous one when contiguous. Returns 0, or -1 when the
- * output is full and the run could not be merged. */
-static int emit(tp_run *out, size_t cap, size_t *n, uint32_t kind, uint64_t off, uint64_t len)
-{
-	if (*n) {
-		tp_run *p = &out[*n - 1];
-		if (p->kind == kind && (kind == TP_RUN_ZERO || p->off + p->len == off)) {
-			p->len += len;
-			return 0;
-		}
-	}
-	if (*n == cap)
-		return -1;
-	out[*n].kind = kind;
-	out[*n].off = off;
-	out[*n].len = len;
-	(*n)++;
-	return 0;
-}
-
 /* Index of the local tensor holding data byte x: the last tensor with off <= x and size > 0. */
 static size_t find_tensor(const tp_layout *L, uint64_t x)
 {
@@ -325,7 +306,7 @@ size_t tp_map(const tp_layout *L, uint64_t off, uint64_t len, tp_run *out, size_
 	uint64_t done = 0;
 	if (off < L->hdr_size) {
 		uint64_t l = L->hdr_size - off < len ? L->hdr_size - off : len;
-		emit(out, cap, &n, TP_RUN_HDR, off, l);
+		tp_emit(out, cap, &n, TP_RUN_HDR, 0, off, l);
 		done = l;
 	}
 	if (done == len) {
@@ -338,44 +319,18 @@ size_t tp_map(const tp_layout *L, uint64_t off, uint64_t len, tp_run *out, size_
 		const tp_ltensor *lt = &L->t[i];
 		if (!lt->size)
 			continue;
-		const st_tensor *t = &L->h->t[lt->src];
 		/* the pieces are rank 0's, shifted where L is affine (tp_layout_piece, inlined) */
 		const tp_piece *pc = (L->aff0 ? L->aff0->pieces : L->pieces) + lt->pi;
 		const tp_piece *pc1 = L->aff0 ? L->aff1->pieces + lt->pi : NULL;
-		uint64_t rel = x - lt->off;
-		uint64_t o = rel / lt->rep, w = rel % lt->rep;
-		uint32_t j = 0;
-		while (w >= pc[j].len) {
-			w -= pc[j].len;
-			j++;
-		}
-		while (done < len && o < lt->outer) {
-			uint64_t l = pc[j].len - w;
-			if (l > len - done)
-				l = len - done;
-			int full;
-			if (pc[j].off == TP_ZERO)
-				full = emit(out, cap, &n, TP_RUN_ZERO, 0, l);
-			else
-				full = emit(out, cap, &n, TP_RUN_SRC,
-					    src_data + t->begin + o * lt->stride + w +
-						    (pc1 ? pc[j].off + L->rank * (pc1[j].off - pc[j].off) : pc[j].off),
-					    l);
-			if (full < 0) {
-				*covered = done;
-				return n;
-			}
-			done += l;
-			x += l;
-			w += l;
-			if (w == pc[j].len) {
-				w = 0;
-				if (++j == lt->np) {
-					j = 0;
-					o++;
-				}
-			}
-		}
+		uint64_t rel = x - lt->off, want = len - done;
+		if (want > lt->size - rel)
+			want = lt->size - rel;
+		uint64_t l = tp_emit_cut(out, cap, &n, 0, src_data + L->h->t[lt->src].begin, pc, pc1, L->rank, lt->np,
+					 lt->outer, lt->stride, lt->rep, rel, want);
+		done += l;
+		x += l;
+		if (l < want)
+			break; /* out is full */
 	}
 	*covered = done;
 	return n;

@@ -1,0 +1,133 @@
+/* served.h: a served file made of pieces of several source files, and its range mapper.
+ *
+ * A rank folder's file mirrors one source file (layout.h). A served file is more general: a
+ * local header and tensors, each made of pieces, where a piece is a cut (tp_spec, as in a
+ * layout) of one source tensor in any of the source files the served file reads. A served
+ * tensor is its pieces concatenated along the first axis (q, k and v's local cuts as one qkv),
+ * optionally stacked over a new first axis (every expert's gate and up cuts as one [E, 2I/T, H]
+ * tensor), or a constant (bytes the caller gives, such as an F32 scalar 1.0).
+ *
+ * Built once per (served file, rank) from the parsed source headers and a description of each
+ * tensor. tp_served_map turns any (offset, length) of the file into ordered runs, each naming
+ * the source it reads (an index into the file's table of sources), plus header, zero-fill and
+ * constant runs, in O(log n + runs emitted) like tp_map, whose inner loop it shares
+ * (map_emit.h). A layout (one source, one piece per tensor) is the special case: described that
+ * way, a served file has the same header bytes and the same runs. Pure: no I/O.
+ */
+#ifndef TP_SERVED_H
+#define TP_SERVED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layout.h"
+#include "spec.h"
+#include "st_format.h"
+#include "tp_err.h"
+
+/* One piece of a served tensor: source tensor `tensor` of source `file` (indexes into the
+ * served file's table of sources and that source's header t[]), cut for the rank by `spec`. */
+typedef struct tp_pdesc {
+	uint32_t file;
+	uint32_t tensor;
+	tp_spec spec;
+} tp_pdesc;
+
+/* A served tensor as the caller describes it.
+ * - pieces: pieces[0 .. npieces) cut and concatenated along the first axis (they must agree in
+ *   dtype and in every other local dimension; one piece may be a scalar);
+ * - stacked: with nstack > 0, pieces holds nstack groups of npieces (group e at
+ *   pieces[e x npieces]), each concatenated as above, and the groups (all of the same local
+ *   shape) stacked along a new first axis of length nstack. A piece that is not on this rank
+ *   (TP_ABSENT, or TP_OWNED by another rank's unit) drops its group (the local stack holds this
+ *   rank's experts: [E_local, ...]); a group only partly on this rank is refused; a tensor none
+ *   of whose pieces is on this rank is left out of the file;
+ * - constant: with cbytes set (and npieces 0), a tensor of dtype/ndim/shape whose bytes are
+ *   cbytes[0 .. its size) on every rank.
+ * name (and cbytes, copied at build) must outlive the served file. */
+typedef struct tp_sdesc {
+	const char *name;
+	const tp_pdesc *pieces;
+	uint32_t npieces;
+	uint32_t nstack;
+	const uint8_t *cbytes;
+	st_dtype dtype;               /* constant only */
+	uint32_t ndim;                /* constant only */
+	uint64_t shape[ST_MAX_DIMS];  /* constant only */
+} tp_sdesc;
+
+#define TP_PART_CONST UINT32_MAX /* tp_part.src of a constant */
+
+/* One stretch of a served tensor's bytes: one piece's cut (outer rows of the pieces
+ * pieces[pi .. pi + np), row o read at base + o x stride of source src) or a constant (size
+ * bytes at offset base of the constants). */
+typedef struct tp_part {
+	uint64_t off;    /* offset in the data buffer */
+	uint64_t size;   /* bytes (= outer x rep for a cut) */
+	uint64_t base;   /* a cut: file offset of the source tensor's first byte; a constant: its
+	                  * offset in the constants */
+	uint64_t outer, stride, rep;
+	uint32_t src;    /* index into the table of sources, or TP_PART_CONST */
+	uint32_t pi, np;
+} tp_part;
+
+/* One served tensor: its entry in the local header and its parts. */
+typedef struct tp_stensor {
+	const char *name;
+	st_dtype dtype;
+	uint32_t ndim;
+	uint64_t shape[ST_MAX_DIMS]; /* local shape */
+	uint64_t off, size;          /* in the data buffer */
+	uint32_t part0, nparts;      /* parts[part0 .. part0 + nparts) */
+} tp_stensor;
+
+typedef struct tp_served {
+	uint32_t nsrc;        /* sources the table holds (runs name src < nsrc) */
+	uint32_t rank, T;
+	tp_stensor *t;        /* served tensors in data order (the writer's: dtype size descending,
+	                       * then name) */
+	size_t n;
+	tp_part *parts;       /* every tensor's parts, in data order */
+	size_t nparts;
+	tp_piece *pieces;
+	size_t npieces;
+	uint8_t *consts;      /* the constants' bytes (owned) */
+	uint64_t const_size;
+	const st_meta *meta;  /* __metadata__ entries (borrowed), then xmeta's (see st_w_begin_x) */
+	size_t nmeta;
+	const st_meta *xmeta;
+	size_t nxmeta;
+	uint64_t hdr_size;    /* 8-byte prefix + JSON + padding, a multiple of 8 */
+	uint64_t data_size;
+	uint64_t size;        /* hdr_size + data_size: the file's size */
+	uint64_t local_size;  /* hdr_size + const_size: the bytes tp_served_local writes */
+} tp_served;
+
+/* Builds rank r's (of T) served file from the nsrc parsed source headers src[] and the n
+ * tensor descriptions d[], with __metadata__ meta[0 .. nmeta) then xmeta[0 .. nxmeta) (borrowed,
+ * written as st_w_begin_x writes them). fname prefixes error messages, which name the served
+ * tensor, its piece (source and tensor) and the rule: a piece that cannot be cut (tp_cut_tensor's
+ * message), pieces that disagree in dtype or in a dimension other than the first, a concatenated
+ * scalar, groups of different shapes, a group partly on this rank, a source or tensor index out
+ * of range, a constant whose shape has no whole bytes, two tensors of one name, a header past
+ * ST_HEADER_MAX. Returns 0, or -1 with e set. */
+int tp_served_build(const st_header *const *src, uint32_t nsrc, const tp_sdesc *d, size_t n, const st_meta *meta,
+		    size_t nmeta, const st_meta *xmeta, size_t nxmeta, uint32_t T, uint32_t r, const char *fname,
+		    tp_served *S, tp_err *e);
+void tp_served_free(tp_served *S);
+
+/* Writes the local header (S->hdr_size bytes) into buf. Deterministic. */
+void tp_served_header(const tp_served *S, char *buf);
+
+/* Writes the file's local bytes (S->local_size): the header, then the constants. TP_RUN_HDR
+ * and TP_RUN_CONST runs read from them (the gather's hdr). */
+void tp_served_local(const tp_served *S, uint8_t *buf);
+
+/* Maps bytes [off, off + len) of the served file (clamped to its size) to at most cap runs, in
+ * order, merging runs that continue each other in one source, as tp_map does: TP_RUN_SRC runs
+ * name their source (src), TP_RUN_CONST runs are offsets into the local bytes. *covered receives
+ * the bytes the runs produce (less than asked when cap was reached or the file ended: call again
+ * from off + *covered). Returns the number of runs written. */
+size_t tp_served_map(const tp_served *S, uint64_t off, uint64_t len, tp_run *out, size_t cap, uint64_t *covered);
+
+#endif
