@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "run.h"
 #include "spec.h"
 #include "st_format.h"
 #include "tp_err.h"
@@ -110,21 +111,6 @@ void tp_layout_header(const tp_layout *L, char *buf);
 /* Local shape of local tensor lt into shape[] (ST_MAX_DIMS); returns ndim. */
 uint32_t tp_layout_shape(const tp_layout *L, const tp_ltensor *lt, uint64_t *shape);
 
-enum tp_run_kind {
-	TP_RUN_SRC = 0, /* bytes [off, off + len) of source file `src` */
-	TP_RUN_ZERO,    /* len zero bytes */
-	TP_RUN_HDR,     /* bytes [off, off + len) of the local header */
-	TP_RUN_CONST,   /* bytes [off, off + len) of the file's local bytes (a served file's header
-	                 * then its constants, tp_served_local): a constant tensor's bytes */
-};
-
-typedef struct tp_run {
-	uint64_t off;
-	uint64_t len;
-	uint32_t kind;
-	uint32_t src;   /* TP_RUN_SRC: the index of the source read, in the table of sources of the
-	                 * file mapped (a tp_layout has one source: always 0); 0 for other kinds */
-} tp_run;
 
 /* Maps bytes [off, off + len) of the rank file (clamped to its size) to at most cap runs, in
  * order, merging runs that are adjacent in the source. *covered receives the number of bytes

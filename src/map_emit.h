@@ -10,7 +10,8 @@
 #ifndef TP_MAP_EMIT_H
 #define TP_MAP_EMIT_H
 
-#include "layout.h"
+#include "run.h"
+#include "spec.h"
 
 /* Appends a run, merging with the previous one when it continues it (the same kind and source
  * and contiguous, or both zero fill). Returns 0, or -1 when the output is full and the run could
