@@ -67,6 +67,9 @@ int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, const c
 	case 'E':
 		mo->ep = 1;
 		return 1;
+	case 'W': /* --view hf (the rank folders), an engine, or a view file */
+		mo->view = !strcmp(arg, "hf") ? NULL : arg;
+		return 1;
 	case 'V':
 		mo->pad_vocab = 64;
 		if (arg && (parse_u32(arg, &v) < 0 || v < 1))
@@ -144,7 +147,7 @@ static int cmd_mount(int argc, char **argv)
 		{"reply", required_argument, 0, 'y'}, {"max-background", required_argument, 0, 'b'},
 		{"release-pages", required_argument, 0, 'P'}, {"cuda-min-runs", required_argument, 0, 'C'},
 		{"cuda-min-bytes", required_argument, 0, 'B'}, {"config", required_argument, 0, 'c'},
-		{"ep", no_argument, 0, 'E'},
+		{"ep", no_argument, 0, 'E'}, {"view", required_argument, 0, 'W'},
 		{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
 		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 	tp_model_opts mo = {.log = tp_log_model};

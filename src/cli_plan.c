@@ -243,6 +243,48 @@ static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const 
 	return 0;
 }
 
+/* --view: rank's part files, each served tensor with its local shape and the source tensors it is
+ * made of (concatenated, stacked, or a constant). */
+static void print_view(const tp_model *m, uint32_t rank)
+{
+	printf("source: %s\nplan:   %s\nview:   %s (%s)\nranks:  %u (showing rank %u)\n\n", m->src, m->plan_origin,
+	       m->view->origin, m->view->proven ? m->view->proven : "not proven", m->T, rank);
+	printf("%-60s %-6s %-22s %12s  %s\n", "served tensor", "dtype", "local shape", "local bytes", "made of");
+	size_t np = m->vplan.nparts;
+	uint64_t total = 0;
+	for (size_t p = 0; p < np; p++) {
+		const tp_vpart *pt = &m->vplan.parts[p];
+		const tp_served *S = &m->vs[(size_t)rank * np + p];
+		char fname[96], a[32];
+		tp_model_view_name(rank, p, fname, sizeof fname);
+		printf("-- %s (%s, from %s)\n", fname, human(S->size, a, sizeof a), m->n[m->vsrc_node[pt->file]].path);
+		total += S->size;
+		for (size_t k = 0; k < S->n; k++) {
+			const tp_stensor *t = &S->t[k];
+			const tp_sdesc *d = NULL;
+			for (size_t j = 0; j < pt->n && !d; j++) /* a listing, not a hot path */
+				if (pt->d[j].name == t->name || !strcmp(pt->d[j].name, t->name))
+					d = &pt->d[j];
+			char sh[64], made[512] = "";
+			shape_str(sh, sizeof sh, t->ndim, t->shape);
+			size_t w = 0;
+			if (d && d->cbytes)
+				w += (size_t)snprintf(made, sizeof made, "constant");
+			else if (d && d->nstack)
+				w += (size_t)snprintf(made, sizeof made, "stack of %u x ", d->nstack);
+			for (uint32_t j = 0; d && !d->cbytes && j < d->npieces && w < sizeof made; j++) {
+				const tp_pdesc *pd = &d->pieces[j];
+				const st_header *h = &m->n[m->vsrc_node[pt->srcs[pd->file]]].h;
+				w += (size_t)snprintf(made + w, sizeof made - w, "%s%s", j ? " + " : "", h->t[pd->tensor].name);
+			}
+			printf("%-60s %-6s %-22s %12llu  %s\n", t->name, st_dtype_name(t->dtype), sh, (unsigned long long)t->size,
+			       made);
+		}
+	}
+	char a[32];
+	printf("\nrank %u: %zu part files, %s\n", rank, np, human(total, a, sizeof a));
+}
+
 int cmd_plan(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -250,7 +292,7 @@ int cmd_plan(int argc, char **argv)
 		{"plan", required_argument, 0, 'p'}, {"strict", no_argument, 0, 's'},
 		{"pad-vocab", optional_argument, 0, 'V'}, {"list", no_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
 		{"io", no_argument, 0, 'i'}, {"ranks", required_argument, 0, 'K'}, {"ep", no_argument, 0, 'E'},
-		{0, 0, 0, 0}};
+		{"view", required_argument, 0, 'W'}, {0, 0, 0, 0}};
 	const char *ranks = NULL;
 	int io = 0;
 	plan_ctx pc = {0};
@@ -320,7 +362,9 @@ int cmd_plan(int argc, char **argv)
 		fprintf(stderr, "tpfs: %s\n", e.msg);
 		goto out;
 	}
-	if (io) {
+	if (m.view && !json && !io) {
+		print_view(&m, rank);
+	} else if (io) {
 		if (print_io(&m, sel, nsel, ranks, &e) < 0) {
 			fprintf(stderr, "tpfs: %s\n", e.msg);
 			rc = -1;

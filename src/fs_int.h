@@ -99,6 +99,11 @@ typedef struct tp_fs {
 		TP_BACKEND_CUDA_PAST, /* CUDA for gathers past --cuda-min-runs and --cuda-min-bytes */
 	} backend;
 	char gather_note[256];
+	/* --view: the engine's part files at the top (fs_names.c), read by read_served (fs_read.c) */
+	size_t vnp;            /* parts per rank; 0: the hf view (rank folders) */
+	fuse_ino_t vpart_ino;  /* rank 0's part 0; rank r's part p is vpart_ino + r * vnp + p */
+	_Atomic(uint8_t *) *vloc; /* [r * vnp + p]: its local bytes (header, constants), made on first use */
+	tp_src **vtab;         /* [p]: the sources part p reads (the same for every rank) */
 } tp_fs;
 
 /* Per node: what reads and the watcher share. */
@@ -151,6 +156,8 @@ extern const struct fuse_lowlevel_ops tp_fs_ops;
 /* Rank r's inode of node i; and back: 0 with *r and *i set, or -1 for an inode of no node. */
 fuse_ino_t ino_of(const tp_fs *fs, uint32_t r, uint32_t i);
 int decode(const tp_fs *fs, fuse_ino_t ino, uint32_t *r, uint32_t *i);
+/* --view: 0 with rank *r's part *p when ino is a part file that is served, else -1. */
+int vdecode(const tp_fs *fs, fuse_ino_t ino, uint32_t *r, size_t *p);
 /* The stats file's text (the caller frees it), padded to the size stat gives. */
 char *stats_text(tp_fs *fs, size_t *len);
 

@@ -24,7 +24,34 @@ int decode(const tp_fs *fs, fuse_ino_t ino, uint32_t *r, uint32_t *i)
 		return -1;
 	*r = (uint32_t)((ino - 2) / fs->nn);
 	*i = (uint32_t)((ino - 2) % fs->nn);
+	if (fs->m->view) { /* a view shows the source's other files once, as rank 0's (config.json: cfg_ino) */
+		tp_node_kind k = fs->m->n[*i].kind;
+		return *r == 0 && k != TN_TENSORS && k != TN_INDEX && k != TN_CONFIG ? 0 : -1;
+	}
 	return served(fs, *r) ? 0 : -1;
+}
+
+int vdecode(const tp_fs *fs, fuse_ino_t ino, uint32_t *r, size_t *p)
+{
+	if (!fs->vnp || ino < fs->vpart_ino || ino - fs->vpart_ino >= (fuse_ino_t)fs->T * fs->vnp)
+		return -1;
+	*r = (uint32_t)((ino - fs->vpart_ino) / fs->vnp);
+	*p = (size_t)((ino - fs->vpart_ino) % fs->vnp);
+	return served(fs, *r) ? 0 : -1;
+}
+
+/* The view's part file called name ("model-rank-R-part-P.safetensors"), or 0. */
+static fuse_ino_t vlookup(const tp_fs *fs, const char *name)
+{
+	unsigned r;
+	size_t p;
+	int len = 0;
+	if (sscanf(name, "model-rank-%u-part-%zu.safetensors%n", &r, &p, &len) != 2 || name[len] || r >= fs->T ||
+	    p >= fs->vnp || !served(fs, r))
+		return 0;
+	char canon[96];
+	tp_model_view_name(r, p, canon, sizeof canon);
+	return strcmp(canon, name) ? 0 : fs->vpart_ino + (fuse_ino_t)r * fs->vnp + p;
 }
 
 static size_t stats_size(const tp_fs *fs);
@@ -43,7 +70,7 @@ static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 	uint32_t r, i;
 	if (ino == FUSE_ROOT_ID) {
 		st->st_mode = S_IFDIR | (top_mode & 0555);
-		st->st_nlink = 2 + (fs->o->serve ? fs->o->nserve : fs->T);
+		st->st_nlink = 2 + (fs->vnp ? 0 : fs->o->serve ? fs->o->nserve : fs->T);
 		st->st_size = 4096;
 		st->st_mtim = fs->m->n[0].mtime;
 	} else if (ino == fs->stats_ino) {
@@ -59,6 +86,17 @@ static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 		st->st_nlink = 1;
 		st->st_size = (off_t)fs->m->config_len;
 		st->st_mtim = fs->m->n[fs->m->config_node].mtime;
+	} else if (fs->vnp && ino >= fs->vpart_ino) {
+		size_t p;
+		if (vdecode(fs, ino, &r, &p) == 0) { /* a part file: its own source file's owner and mode */
+			uint32_t own = fs->m->vsrc_node[fs->m->vplan.parts[p].file];
+			st->st_mode = S_IFREG | (atomic_load(&fs->ns[own].mode) & 0555);
+			st->st_uid = atomic_load(&fs->ns[own].uid);
+			st->st_gid = atomic_load(&fs->ns[own].gid);
+			st->st_nlink = 1;
+			st->st_size = (off_t)fs->m->vs[(size_t)r * fs->vnp + p].size;
+			st->st_mtim = fs->m->n[own].mtime;
+		}
 	} else if (decode(fs, ino, &r, &i) == 0) {
 		const tp_node *n = &fs->m->n[i];
 		uint32_t mode = atomic_load(&fs->ns[i].mode);
@@ -114,6 +152,17 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			reply_entry(req, fs, name[0] == 'c' ? fs->cfg_ino : fs->stats_ino);
 			return;
 		}
+		if (fs->m->view) { /* the source's other files, then the part files */
+			uint32_t c = tp_node_child(fs->m, 0, name);
+			fuse_ino_t v = vlookup(fs, name);
+			if (v)
+				reply_entry(req, fs, v);
+			else if (c != UINT32_MAX && decode(fs, ino_of(fs, 0, c), &r, &i) == 0)
+				reply_entry(req, fs, ino_of(fs, 0, c));
+			else
+				fuse_reply_err(req, ENOENT);
+			return;
+		}
 		char *end;
 		if (strncmp(name, "rank", 4) == 0 && name[4] >= '0' && name[4] <= '9' &&
 		    (name[4] != '0' || name[5] == 0)) {
@@ -130,8 +179,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	uint32_t c = tp_node_child(fs->m, i, name);
-	if (c == UINT32_MAX)
+	uint32_t c = tp_node_child(fs->m, i, name), cr, ci;
+	if (c == UINT32_MAX || decode(fs, ino_of(fs, r, c), &cr, &ci) < 0)
 		fuse_reply_err(req, ENOENT);
 	else
 		reply_entry(req, fs, ino_of(fs, r, c));
@@ -143,7 +192,9 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	tp_fs *fs = fuse_req_userdata(req);
 	struct stat st;
 	uint32_t r, i;
-	if (ino != FUSE_ROOT_ID && ino != fs->stats_ino && ino != fs->cfg_ino && decode(fs, ino, &r, &i) < 0) {
+	size_t p;
+	if (ino != FUSE_ROOT_ID && ino != fs->stats_ino && ino != fs->cfg_ino && decode(fs, ino, &r, &i) < 0 &&
+	    vdecode(fs, ino, &r, &p) < 0) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
@@ -168,9 +219,11 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 	}
 	uint32_t nranks = fs->o->serve ? fs->o->nserve : fs->T, rk = 0;
 	count = 2 + (top ? nranks + 1 + (fs->cfg_ino != 0) : fs->m->n[i].nchild);
+	if (top && fs->m->view) /* the source's top files, every served rank's parts, stats, config.json */
+		count = 2 + fs->m->n[0].nchild + nranks * (uint32_t)fs->vnp + 1 + (fs->cfg_ino != 0);
 	size_t used = 0;
 	for (off_t k = off; k < (off_t)count; k++) {
-		char name[32];
+		char name[96];
 		const char *nm;
 		struct stat st;
 		memset(&st, 0, sizeof st);
@@ -178,6 +231,29 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 		if (k < 2) {
 			nm = k ? ".." : ".";
 			child = ino;
+		} else if (top && fs->m->view) {
+			off_t q = k - 2, nc = fs->m->n[0].nchild, np = (off_t)nranks * (off_t)fs->vnp;
+			uint32_t cr, ci;
+			if (q < nc) {
+				uint32_t c = fs->m->n[0].child[q];
+				if (decode(fs, ino_of(fs, 0, c), &cr, &ci) < 0)
+					continue; /* a tensor or index file, or config.json (listed below) */
+				nm = fs->m->n[c].name;
+				child = ino_of(fs, 0, c);
+			} else if (q < nc + np) {
+				uint32_t want = (uint32_t)((q - nc) / (off_t)fs->vnp);
+				size_t p = (size_t)((q - nc) % (off_t)fs->vnp);
+				for (uint32_t seen = 0; rk < fs->T; rk++)
+					if (served(fs, rk) && seen++ == want)
+						break;
+				tp_model_view_name(rk, p, name, sizeof name);
+				nm = name;
+				child = fs->vpart_ino + (fuse_ino_t)rk * fs->vnp + p;
+				rk = 0;
+			} else {
+				nm = q == nc + np ? STATS_NAME : "config.json";
+				child = q == nc + np ? fs->stats_ino : fs->cfg_ino;
+			}
 		} else if (top && k - 2 < (off_t)nranks) {
 			/* the (k - 2)th served rank */
 			for (uint32_t seen = 0, want = (uint32_t)(k - 2); rk < fs->T; rk++)
@@ -191,7 +267,9 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 			nm = k - 2 == (off_t)nranks ? STATS_NAME : "config.json";
 			child = k - 2 == (off_t)nranks ? fs->stats_ino : fs->cfg_ino;
 		} else {
-			uint32_t c = fs->m->n[i].child[k - 2];
+			uint32_t c = fs->m->n[i].child[k - 2], cr, ci;
+			if (decode(fs, ino_of(fs, r, c), &cr, &ci) < 0)
+				continue; /* under a view: a tensor or index file */
 			nm = fs->m->n[c].name;
 			child = ino_of(fs, r, c);
 		}

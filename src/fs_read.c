@@ -24,16 +24,16 @@ static void fh_track(struct tp_fs *fs, fhandle *h);
 /* Takes h off that list and frees it. */
 static void fh_release(struct tp_fs *fs, fhandle *h);
 
-/* Drops this process's page-table entries of the source pages behind runs (the pages stay in
+/* Drops this process's page-table entries of the pages of source src behind runs (they stay in
  * the page cache): without it, every source page a reply touched would count in the daemon's
  * RSS, a 700 GB checkpoint read once would show as 700 GB resident. */
-static void release_runs(const tp_fs *fs, const tp_node *n, const tp_run *runs, size_t nr)
+static void release_runs_src(const tp_fs *fs, const tp_node *n, const tp_run *runs, size_t nr, uint32_t src)
 {
 	if (!fs->o->release_pages || !n->map)
 		return;
 	uint64_t lo = UINT64_MAX, hi = 0;
 	for (size_t k = 0; k < nr; k++) {
-		if (runs[k].kind != TP_RUN_SRC)
+		if (runs[k].kind != TP_RUN_SRC || runs[k].src != src)
 			continue;
 		lo = runs[k].off < lo ? runs[k].off : lo;
 		hi = runs[k].off + runs[k].len > hi ? runs[k].off + runs[k].len : hi;
@@ -53,6 +53,12 @@ static void release_runs(const tp_fs *fs, const tp_node *n, const tp_run *runs, 
 		b = end;
 	if (a < b)
 		madvise((void *)(n->map + a), b - a, MADV_DONTNEED);
+}
+
+/* release_runs_src for a layout's runs (one source). */
+static void release_runs(const tp_fs *fs, const tp_node *n, const tp_run *runs, size_t nr)
+{
+	release_runs_src(fs, n, runs, nr, 0);
 }
 
 /* ---- fetching source pages (issue 16: a node reads only what its ranks need) ----
@@ -283,6 +289,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fuse_reply_open(req, fi);
 		return;
 	}
+	size_t vp;
+	if (vdecode(fs, ino, &r, &vp) == 0) { /* a part file of the view: checked on every read */
+		fi->keep_cache = 1;
+		fi->noflush = 1;
+		fuse_reply_open(req, fi);
+		return;
+	}
 	if (decode(fs, ino, &r, &i) < 0) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -471,6 +484,135 @@ copy:;
 	after_reply(fs, i);
 }
 
+/* The local bytes (header, then constants) of rank r's part p, made on first use. */
+static const uint8_t *get_vloc(tp_fs *fs, uint32_t r, size_t p)
+{
+	_Atomic(uint8_t *) *slot = &fs->vloc[(size_t)r * fs->vnp + p];
+	uint8_t *b = atomic_load(slot);
+	if (b)
+		return b;
+	const tp_served *S = &fs->m->vs[(size_t)r * fs->vnp + p];
+	uint8_t *mine = malloc(S->local_size ? S->local_size : 1);
+	if (!mine)
+		return NULL;
+	tp_served_local(S, mine);
+	uint8_t *expect = NULL;
+	if (!atomic_compare_exchange_strong(slot, &expect, mine)) {
+		free(mine);
+		return expect;
+	}
+	return mine;
+}
+
+/* Every source part p reads may be served: 0, or the errno the request fails with. */
+static int part_check(tp_fs *fs, size_t p)
+{
+	const tp_vpart *pt = &fs->m->vplan.parts[p];
+	for (uint32_t k = 0; k < pt->nsrc; k++) {
+		uint32_t node = fs->m->vsrc_node[pt->srcs[k]];
+		int err = source_check(fs, node, fs->m->n[node].fd);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+/* Asks for the source pages of runs (of several sources: each range names its source). */
+static void fetch_served(const tp_fs *fs, size_t p, const tp_run *runs, size_t nr)
+{
+	if (fs->o->source_io != 0)
+		return;
+	const tp_vpart *pt = &fs->m->vplan.parts[p];
+	tp_io_range rg[64];
+	for (size_t done = 0; done < nr;) {
+		size_t used, ng = tp_io_ranges_src(runs + done, nr - done, sys_page(), rg, 64, &used);
+		for (size_t a = 0, b; a < ng; a = b) {
+			for (b = a + 1; b < ng && rg[b].src == rg[a].src; b++)
+				;
+			uint32_t node = fs->m->vsrc_node[pt->srcs[rg[a].src]];
+			if (fs->m->n[node].map)
+				fetch_ranges(&fs->m->n[node], fs->ns[node].resid, rg + a, b - a);
+		}
+		if (!used)
+			break;
+		done += used;
+	}
+}
+
+/* Replies to a read of rank r's part p of the view: the same pass as read_tensors over a file
+ * whose runs read several sources (the part's table): every source checked before, the runs
+ * mapped (tp_served_map) and their pages asked for, gathered into this thread's buffer, every
+ * source checked again, the reply. */
+static void read_served(fuse_req_t req, tp_fs *fs, uint32_t r, size_t p, size_t size, off_t off)
+{
+	const tp_served *S = &fs->m->vs[(size_t)r * fs->vnp + p];
+	rank_stats *rs = &fs->rs[r];
+	atomic_fetch_add_explicit(&rs->reads, 1, memory_order_relaxed);
+	if ((uint64_t)off >= S->size) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	int err = part_check(fs, p);
+	if (err) {
+		fuse_reply_err(req, err);
+		return;
+	}
+	uint64_t want = S->size - (uint64_t)off < size ? S->size - (uint64_t)off : size;
+	const uint8_t *loc = get_vloc(fs, r, p);
+	scratch *s = get_scratch(want);
+	if (!s || !loc) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	const tp_vpart *pt = &fs->m->vplan.parts[p];
+	const tp_gather *backend = fs->backend == TP_BACKEND_CPU ? &tp_gather_cpu_backend : &fs->gpu;
+	uint64_t done = 0, touched = 0;
+	while (done < want) {
+		uint64_t cov;
+		size_t nr = tp_served_map(S, (uint64_t)off + done, want - done, s->runs, RUN_CAP, &cov);
+		if (!cov) {
+			tp_log(2, "model-rank-%u-part-%zu (view): no bytes map at %llu of %llu", r, p,
+			       (unsigned long long)(off + done), (unsigned long long)S->size);
+			fuse_reply_err(req, EIO);
+			return;
+		}
+		fetch_served(fs, p, s->runs, nr);
+		for (size_t k = 0; k < nr; k++)
+			touched += s->runs[k].kind == TP_RUN_SRC ? s->runs[k].len : 0;
+		tp_err ge;
+		tp_err_clear(&ge);
+		if (tp_guarded_gather_n(backend, s->runs, nr, fs->vtab[p], pt->nsrc, loc, s->buf + done, &ge) < 0) {
+			if (ge.code == TP_ECHANGED) { /* the sources whose identity moved; if none did, all of them */
+				int seen = 0;
+				for (uint32_t k = 0; k < pt->nsrc; k++) {
+					uint32_t node = fs->m->vsrc_node[pt->srcs[k]];
+					seen |= source_check(fs, node, fs->m->n[node].fd) != 0;
+				}
+				for (uint32_t k = 0; !seen && k < pt->nsrc; k++)
+					mark_bad(fs, fs->m->vsrc_node[pt->srcs[k]], "shorter than planned, or unreadable under its mapping");
+			} else
+				tp_log(2, "model-rank-%u-part-%zu (view): gather failed: %s", r, p, ge.msg);
+			fuse_reply_err(req, EIO);
+			return;
+		}
+		for (uint32_t k = 0; k < pt->nsrc; k++) {
+			uint32_t node = fs->m->vsrc_node[pt->srcs[k]];
+			release_runs_src(fs, &fs->m->n[node], s->runs, nr, k);
+		}
+		done += cov;
+	}
+	if ((err = part_check(fs, p))) { /* every source again, after the copy */
+		fuse_reply_err(req, err);
+		return;
+	}
+	atomic_fetch_add_explicit(&rs->served, want, memory_order_relaxed);
+	atomic_fetch_add_explicit(&rs->touched, touched, memory_order_relaxed);
+	atomic_fetch_add_explicit(&rs->copied, 1, memory_order_relaxed);
+	fuse_reply_buf(req, (const char *)s->buf, want);
+	for (uint32_t k = 0; k < pt->nsrc; k++)
+		after_reply(fs, fs->m->vsrc_node[pt->srcs[k]]);
+}
+
 /* Replies to a read of plain file i: the source is opened for this read alone (a link on its
  * path fails it, and marks it), checked, read and checked again, as for tensors. */
 static void read_plain(fuse_req_t req, tp_fs *fs, uint32_t i, size_t size, off_t off)
@@ -532,6 +674,11 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 			fuse_reply_err(req, err);
 		else
 			fuse_reply_buf(req, fs->m->config_text + o, size < len - o ? size : len - o);
+		return;
+	}
+	size_t vp;
+	if (vdecode(fs, ino, &r, &vp) == 0) {
+		read_served(req, fs, r, vp, size, off);
 		return;
 	}
 	if (decode(fs, ino, &r, &i) < 0) {

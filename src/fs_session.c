@@ -192,6 +192,25 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	if (fs.ra_note == MAP_FAILED)
 		return tp_fail(e, TP_ENOMEM, "mmap: %s", strerror(errno));
 	snprintf(fs.ra_note, RA_NOTE, "not set yet");
+	if (m->view) { /* the part files: their inodes after config.json's, each part's table of sources */
+		fs.vnp = m->vplan.nparts;
+		fs.vpart_ino = fs.stats_ino + 2;
+		fs.vloc = calloc((size_t)m->T * fs.vnp + 1, sizeof *fs.vloc);
+		fs.vtab = calloc(fs.vnp + 1, sizeof *fs.vtab);
+		for (size_t p = 0; fs.vtab && p < fs.vnp; p++) {
+			const tp_vpart *pt = &m->vplan.parts[p];
+			if (!(fs.vtab[p] = calloc(pt->nsrc + 1, sizeof *fs.vtab[p])))
+				break;
+			for (uint32_t k = 0; k < pt->nsrc; k++) {
+				const tp_node *n = &m->n[m->vsrc_node[pt->srcs[k]]];
+				fs.vtab[p][k] = (tp_src){.fd = n->fd, .map = n->map, .size = n->src_size};
+			}
+		}
+		if (!fs.vloc || !fs.vtab || (fs.vnp && !fs.vtab[fs.vnp - 1])) {
+			tp_fail(e, TP_ENOMEM, "out of memory");
+			goto out_ra;
+		}
+	}
 	fs.hdr = calloc((size_t)m->nn * m->T, sizeof *fs.hdr);
 	if (!fs.hdr) {
 		tp_fail(e, TP_ENOMEM, "out of memory");
@@ -373,6 +392,12 @@ out_hdr:
 		free(atomic_load(&fs.hdr[k]));
 	free(fs.hdr);
 out_ra:
+	for (size_t k = 0; fs.vloc && k < (size_t)m->T * fs.vnp; k++)
+		free(atomic_load(&fs.vloc[k]));
+	free((void *)fs.vloc);
+	for (size_t p = 0; fs.vtab && p < fs.vnp; p++)
+		free(fs.vtab[p]);
+	free(fs.vtab);
 	munmap(fs.ra_note, RA_NOTE);
 	return rc;
 }

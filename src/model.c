@@ -373,7 +373,7 @@ static int build_tindex(const tp_model *m, tp_tindex *x, tp_err *e)
 static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 {
 	tp_node *n = &m->n[idx];
-	tp_resolve_opts ro = {.T = m->T, .pad_vocab = m->o->pad_vocab, .ep = m->o->ep};
+	tp_resolve_opts ro = {.T = m->T, .pad_vocab = m->pad_vocab, .ep = m->o->ep};
 	tp_spec *specs = calloc(n->h.n ? n->h.n : 1, sizeof *specs);
 	char (*why)[200] = calloc(n->h.n ? n->h.n : 1, sizeof *why);
 	tp_text rt = {0}; /* the resolved plan's rules (rank_folder.h): tensor i's at rs[i] in rt */
@@ -466,7 +466,10 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 					     &n->lay[r], e);
 	}
 	free(order);
-	free(specs);
+	if (rc == 0 && m->o->view)
+		n->specs = specs; /* the view cuts its pieces with them */
+	else
+		free(specs);
 	free(why);
 	free(whyp);
 	return rc;
@@ -519,7 +522,7 @@ static int build_rank_folders(tp_model *m, tp_err *e)
 		m->config_node = UINT32_MAX;
 	tp_node *cn = m->config_node != UINT32_MAX ? &m->n[m->config_node] : NULL;
 	const tp_model_opts *o = m->o;
-	tp_rf_in in = {.plan = &m->plan, .cfg = &m->cfg, .T = m->T, .pad_vocab = o->pad_vocab, .ep = o->ep,
+	tp_rf_in in = {.plan = &m->plan, .cfg = &m->cfg, .T = m->T, .pad_vocab = m->pad_vocab, .ep = o->ep,
 		       .config_global = o->config_global, .keep_going = o->keep_going, .ep_count = m->ep_count,
 		       .log = o->log, .log_ctx = o->ctx, .files = f, .nfiles = nf, .config = m->config,
 		       .config_plain = cn != NULL, .config_text = m->config_text, .config_len = m->config_len,
@@ -639,6 +642,8 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 			for (int i = 0; i < m->plan.nprefix; i++)
 				m->cfg.prefix[i] = m->plan.prefix[i];
 		}
+		if (rc == 0)
+			rc = tp_model_view_choose(m, e);
 		if (rc == 0 && o->ep)
 			rc = tp_plan_ep_check(&m->plan, &m->cfg, m->T, m->ep_count, e);
 		/* the tensor index for companions */
@@ -657,6 +662,10 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 				rc = rewrite_index(m, i, idx_json[i], e);
 		if (rc == 0)
 			rc = build_rank_folders(m, e);
+		if (rc == 0 && o->view) {
+			uint32_t ri = tp_node_child(m, 0, "model.safetensors.index.json");
+			rc = tp_model_view_build(m, ri != UINT32_MAX ? idx_json[ri] : NULL, e);
+		}
 	}
 	for (uint32_t i = 0; i < m->nn; i++)
 		cJSON_Delete(idx_json[i]);
@@ -670,12 +679,14 @@ fail:
 
 void tp_model_close(tp_model *m)
 {
+	tp_model_view_free(m); /* it points into the headers and the rank metadata */
 	for (uint32_t i = 0; i < m->nn; i++) {
 		tp_node *n = &m->n[i];
 		if (n->lay) /* rank 0 last: the others may borrow from it */
 			for (uint32_t r = m->T; r-- > 0;)
 				tp_layout_free(&n->lay[r]);
 		free(n->lay);
+		free(n->specs);
 		if (n->gen)
 			for (uint32_t r = 0; r < m->T; r++)
 				free(n->gen[r]);
@@ -732,7 +743,7 @@ int64_t tp_model_rank_count(const tp_model *m, const tp_per_rank *pr, uint32_t r
 		return v;
 	tp_spec s = tp_spec_split(0, (uint64_t)v, 1);
 	s.flags = (pr->uneven ? TP_UNEVEN : 0) | (pr->groups ? TP_GROUPS : 0);
-	s.pad_to = pr->vocab && m->o->pad_vocab > 1 ? m->o->pad_vocab : 0;
+	s.pad_to = pr->vocab && m->pad_vocab > 1 ? m->pad_vocab : 0;
 	tp_share sh;
 	if (tp_share_of((uint64_t)v, &s, m->T, r, &sh, pr->key, &e) < 0)
 		return -1;

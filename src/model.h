@@ -24,6 +24,7 @@
 #include "rank_folder.h"
 #include "st_format.h"
 #include "tp_err.h"
+#include "view.h"
 
 struct cJSON;
 struct tp_model;
@@ -66,6 +67,7 @@ typedef struct tp_node {
 	const uint8_t *map;        /* read-only shared mapping of src_size bytes, or NULL */
 	st_header h;
 	tp_layout *lay;            /* T layouts */
+	tp_spec *specs;            /* --view: h.n specs, the plan's (the view cuts pieces with them) */
 	/* TN_INDEX, TN_CONFIG */
 	char **gen;                /* T rewritten files */
 	uint64_t *gen_len;
@@ -85,6 +87,7 @@ typedef struct tp_model_opts {
 	int check_only;        /* walk and validate headers only (tpfs check): never fails on a file */
 	int config_global;     /* serve config.json unchanged in every rank folder (--config global) */
 	int ep;                /* expert parallelism: routed experts whole, rank r holding [r*E/T, (r+1)*E/T) */
+	const char *view;      /* NULL: the hf view (rank folders); an engine ("vllm"), or a view file */
 	int keep_going;        /* tpfs plan: report every tensor that cannot be cut (log level 2),
 	                        * replicate it in the layouts, count it in nrefused, and go on */
 	tp_log_fn log;
@@ -111,6 +114,12 @@ typedef struct tp_model {
 	char *config_text;       /* the source's config.json (MNT/config.json), or NULL */
 	size_t config_len;
 	uint32_t config_node;    /* its node, or UINT32_MAX */
+	uint64_t pad_vocab;      /* the vocabulary multiple planned with: o->pad_vocab, or the view's */
+	/* --view (model_view.c): the engine view and every rank's served files */
+	tp_view *view;           /* NULL: the hf view */
+	tp_vplan vplan;
+	uint32_t *vsrc_node;     /* vplan's source index -> node */
+	tp_served *vs;           /* [r * vplan.nparts + p]: rank r's part p */
 } tp_model;
 
 /* Opens and plans SRC for o->T ranks. On failure returns -1 with a message; *m is then empty. */
@@ -132,6 +141,17 @@ uint32_t tp_node_resolve(const tp_model *m, uint32_t dir, const char *rel);
 /* Expert parallelism (--ep): the routed experts of the plan's experts declaration d that rank r
  * holds, [*first, *first + *count). Both 0 without --ep. */
 void tp_model_ep_range(const tp_model *m, int d, uint32_t r, uint64_t *first, uint64_t *count);
+
+/* --view (model_view.c). Before planning: the view chosen for the plan and config.json (refusing
+ * what no view serves: another plan, a quantized checkpoint, --ep), and the vocabulary multiple it
+ * asks for in m->pad_vocab. After planning: the view resolved over the source files (those the
+ * root index lists, else the root's) and every rank's served files built. Free: both undone. */
+int tp_model_view_choose(tp_model *m, tp_err *e);
+int tp_model_view_build(tp_model *m, const struct cJSON *root_index, tp_err *e);
+void tp_model_view_free(tp_model *m);
+
+/* The name of rank r's part p under the view: "model-rank-{r}-part-{p}.safetensors". */
+void tp_model_view_name(uint32_t r, size_t p, char *out, size_t cap);
 
 /* Per-rank value of a config count the plan lists under per_rank; -1 if missing. */
 int64_t tp_model_rank_count(const tp_model *m, const tp_per_rank *pr, uint32_t r);

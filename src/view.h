@@ -1,0 +1,105 @@
+/* view.h: engine views: how one rank's tensors, already cut by the plan, are named and packed
+ * for a serving engine's own per-rank files (vLLM's sharded_state: model-rank-{r}-part-{p}).
+ *
+ * A view is data (views/<engine>/<name>.json, built in like the plans; docs/PLANS.md gives the
+ * format): a list of entries, each making served tensors from source tensors whose names match
+ * templates (`{i}` binds a run of digits): `cat` (the pieces' local cuts concatenated along the
+ * first axis: q, k, v as qkv_proj), `stack` over a variable (every expert's cat as one [E, ...]
+ * tensor), `from` (a rename), `const` (a scalar per match of `per`, such as an attention scale
+ * 1.0), `drop`. Source tensors no entry uses keep their names (`keep_rest`).
+ *
+ * tp_view_resolve turns a view and the planned source files into the served tensors of every part
+ * (one part per source file: a tensor goes to the part of its first piece's file), each a list
+ * of pieces (tp_sdesc, served.h), the same for every rank: served.c cuts them per rank. Pure: no
+ * I/O; every refusal names the view, the entry and the tensor.
+ */
+#ifndef TP_VIEW_H
+#define TP_VIEW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "served.h"
+#include "spec.h"
+#include "st_format.h"
+#include "tp_err.h"
+
+struct cJSON;
+
+#define TP_VIEW_VARS 4 /* template variables in one entry */
+
+typedef enum tp_ventry_kind { TP_VE_CAT, TP_VE_CONST, TP_VE_DROP } tp_ventry_kind;
+
+typedef struct tp_ventry {
+	tp_ventry_kind kind;
+	const char *name;      /* served name template (CAT, CONST) */
+	const char *cat[8];    /* piece templates, in order (CAT: `cat`, or `from` as one) */
+	uint32_t ncat;
+	const char *stack;     /* the variable stacked over, or NULL */
+	const char *per;       /* CONST: made once per source tensor matching this; DROP: what is dropped */
+	const char *if_missing;/* the entry applies only where this source tensor (expanded) is absent */
+	int optional;          /* a binding whose other pieces are missing is skipped, not refused */
+	st_dtype cdtype;       /* CONST */
+	double cvalue;
+} tp_ventry;
+
+typedef struct tp_view {
+	struct cJSON *json;    /* owns every string above */
+	const char *name, *engine, *proven;
+	char origin[256];      /* "built-in vllm view 'llama'", or the file's path */
+	const char *plans[16]; /* the plans it applies to */
+	uint32_t nplans;
+	const char *model_types[32];
+	uint32_t nmodel_types;
+	uint64_t pad_vocab;    /* the vocabulary padded to a multiple of this before it is split */
+	int keep_rest;
+	tp_ventry *e;
+	size_t ne;
+} tp_view;
+
+/* Parses a view file (text[0..len), named origin in messages). Returns 0, or -1 with e set. */
+int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, tp_err *e);
+void tp_view_free(tp_view *v);
+
+/* The view of engine `engine` for plan `plan` and config.json's model_type: a built-in one, or,
+ * when engine names a file (holds a '/' or ends in .json), that file's text (text, len: read by
+ * the caller). Refuses, naming the plan and the model type and saying that the hf view (rank
+ * folders) serves it, when no built-in view applies. */
+int tp_view_choose(const char *engine, const char *text, size_t len, const char *plan, const char *model_type,
+		   tp_view *v, tp_err *e);
+
+/* One planned source file, as the view reads it. */
+typedef struct tp_vsource {
+	const char *path;      /* for messages */
+	const st_header *h;
+	const tp_spec *specs;  /* h->n specs, the plan's */
+} tp_vsource;
+
+/* The served tensors of one part. */
+typedef struct tp_vpart {
+	uint32_t file;         /* the source file whose part this is (an index into the sources) */
+	uint32_t *srcs;        /* the sources its pieces read, sorted: tp_pdesc.file indexes this */
+	uint32_t nsrc;
+	tp_sdesc *d;
+	size_t n, cap;
+} tp_vpart;
+
+typedef struct tp_vplan {
+	tp_vpart *parts;       /* parts in source-file order; parts with no tensor are left out */
+	size_t nparts;
+	void **blocks;         /* owned: served names, piece arrays, constant bytes */
+	size_t nblocks, capblocks;
+	uint64_t ntensors, nconsts, nfused;
+} tp_vplan;
+
+/* Resolves view v over the nsrc planned source files. Returns 0, or -1 with e set: a piece
+ * missing for a binding (unless optional), a stack with a missing member, two entries making one
+ * served name, a source tensor no entry uses without keep_rest, out of memory. */
+int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_vplan *out, tp_err *e);
+void tp_vplan_free(tp_vplan *p);
+
+/* Built-in view texts (the files of views/, embedded at build time). */
+int tp_view_builtin_count(void);
+const char *tp_view_builtin_text(int i, size_t *len);
+
+#endif
