@@ -60,6 +60,12 @@ static const char *usage_mount =
 	"                      'tpfs plan --list' lists the built-in plans). A model_type no built-in\n"
 	"                      plan knows is refused; --plan generic opts in to a guess by tensor name\n"
 	"                      that refuses what a name cannot tell (fused or 3-D experts tensors)\n"
+	"  --unmatched refuse|replicate  a tensor no rule of the plan matches: refused (default), by\n"
+	"                      name and shape, with the per-rank count it would contradict; or\n"
+	"                      served whole on every rank (replicate: only for tensors known to be\n"
+	"                      whole; a plan rule \"split\": \"replicate\" says so per tensor). A plan\n"
+	"                      that config.json's architectures alone picked and whose rules do not\n"
+	"                      fit the names is refused as an unknown architecture either way\n"
 	"  --strict            refuse tensors no rule matches and invalid files anywhere in SRC\n"
 	"  --pad-vocab[=M]     pad vocabulary rows to a multiple of M (default 64, as vLLM) so that\n"
 	"                      any N dividing the padded size works; padded rows read as zeros\n"
@@ -103,13 +109,15 @@ static const char *usage_mount =
 	"Unmount with 'tpfs umount MNT', 'fusermount3 -u MNT', or SIGTERM/SIGINT to the daemon.\n";
 
 static const char *usage_plan =
-	"usage: tpfs plan SRC --tp N [--rank R] [--json] [--plan NAME|FILE] [--strict] [--pad-vocab[=M]] [--ep]\n"
+	"usage: tpfs plan SRC --tp N [--rank R] [--json] [--plan NAME|FILE] [--strict] [--unmatched refuse|replicate]\n"
+	"                 [--pad-vocab[=M]] [--ep]\n"
 	"       tpfs plan SRC --tp N --io [--ranks LIST]\n"
 	"       tpfs plan --list\n"
 	"\n"
 	"Prints, for rank R (default 0), every tensor: the rule that matched, how it is split, its\n"
 	"full and local shapes and its local bytes; then per-rank totals (local, replicated, split)\n"
-	"and the tensors no rule matched (replicated; refused under --strict). Nothing is mounted.\n"
+	"and the tensors no rule matched (refused, each named with its shape, unless --unmatched\n"
+	"replicate serves them whole). Nothing is mounted.\n"
 	"--ep (expert parallelism, as for mount) also prints which routed experts each rank holds.\n"
 	"--plan is as for mount: a model_type no built-in plan knows is refused; --plan generic opts\n"
 	"in to a guess by tensor name that refuses what a name cannot tell.\n"
@@ -155,7 +163,7 @@ static int parse_u32(const char *s, uint32_t *out)
 	return 0;
 }
 
-/* Parses an option that mount and plan share (--tp, --plan, --strict, --pad-vocab, --ep) into mo.
+/* Parses an option that mount and plan share (--tp, --plan, --strict, --unmatched, --pad-vocab, --ep) into mo.
  * Returns 1 when c was one of them, 0 when it was not, or 2 (the exit status) after a usage
  * error. *have_t records --tp. */
 static int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, const char *usage)
@@ -172,6 +180,11 @@ static int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, 
 		return 1;
 	case 's':
 		mo->strict = 1;
+		return 1;
+	case 'U':
+		if (strcmp(arg, "refuse") && strcmp(arg, "replicate"))
+			return die_usage(usage, "--unmatched: give refuse or replicate");
+		mo->unmatched_replicate = !strcmp(arg, "replicate");
 		return 1;
 	case 'E':
 		mo->ep = 1;
@@ -247,6 +260,7 @@ static int cmd_mount(int argc, char **argv)
 	static const struct option lo[] = {
 		{"tp", required_argument, 0, 't'}, {"plan", required_argument, 0, 'p'},
 		{"strict", no_argument, 0, 's'},   {"pad-vocab", optional_argument, 0, 'V'},
+		{"unmatched", required_argument, 0, 'U'},
 		{"foreground", no_argument, 0, 'f'}, {"debug", no_argument, 0, 'd'},
 		{"readahead", required_argument, 0, 'R'}, {"threads", required_argument, 0, 'j'},
 		{"log", required_argument, 0, 'L'}, {"gather", required_argument, 0, 'g'},
@@ -750,6 +764,7 @@ static int cmd_plan(int argc, char **argv)
 	static const struct option lo[] = {
 		{"tp", required_argument, 0, 't'}, {"rank", required_argument, 0, 'r'}, {"json", no_argument, 0, 'j'},
 		{"plan", required_argument, 0, 'p'}, {"strict", no_argument, 0, 's'},
+		{"unmatched", required_argument, 0, 'U'},
 		{"pad-vocab", optional_argument, 0, 'V'}, {"list", no_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
 		{"io", no_argument, 0, 'i'}, {"ranks", required_argument, 0, 'K'}, {"ep", no_argument, 0, 'E'},
 		{0, 0, 0, 0}};
@@ -891,7 +906,8 @@ static int cmd_plan(int argc, char **argv)
 			}
 			printf("\n");
 		}
-		printf("unmatched tensors (replicated): %llu\n", (unsigned long long)m.nunmatched);
+		printf("unmatched tensors (%s): %llu\n", mo.unmatched_replicate && !mo.strict ? "replicated" : "refused",
+		       (unsigned long long)m.nunmatched);
 		int shown = 0;
 		for (uint32_t i = 0; i < m.nn && shown < 50; i++)
 			for (size_t k = 0; pc.rows && pc.rows[i] && k < m.n[i].h.n && shown < 50; k++)

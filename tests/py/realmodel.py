@@ -42,10 +42,18 @@ FAMILIES = {}
 
 
 def family(name, cfg_cls, cfg, model_cls, per_rank, ts=(2, 4), wrong=r"layers\.0\.self_attn\.q_proj\.weight$",
-           wrong_dim=0, config_json=None, global_norms=(), rank0_bias=(), mxfp4=False, mtp=False):
+           wrong_dim=0, config_json=None, global_norms=(), rank0_bias=(), mxfp4=False, mtp=False, forward_via=None):
     FAMILIES[name] = dict(name=name, cfg_cls=cfg_cls, cfg=cfg, model_cls=model_cls, per_rank=per_rank, ts=ts,
                           wrong=wrong, wrong_dim=wrong_dim, config_json=config_json, global_norms=global_norms,
-                          rank0_bias=rank0_bias, mxfp4=mxfp4, mtp=mtp)
+                          rank0_bias=rank0_bias, mxfp4=mxfp4, mtp=mtp, forward_via=forward_via)
+
+
+def logits(fam, model, ids):
+    """The logits of token ids: the model's forward, or that of the submodule forward_via names (a
+    wrapper whose text-only forward transformers cannot run: Llama4ForConditionalGeneration's returns
+    through image outputs its language model does not have; the wrapper calls the same submodule)."""
+    m = getattr(model, fam["forward_via"]) if fam["forward_via"] else model
+    return m(input_ids=ids).logits
 
 
 GQA = [("num_attention_heads", "even"), ("num_key_value_heads", "groups"), ("intermediate_size", "even")]
@@ -197,6 +205,16 @@ family("llama4", "Llama4TextConfig",
                num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2, attention_chunk_size=8),
        "Llama4ForCausalLM", GQA + [("intermediate_size_mlp", "even")],
        wrong=r"layers\.1\.feed_forward\.experts\.gate_up_proj$", wrong_dim=2)
+
+# Llama 4 as published (Llama4ForConditionalGeneration): language_model.lm_head, the vision model whole
+family("llama4_mm", "Llama4Config", dict(
+    text_config=FAMILIES["llama4"]["cfg"],
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                       patch_size=14, vision_output_dim=32, projector_input_dim=32, projector_output_dim=32,
+                       intermediate_layers_indices=[0]), image_token_index=V - 1, boi_token_index=V - 3,
+    eoi_token_index=V - 2), "Llama4ForConditionalGeneration",
+       [("text_config." + k, v) for k, v in FAMILIES["llama4"]["per_rank"]],
+       wrong=r"layers\.1\.feed_forward\.experts\.gate_up_proj$", wrong_dim=2, forward_via="language_model")
 
 
 def text_of(cfg):
