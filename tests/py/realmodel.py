@@ -217,6 +217,33 @@ family("llama4_mm", "Llama4Config", dict(
        wrong=r"layers\.1\.feed_forward\.experts\.gate_up_proj$", wrong_dim=2, forward_via="language_model")
 
 
+# dense variants of the llama shape under the llama plan, each with its own model code
+_dense = dict(num_key_value_heads=4, num_hidden_layers=2, head_dim=16)
+family("gemma", "GemmaConfig", _common(**_dense), "GemmaForCausalLM", GQA)
+family("gemma2", "Gemma2Config", _common(**_dense, query_pre_attn_scalar=16, sliding_window=8, attn_logit_softcapping=5.0,
+                                         final_logit_softcapping=3.0), "Gemma2ForCausalLM", GQA)
+family("vaultgemma", "VaultGemmaConfig", _common(**_dense, query_pre_attn_scalar=16, sliding_window=8),
+       "VaultGemmaForCausalLM", GQA)
+family("granite", "GraniteConfig", _common(**dict(_dense, num_key_value_heads=2), embedding_multiplier=2.0,
+                                           residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=4.0,
+                                           attention_bias=True), "GraniteForCausalLM", GQA)
+family("smollm3", "SmolLM3Config", _common(**dict(_dense, num_hidden_layers=4), no_rope_layer_interval=2),
+       "SmolLM3ForCausalLM", GQA)
+family("seed_oss", "SeedOssConfig", _common(**_dense, attention_bias=True, attention_out_bias=True),
+       "SeedOssForCausalLM", GQA)
+family("ministral", "MinistralConfig", _common(**_dense, sliding_window=8), "MinistralForCausalLM", GQA)
+family("exaone4", "Exaone4Config", _common(**dict(_dense, num_hidden_layers=4), sliding_window=8,
+                                           sliding_window_pattern=2), "Exaone4ForCausalLM", GQA)
+family("cohere", "CohereConfig", _common(**_dense, logit_scale=0.5, tie_word_embeddings=True), "CohereForCausalLM", GQA)
+family("cohere2", "Cohere2Config", _common(**_dense, sliding_window=8, logit_scale=0.5, tie_word_embeddings=True,
+                                           layer_types=["sliding_attention", "full_attention"]), "Cohere2ForCausalLM", GQA)
+family("cwm", "CwmConfig", _common(**_dense, sliding_window=8), "CwmForCausalLM", GQA)
+family("ernie4_5", "Ernie4_5Config", _common(**_dense), "Ernie4_5ForCausalLM", GQA)
+family("internlm3", "InternLM3Config", _common(**_dense), "LlamaForCausalLM", GQA)
+family("iquestcoder", "IQuestCoderConfig", _common(**_dense), "LlamaForCausalLM", GQA)
+family("sarvam_mla", "SarvamMLAConfig", _mla(), "DeepseekV3ForCausalLM", MLA, wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
+
+
 def text_of(cfg):
     return cfg.get("text_config") or cfg
 
