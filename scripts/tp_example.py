@@ -296,12 +296,16 @@ def _example_worker(rank, world, port, mnt, vocab, prompt, n, results):
     model.to(device)
     make_tensor_parallel(model, rank, vocab)
 
+    logits = []
+
     def step(ids):
         with torch.no_grad():
-            return model(torch.tensor([ids], device=device), use_cache=False).logits[0].float().cpu()
+            out = model(torch.tensor([ids], device=device), use_cache=False).logits[0].float().cpu()
+        logits.append(out)
+        return out
     toks = greedy(step, prompt, n)
     if rank == 0:
-        results.put(toks)
+        results.put((toks, [x.numpy() for x in logits]))  # numpy: a tensor would be shared through the exiting process
     finish()
 
 
@@ -403,20 +407,32 @@ def main():
         prompt = [int(x) for x in torch.randint(0, vocab, (6,), generator=torch.Generator().manual_seed(1))]
         full, _ = load_rank(src)
 
+        ref = []
+
         def step(ids):
             with torch.no_grad():
-                return full(torch.tensor([ids]), use_cache=False).logits[0]
+                out = full(torch.tensor([ids]), use_cache=False).logits[0].float()
+            ref.append(out)
+            return out
         want = greedy(step, prompt, a.tokens)
         with tpfs_mount(a.tpfs, src, a.tp, *(["--plan", a.plan] if a.plan else [])) as mnt:
             ctx = torch.multiprocessing.get_context("spawn")
             results = ctx.SimpleQueue()
-            torch.multiprocessing.start_processes(_example_worker, nprocs=a.tp, start_method="spawn",
-                                                  args=(a.tp, free_port(), mnt, vocab, prompt, a.tokens, results))
-            got = results.get()
+            pc = torch.multiprocessing.start_processes(_example_worker, nprocs=a.tp, start_method="spawn", join=False,
+                                                       args=(a.tp, free_port(), mnt, vocab, prompt, a.tokens, results))
+            got, tp = results.get()  # read before joining: the logits are more than a pipe holds
+            while not pc.join():
+                pass
+        # every step's logits of every position, where both ran on the same prefix (the tokens agreed so far)
+        same = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), len(want))
+        worst = max(float((torch.from_numpy(t) - r).abs().max() / r.abs().max())
+                    for t, r in zip(tp[:same + 1], ref[:same + 1]))
         print("model:              %s (%s)" % (a.family if not a.src else src, cfg.get("model_type")))
         print("prompt:             %s" % prompt)
         print("unsplit next tokens: %s" % want)
         print("TP=%d next tokens:   %s" % (a.tp, got))
+        print("worst relative logit difference: %.2e (over %d steps, every position; relative to the largest logit)"
+              % (worst, min(same + 1, len(want))))
         print("same" if got == want else "DIFFERENT")
         return 0 if got == want else 1
     finally:

@@ -64,6 +64,11 @@ int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, const c
 	case 's':
 		mo->strict = 1;
 		return 1;
+	case 'U':
+		if (strcmp(arg, "refuse") && strcmp(arg, "replicate"))
+			return die_usage(usage, "--unmatched: give refuse or replicate");
+		mo->unmatched_replicate = !strcmp(arg, "replicate");
+		return 1;
 	case 'E':
 		mo->ep = 1;
 		return 1;
@@ -141,6 +146,7 @@ static int cmd_mount(int argc, char **argv)
 	static const struct option lo[] = {
 		{"tp", required_argument, 0, 't'}, {"plan", required_argument, 0, 'p'},
 		{"strict", no_argument, 0, 's'},   {"pad-vocab", optional_argument, 0, 'V'},
+		{"unmatched", required_argument, 0, 'U'},
 		{"foreground", no_argument, 0, 'f'}, {"debug", no_argument, 0, 'd'},
 		{"readahead", required_argument, 0, 'R'}, {"threads", required_argument, 0, 'j'},
 		{"log", required_argument, 0, 'L'}, {"gather", required_argument, 0, 'g'},

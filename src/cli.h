@@ -21,7 +21,8 @@ int die_usage(const char *u, const char *msg);
  * or does not fit 32 bits. */
 int parse_u32(const char *s, uint32_t *out);
 
-/* Parses an option that mount and plan share (--tp, --plan, --strict, --pad-vocab, --ep) into mo.
+/* Parses an option that mount and plan share (--tp, --plan, --strict, --unmatched, --pad-vocab, --ep,
+ * --view) into mo.
  * Returns 1 when c was one of them, 0 when it was not, or 2 (the exit status) after a usage
  * error. *have_t records --tp. */
 int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, const char *usage);

@@ -290,6 +290,7 @@ int cmd_plan(int argc, char **argv)
 	static const struct option lo[] = {
 		{"tp", required_argument, 0, 't'}, {"rank", required_argument, 0, 'r'}, {"json", no_argument, 0, 'j'},
 		{"plan", required_argument, 0, 'p'}, {"strict", no_argument, 0, 's'},
+		{"unmatched", required_argument, 0, 'U'},
 		{"pad-vocab", optional_argument, 0, 'V'}, {"list", no_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
 		{"io", no_argument, 0, 'i'}, {"ranks", required_argument, 0, 'K'}, {"ep", no_argument, 0, 'E'},
 		{"view", required_argument, 0, 'W'}, {0, 0, 0, 0}};
@@ -433,7 +434,8 @@ int cmd_plan(int argc, char **argv)
 			}
 			printf("\n");
 		}
-		printf("unmatched tensors (replicated): %llu\n", (unsigned long long)m.nunmatched);
+		printf("unmatched tensors (%s): %llu\n", mo.unmatched_replicate && !mo.strict ? "replicated" : "refused",
+		       (unsigned long long)m.nunmatched);
 		int shown = 0;
 		for (uint32_t i = 0; i < m.nn && shown < 50; i++)
 			for (size_t k = 0; pc.rows && pc.rows[i] && k < m.n[i].h.n && shown < 50; k++)

@@ -353,6 +353,106 @@ static void unload_tensors(tp_node *n)
 	st_header_free(&n->h);
 }
 
+/* ---- tensors no rule matches ---- */
+
+/* "[512, 64]" */
+static void shape_text(const st_tensor *t, char *buf, size_t n)
+{
+	size_t w = 0;
+	buf[0] = 0;
+	for (uint32_t d = 0; d < t->ndim && w + 24 < n; d++)
+		w += (size_t)snprintf(buf + w, n - w, "%s%llu", d ? ", " : "[", (unsigned long long)t->shape[d]);
+	snprintf(buf + w, n - w, "%s", t->ndim ? "]" : "[] (a scalar)");
+}
+
+/* Writes into buf which per-rank count of the plan a tensor served whole would contradict: a dim
+ * equal to a count the rank configs change, else one equal to that count times head_dim (unless
+ * that is the hidden size, which a whole norm has too), or "" if none. */
+static void contradicted_count(const tp_model *m, const st_tensor *t, char *buf, size_t n)
+{
+	tp_expr_ctx c = m->cfg;
+	tp_err le;
+	int64_t hd = 0, hidden = 0;
+	buf[0] = 0;
+	if (tp_expr_int(&c, "first(head_dim, hidden_size / num_attention_heads)", &hd, &le) != 0)
+		hd = 0;
+	if (tp_expr_int(&c, "hidden_size", &hidden, &le) != 0)
+		hidden = 0;
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < m->plan.nper_rank; i++) {
+			const tp_per_rank *pr = &m->plan.per_rank[i];
+			int64_t v, local;
+			if (pr->value || tp_expr_int(&c, pr->key, &v, &le) != 0 || v <= 1 || (pass && hd <= 1))
+				continue;
+			local = tp_model_rank_count(m, pr, 0);
+			if (local < 0 || local == v)
+				continue;
+			uint64_t want = pass ? (uint64_t)(v * hd) : (uint64_t)v;
+			if (pass && (int64_t)want == hidden)
+				continue;
+			for (uint32_t d = 0; d < t->ndim; d++) {
+				if (t->shape[d] != want)
+					continue;
+				tp_fmt(buf, n,
+				       "; served whole, its dim %u (%llu) equals '%s'%s (%lld), which rank 0's config.json states as "
+				       "%lld at T=%u: the rank would load a tensor its config does not size",
+				       d, (unsigned long long)t->shape[d], pr->key, pass ? " x head_dim" : "", (long long)v,
+				       (long long)local, m->T);
+				return;
+			}
+		}
+}
+
+/* The refusal of a tensor that no rule matches (the default; --unmatched replicate serves it whole). */
+static int refuse_unmatched(const tp_model *m, const char *path, const st_tensor *t, tp_err *e)
+{
+	char sh[160], why[400];
+	shape_text(t, sh, sizeof sh);
+	contradicted_count(m, t, why, sizeof why);
+	return tp_fail(e, TP_EPLAN,
+		       "%s: tensor '%s' %s: no rule of plan '%s' matches it%s; a plan file that extends '%s' can say how "
+		       "it is split (a \"replicate\" rule for a tensor known to be whole; docs/PLANS.md), or "
+		       "--unmatched replicate serves every unmatched tensor whole%s",
+		       path, t->name, sh, m->plan.name, why[0] ? why : "; no rule says it is whole", m->plan.name,
+		       m->o->strict ? " (not with --strict)" : "");
+}
+
+/* The refusal of a checkpoint whose plan only its architectures picked and whose names the plan
+ * does not know: the architecture is unknown. */
+static int refuse_by_arch(const tp_model *m, const char *path, const st_tensor *t, tp_err *e)
+{
+	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(m->config, "model_type");
+	char sh[160];
+	shape_text(t, sh, sizeof sh);
+	return tp_fail(e, TP_EINVAL,
+		       "no built-in plan knows model_type '%.80s': config.json's architectures point at plan '%s', but the "
+		       "checkpoint's names do not fit it (%s: tensor '%s' %s matches none of its rules); give a plan file "
+		       "with --plan FILE (docs/PLANS.md), or force the plan with --plan %s after checking what "
+		       "'tpfs plan SRC --tp N --plan %s' does",
+		       cJSON_IsString(mt) ? mt->valuestring : "?", m->plan.name, path, t->name, sh, m->plan.name,
+		       m->plan.name);
+}
+
+/* Did detection pick the plan through architectures alone (neither config.json's model_type
+ * nor text_config's is one the plan's detect section lists)? */
+static int picked_by_arch(const tp_model *m)
+{
+	const cJSON *det = cJSON_GetObjectItemCaseSensitive(m->plan.json, "detect");
+	const cJSON *types = cJSON_GetObjectItemCaseSensitive(det, "model_type"), *it;
+	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(m->config, "model_type");
+	const cJSON *tmt = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->config, "text_config"),
+							   "model_type");
+	cJSON_ArrayForEach(it, types)
+	{
+		if (!cJSON_IsString(it))
+			continue;
+		if ((cJSON_IsString(mt) && !strcmp(mt->valuestring, it->valuestring)) ||
+		    (cJSON_IsString(tmt) && !strcmp(tmt->valuestring, it->valuestring)))
+			return 0;
+	}
+	return 1;
+}
+
 /* ---- resolving and laying out one file ---- */
 
 /* The tensor index for companions over every planned safetensors file, in node order. */
@@ -421,9 +521,18 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 		}
 		if (res.rule == -1) {
 			m->nunmatched++;
-			if (m->o->strict)
-				rc = tp_fail(e, TP_EPLAN, "%s: tensor '%s': no rule of plan '%s' matches it (--strict)",
-					     n->path, n->h.t[i].name, m->plan.name);
+			if (m->by_arch)
+				rc = refuse_by_arch(m, n->path, &n->h.t[i], e);
+			else if (m->o->strict || !m->o->unmatched_replicate) {
+				refuse_unmatched(m, n->path, &n->h.t[i], e);
+				if (m->o->keep_going && !m->o->strict) {
+					tp_model_log(m, 2, "%s", e->msg);
+					m->nrefused++;
+					tp_fmt(res.why, sizeof res.why, "REFUSED: no rule matched (see the errors)");
+				} else {
+					rc = -1;
+				}
+			}
 		}
 		if (m->o->on_tensor)
 			m->o->on_tensor(m->o->ctx, m, idx, (uint32_t)i, &res);
@@ -636,6 +745,8 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 		}
 		if (rc == 0)
 			rc = tp_plan_choose(m->config, o->plan, &m->plan, m->plan_origin, sizeof m->plan_origin, e);
+		if (rc == 0 && !o->plan && m->config)
+			m->by_arch = picked_by_arch(m);
 		if (rc == 0) {
 			m->cfg.config = m->config;
 			m->cfg.nprefix = m->plan.nprefix;

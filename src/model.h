@@ -83,6 +83,9 @@ typedef struct tp_model_opts {
 	                        * is refused (the mount would wait on itself) */
 	const char *plan;      /* NULL: detect from config.json; a built-in name; or a file path */
 	int strict;            /* unmatched tensors and any invalid file refuse the model */
+	int unmatched_replicate; /* --unmatched replicate: a tensor no rule matches is served whole
+	                        * (default: refused by name and shape, naming the per-rank count it
+	                        * would contradict) */
 	uint64_t pad_vocab;    /* 0 or a multiple (64 follows vLLM) */
 	int check_only;        /* walk and validate headers only (tpfs check): never fails on a file */
 	int config_global;     /* serve config.json unchanged in every rank folder (--config global) */
@@ -103,6 +106,8 @@ typedef struct tp_model {
 	struct cJSON *config;  /* config.json of the root, or NULL */
 	tp_plan plan;
 	char plan_origin[256]; /* "built-in llama (detected from model_type 'llama')", a path, ... */
+	int by_arch;           /* detection picked the plan through architectures alone: a tensor no
+	                        * rule matches refuses the architecture as unknown */
 	tp_expr_ctx cfg;
 	uint64_t ntensors, nunmatched, ntensor_files;
 	uint64_t nrefused;     /* keep_going: tensors that cannot be served at this T */

@@ -142,9 +142,10 @@ static int refuse_unknown(const cJSON *config, tp_err *e)
 		tp_fmt(arch, sizeof arch, "text_config.model_type '%.80s'", tmt->valuestring);
 	else
 		tp_fmt(arch, sizeof arch, "%s", config ? "a config.json without model_type" : "a checkpoint without config.json");
-	builtin_list(list, sizeof list, 1);
+	builtin_list(list, sizeof list, 0); /* the model types of every plan no longer fit in one message */
 	return tp_fail(e, TP_EINVAL,
-		       "no built-in plan knows %s (built-in plans: %s); give a plan file with --plan FILE (docs/PLANS.md), "
+		       "no built-in plan knows %s (built-in plans: %s; 'tpfs plan --list' shows the model types each "
+		       "detects, docs/COVERAGE.md the families served and refused); give a plan file with --plan FILE (docs/PLANS.md), "
 		       "or, after checking what it does with 'tpfs plan SRC --tp N --plan generic', accept the generic "
 		       "name-based guess with --plan generic",
 		       arch, list);

@@ -42,10 +42,18 @@ FAMILIES = {}
 
 
 def family(name, cfg_cls, cfg, model_cls, per_rank, ts=(2, 4), wrong=r"layers\.0\.self_attn\.q_proj\.weight$",
-           wrong_dim=0, config_json=None, global_norms=(), rank0_bias=(), mxfp4=False, mtp=False):
+           wrong_dim=0, config_json=None, global_norms=(), rank0_bias=(), mxfp4=False, mtp=False, forward_via=None):
     FAMILIES[name] = dict(name=name, cfg_cls=cfg_cls, cfg=cfg, model_cls=model_cls, per_rank=per_rank, ts=ts,
                           wrong=wrong, wrong_dim=wrong_dim, config_json=config_json, global_norms=global_norms,
-                          rank0_bias=rank0_bias, mxfp4=mxfp4, mtp=mtp)
+                          rank0_bias=rank0_bias, mxfp4=mxfp4, mtp=mtp, forward_via=forward_via)
+
+
+def logits(fam, model, ids):
+    """The logits of token ids: the model's forward, or that of the submodule forward_via names (a
+    wrapper whose text-only forward transformers cannot run: Llama4ForConditionalGeneration's returns
+    through image outputs its language model does not have; the wrapper calls the same submodule)."""
+    m = getattr(model, fam["forward_via"]) if fam["forward_via"] else model
+    return m(input_ids=ids).logits
 
 
 GQA = [("num_attention_heads", "even"), ("num_key_value_heads", "groups"), ("intermediate_size", "even")]
@@ -197,6 +205,43 @@ family("llama4", "Llama4TextConfig",
                num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2, attention_chunk_size=8),
        "Llama4ForCausalLM", GQA + [("intermediate_size_mlp", "even")],
        wrong=r"layers\.1\.feed_forward\.experts\.gate_up_proj$", wrong_dim=2)
+
+# Llama 4 as published (Llama4ForConditionalGeneration): language_model.lm_head, the vision model whole
+family("llama4_mm", "Llama4Config", dict(
+    text_config=FAMILIES["llama4"]["cfg"],
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                       patch_size=14, vision_output_dim=32, projector_input_dim=32, projector_output_dim=32,
+                       intermediate_layers_indices=[0]), image_token_index=V - 1, boi_token_index=V - 3,
+    eoi_token_index=V - 2), "Llama4ForConditionalGeneration",
+       [("text_config." + k, v) for k, v in FAMILIES["llama4"]["per_rank"]],
+       wrong=r"layers\.1\.feed_forward\.experts\.gate_up_proj$", wrong_dim=2, forward_via="language_model")
+
+
+# dense variants of the llama shape under the llama plan, each with its own model code
+_dense = dict(num_key_value_heads=4, num_hidden_layers=2, head_dim=16)
+family("gemma", "GemmaConfig", _common(**_dense), "GemmaForCausalLM", GQA)
+family("gemma2", "Gemma2Config", _common(**_dense, query_pre_attn_scalar=16, sliding_window=8, attn_logit_softcapping=5.0,
+                                         final_logit_softcapping=3.0), "Gemma2ForCausalLM", GQA)
+family("vaultgemma", "VaultGemmaConfig", _common(**_dense, query_pre_attn_scalar=16, sliding_window=8),
+       "VaultGemmaForCausalLM", GQA)
+family("granite", "GraniteConfig", _common(**dict(_dense, num_key_value_heads=2), embedding_multiplier=2.0,
+                                           residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=4.0,
+                                           attention_bias=True), "GraniteForCausalLM", GQA)
+family("smollm3", "SmolLM3Config", _common(**dict(_dense, num_hidden_layers=4), no_rope_layer_interval=2),
+       "SmolLM3ForCausalLM", GQA)
+family("seed_oss", "SeedOssConfig", _common(**_dense, attention_bias=True, attention_out_bias=True),
+       "SeedOssForCausalLM", GQA)
+family("ministral", "MinistralConfig", _common(**_dense, sliding_window=8), "MinistralForCausalLM", GQA)
+family("exaone4", "Exaone4Config", _common(**dict(_dense, num_hidden_layers=4), sliding_window=8,
+                                           sliding_window_pattern=2), "Exaone4ForCausalLM", GQA)
+family("cohere", "CohereConfig", _common(**_dense, logit_scale=0.5, tie_word_embeddings=True), "CohereForCausalLM", GQA)
+family("cohere2", "Cohere2Config", _common(**_dense, sliding_window=8, logit_scale=0.5, tie_word_embeddings=True,
+                                           layer_types=["sliding_attention", "full_attention"]), "Cohere2ForCausalLM", GQA)
+family("cwm", "CwmConfig", _common(**_dense, sliding_window=8), "CwmForCausalLM", GQA)
+family("ernie4_5", "Ernie4_5Config", _common(**_dense), "Ernie4_5ForCausalLM", GQA)
+family("internlm3", "InternLM3Config", _common(**_dense), "LlamaForCausalLM", GQA)
+family("iquestcoder", "IQuestCoderConfig", _common(**_dense), "LlamaForCausalLM", GQA)
+family("sarvam_mla", "SarvamMLAConfig", _mla(), "DeepseekV3ForCausalLM", MLA, wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
 
 
 def text_of(cfg):

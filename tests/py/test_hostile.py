@@ -139,9 +139,9 @@ expect_refusal("config disagrees with shapes", src,
 planf = os.path.join(work, "bad-plan.json")
 open(planf, "w").write('{"tpfs_plan": 1, "name": "x", "rules": [')
 expect_refusal("malformed plan file", base, planf + ": not valid JSON", "--plan", planf)
-open(planf, "w").write('{"tpfs_plan": 1, "name": "x", "rules": [{"match": "**.q_proj", "split": "column", "heads": "nosuchkey"}]}')
+open(planf, "w").write('{"tpfs_plan": 1, "name": "x", "rules": [{"match": "**.q_proj", "split": "column", "heads": "nosuchkey"}, {"match": "**", "split": "replicate"}]}')
 expect_refusal("plan naming a missing key", base, "expression 'nosuchkey': key 'nosuchkey' is missing from config.json", "--plan", planf)
-open(planf, "w").write('{"tpfs_plan": 1, "name": "x", "rules": [{"match": "**.q_proj", "split": "column", "heads": "(3 +"}]}')
+open(planf, "w").write('{"tpfs_plan": 1, "name": "x", "rules": [{"match": "**.q_proj", "split": "column", "heads": "(3 +"}, {"match": "**", "split": "replicate"}]}')
 expect_refusal("plan with a broken expression", base, "expression '(3 +'", "--plan", planf)
 
 # an unreadable needed file (as root, drop the capabilities that bypass file modes)
@@ -176,7 +176,11 @@ allow = [r"^tpfs: warning: extra/broken.safetensors: tensor 'a': unknown dtype '
          r"^tpfs: warning: loop: skipped: symbolic link loop",
          r"^tpfs: warning: extra/up: skipped: symbolic link loop",
          r"^tpfs: warning: dangling: skipped: dangling symbolic link"]
-with tt.Mount(src, 2, allow_stderr=allow) as m:
+# the 200,000 tensors t000000 ... match no rule of the plan: served whole only on request
+p = tt.tpfs("plan", src, "--tp", 2)
+F.check(p.returncode == 1 and "tensor 't000000' [1]: no rule of plan 'llama' matches it" in p.stderr,
+        "a tensor no rule matches is refused by default: %s" % p.stderr[-400:])
+with tt.Mount(src, 2, "--unmatched", "replicate", allow_stderr=allow) as m:
     r1 = m.rank(1)
     F.check(open(os.path.join(r1, "extra", "broken.safetensors"), "rb").read() == open(broken, "rb").read(),
             "an invalid file no rule needs is served unchanged")
@@ -189,7 +193,8 @@ with tt.Mount(src, 2, allow_stderr=allow) as m:
         keys = list(f.keys())
         F.check(len(keys) == 200000 and int(f.get_tensor("t199999")[0]) == 199999 % 256,
                 "the 200,000-tensor file is served (%d tensors)" % len(keys))
-expect_refusal("--strict and an invalid unneeded file", src, "extra/broken.safetensors: tensor 'a': unknown dtype 'F13'", "--strict")
+expect_refusal("--strict and an invalid unneeded file", src, "extra/broken.safetensors: tensor 'a': unknown dtype 'F13'", "--strict",
+               "--unmatched", "replicate")
 
 print("hostile inputs tried: %d" % tried)
 shutil.rmtree(work)

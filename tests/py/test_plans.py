@@ -101,7 +101,7 @@ fixtures.make("glm5_next", src5)
 pj = tt.tpfs("plan", src5, "--tp", 2, "--json")
 F.check(pj.returncode == 0, "plan --json runs: %s" % pj.stderr)
 ps = tt.tpfs("plan", src5, "--tp", 2)
-F.check(ps.returncode == 0 and "kda_o_proj" in ps.stdout and "dsa_indexer" in ps.stdout and "unmatched tensors (replicated): 0" in ps.stdout,
+F.check(ps.returncode == 0 and "kda_o_proj" in ps.stdout and "dsa_indexer" in ps.stdout and "unmatched tensors (refused): 0" in ps.stdout,
         "tpfs plan shows the rules of a GLM-5.3-like checkpoint")
 
 srcl = os.path.join(work, "llama")
@@ -111,11 +111,9 @@ cfgl, fulll = fixtures.make("llama", srcl)
 cfg_unknown = dict(cfgl, model_type="mystery", architectures=["MysteryForCausalLM"])
 srcu = os.path.join(work, "mystery")
 fixtures.save(srcu, cfg_unknown, dict(fulll, **{"model.extra.weight": np.ones((4, 4), np.float32)}))
-want_unknown = ("tpfs: no built-in plan knows model_type 'mystery' (built-in plans: deepseek (deepseek_v3, deepseek_v32, "
-                "deepseek_v2, glm4_moe, glm_moe_dsa, kimi_k2); ernie4_5-moe (ernie4_5_moe); generic (only with --plan generic); "
-                "gpt-oss (gpt_oss); kda (kimi_linear, glm5_next); llama (llama, mistral, qwen2, qwen3, gemma3_text, gemma3); llama4 "
-                "(llama4_text, llama4); mixtral (mixtral, minimax_m2); phi3 (phi3); qwen-moe (qwen3_moe, qwen2_moe); qwen3-next "
-                "(qwen3_next, qwen3_5, qwen3_5_moe, qwen3_5_text, qwen3_5_moe_text)); give a plan file with --plan FILE (docs/PLANS.md), "
+want_unknown = ("tpfs: no built-in plan knows model_type 'mystery' (built-in plans: deepseek, ernie4_5-moe, generic, "
+                "gpt-oss, kda, llama, llama4, mixtral, phi3, qwen-moe, qwen3-next; 'tpfs plan --list' shows the model "
+                "types each detects, docs/COVERAGE.md the families served and refused); give a plan file with --plan FILE (docs/PLANS.md), "
                 "or, after checking what it does with 'tpfs plan SRC --tp N --plan generic', accept the generic name-based "
                 "guess with --plan generic\n")
 p = tt.tpfs("plan", srcu, "--tp", 2)
@@ -126,11 +124,50 @@ p = subprocess.run([tt.TPFS, "mount", srcu, mnt, "--tp", "2", "-f"], capture_out
 F.check(p.returncode == 1 and p.stderr == want_unknown and not tt.is_mounted(mnt),
         "tpfs mount refuses it before mounting: %r" % p.stderr)
 os.rmdir(mnt)
+# no silent guesses, again: a tensor no rule matches is refused by name and shape unless --unmatched replicate
 p = tt.tpfs("plan", srcu, "--tp", 2, "--plan", "generic")
+F.check(p.returncode == 1 and "tensor 'model.extra.weight' [4, 4]: no rule of plan 'generic' matches it; no rule says "
+        "it is whole" in p.stderr and "--unmatched replicate" in p.stderr and p.stderr.count("tpfs: error:") == 1,
+        "an unmatched tensor is refused by name and shape (only it: the norms are whole): %s" % p.stderr)
+p = tt.tpfs("plan", srcu, "--tp", 2, "--plan", "generic", "--unmatched", "replicate")
 F.check(p.returncode == 0 and "built-in generic (--plan)" in p.stdout, "--plan generic accepts the name-based guess: %s" % p.stderr)
-F.check("model.extra.weight" in p.stdout.split("unmatched tensors")[1], "unmatched tensors are listed")
-p = tt.tpfs("plan", srcu, "--tp", 2, "--plan", "llama")
+F.check("model.extra.weight" in p.stdout.split("unmatched tensors (replicated): 1")[1], "unmatched tensors are listed")
+p = tt.tpfs("plan", srcu, "--tp", 2, "--plan", "llama", "--unmatched", "replicate")
 F.check(p.returncode == 0 and "built-in llama (--plan)" in p.stdout, "--plan NAME forces a built-in plan")
+p = tt.tpfs("plan", srcu, "--tp", 2, "--plan", "llama", "--unmatched", "guess")
+F.check(p.returncode == 2 and "--unmatched: give refuse or replicate" in p.stderr, "--unmatched takes refuse or replicate")
+mnt = tempfile.mkdtemp(prefix="tpfs-plans-mnt-")
+p = subprocess.run([tt.TPFS, "mount", srcu, mnt, "--tp", "2", "--plan", "llama", "-f"], capture_output=True, text=True,
+                   timeout=120)
+F.check(p.returncode == 1 and "tensor 'model.extra.weight' [4, 4]: no rule of plan 'llama'" in p.stderr
+        and not tt.is_mounted(mnt), "tpfs mount refuses an unmatched tensor before mounting: %r" % p.stderr)
+os.rmdir(mnt)
+# the per-rank count an unmatched tensor would contradict is named (a second vocabulary-sized table)
+srcv = os.path.join(work, "vocab-extra")
+fixtures.save(srcv, cfgl, dict(fulll, **{"model.extra_embed.weight": np.ones((128, 48), np.float32)}))
+p = tt.tpfs("plan", srcv, "--tp", 4)
+F.check(p.returncode == 1 and "tensor 'model.extra_embed.weight' [128, 48]: no rule of plan 'llama' matches it; served "
+        "whole, its dim 0 (128) equals 'vocab_size' (128), which rank 0's config.json states as 32 at T=4" in p.stderr,
+        "an unmatched tensor names the per-rank count it would contradict: %s" % p.stderr)
+p = tt.tpfs("plan", srcv, "--tp", 4, "--unmatched", "replicate")
+F.check(p.returncode == 0 and "unmatched tensors (replicated): 1" in p.stdout, "--unmatched replicate opts in: %s" % p.stderr)
+# a plan picked through architectures alone must fit the names (EXAONE says LlamaForCausalLM, keeps its own names)
+srce = os.path.join(work, "exaone-like")
+exa = {k.replace("model.layers.", "transformer.h.").replace("model.embed_tokens", "transformer.wte"): v
+       for k, v in fulll.items()}
+fixtures.save(srce, dict(cfgl, model_type="exaone"), exa)
+p = tt.tpfs("plan", srce, "--tp", 2)
+F.check(p.returncode == 1 and "no built-in plan knows model_type 'exaone': config.json's architectures point at plan "
+        "'llama', but the checkpoint's names do not fit it" in p.stderr and "--plan FILE" in p.stderr,
+        "a plan picked by architectures whose names do not fit is refused as unknown: %s" % p.stderr)
+p = tt.tpfs("plan", srce, "--tp", 2, "--unmatched", "replicate")
+F.check(p.returncode == 1 and "no built-in plan knows model_type 'exaone'" in p.stderr,
+        "... also under --unmatched replicate: %s" % p.stderr)
+srcok = os.path.join(work, "arch-fits")
+fixtures.save(srcok, dict(cfgl, model_type="llama_like"), fulll)
+p = tt.tpfs("plan", srcok, "--tp", 2)
+F.check(p.returncode == 0 and "unmatched tensors (refused): 0" in p.stdout,
+        "a plan picked by architectures whose names fit is used: %s" % p.stderr)
 p = tt.tpfs("plan", srcu, "--tp", 2, "--plan", "llama", "--strict")
 F.check(p.returncode == 1 and "model.extra.weight" in p.stderr and "--strict" in p.stderr, "--strict refuses an unmatched tensor")
 p = tt.tpfs("plan", srcu, "--tp", 2, "--plan", "nosuch")

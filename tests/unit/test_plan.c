@@ -634,8 +634,8 @@ static void test_choice(void **state)
 		cJSON *c = unknown[i].config ? cJSON_Parse(unknown[i].config) : NULL;
 		assert_int_equal(tp_plan_choose(c, NULL, &pl, origin, sizeof origin, &e), -1);
 		char want[256];
-		snprintf(want, sizeof want, "no built-in plan knows %s (built-in plans: deepseek (deepseek_v3, ", unknown[i].names);
-		if (!strstr(e.msg, want) || !strstr(e.msg, "; generic (only with --plan generic); gpt-oss (gpt_oss); kda (kimi_linear, glm5_next); llama (llama, ") ||
+		snprintf(want, sizeof want, "no built-in plan knows %s (built-in plans: deepseek, ernie4_5-moe, generic, ", unknown[i].names);
+		if (!strstr(e.msg, want) || !strstr(e.msg, "; 'tpfs plan --list' shows the model types each detects") ||
 		    !strstr(e.msg, "give a plan file with --plan FILE") || !strstr(e.msg, "accept the generic name-based guess with --plan generic"))
 			fail_msg("%s: %s", unknown[i].names, e.msg);
 		cJSON_Delete(c);

@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""Which transformers families tpfs serves, generated from the model code (docs/COVERAGE.md).
+
+For every configuration class of the installed transformers that declares a `base_model_tp_plan`
+(the families transformers itself knows how to split), a tiny model is built from the class's
+default configuration with small sizes (hidden 64, 8 heads of 16, 4 experts, ...; where those do
+not build: the default sizes with fewer layers, then the default configuration) on the meta
+device, so no weight is allocated. Its checkpoint is written header-only: the names, shapes and
+dtypes save_pretrained would write (transformers' own tied-weight removal and its reverse key
+conversion to the checkpoint layout), the data a sparse hole. Then `tpfs plan --tp 2` and
+`--tp 4` are run on it, and each family is one of:
+
+  served    tpfs plans it at T=2 and 4; the numeric test that proves it is named (a family of
+            tests/py/realmodel.py that tests/py/test_real_models.py runs at T=2 and 4)
+  refused   tpfs refuses it by name: an architecture no built-in plan knows, or a tensor a plan
+            cannot serve (the first reason is shown)
+  error     `tpfs plan` crashed or failed without a clear refusal (a bug)
+  not built transformers cannot build the family's default configuration (not a tpfs result)
+
+    python scripts/coverage.py [--tpfs BIN] [--out docs/COVERAGE.md] [--check] [--jobs 2] [FAMILY...]
+
+--check (CI): also fails when a family is served but no numeric test proves it, when any family
+is an error, and when the table differs from the committed docs/COVERAGE.md (run without --check
+to regenerate it). Nothing is cached: every run builds every family again (about a minute on
+two cores).
+"""
+import argparse
+import concurrent.futures
+import contextlib
+import io
+import json
+import math
+import multiprocessing
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# small sizes, applied to the keys a configuration has (the values divide by 2 and 4)
+SMALL = dict(hidden_size=64, intermediate_size=128, num_attention_heads=8, num_key_value_heads=4, head_dim=16,
+             vocab_size=256, max_position_embeddings=256, moe_intermediate_size=32,
+             shared_expert_intermediate_size=32, num_experts=4, num_local_experts=4, n_routed_experts=4,
+             moe_num_experts=4, num_experts_per_tok=2, n_shared_experts=1, n_group=1, topk_group=1,
+             kv_lora_rank=16, q_lora_rank=32, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=16,
+             linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=16, linear_value_head_dim=16)
+LAYERS = 4  # enough for the families that alternate layer kinds every 2 (or are dense for the first)
+DTYPE_NAMES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64", "int64": "I64",
+               "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
+               "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "complex64": "C64"}
+BITS = {"F32": 32, "F16": 16, "BF16": 16, "F64": 64, "I64": 64, "I32": 32, "I16": 16, "I8": 8, "U8": 8, "BOOL": 8,
+        "F8_E4M3": 8, "F8_E5M2": 8, "C64": 64}
+
+
+def families():
+    """{model_type: config class} of every configuration class that declares base_model_tp_plan."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    out = {}
+    for mt in CONFIG_MAPPING.keys():
+        try:
+            cls = CONFIG_MAPPING[mt]
+        except Exception:  # a class whose module does not import here
+            continue
+        if getattr(cls, "base_model_tp_plan", None):
+            out[mt] = cls
+    return out
+
+
+def proofs():
+    """{model_type: test name} of the families tests/py/test_real_models.py proves at T=2 and 4."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+    import realmodel
+    import transformers
+    out = {}
+    for name, fam in realmodel.FAMILIES.items():
+        if 2 not in fam["ts"] or 4 not in fam["ts"]:
+            continue
+        cls = getattr(transformers, fam["cfg_cls"])
+        mts = [cls.model_type]
+        # a composite proven through its text model proves that text model's family too
+        sub = getattr(cls, "sub_configs", {}).get("text_config")
+        if sub is not None:
+            mts.append(sub.model_type)
+        for mt in mts:
+            out.setdefault(mt, "test_real_models %s" % name)
+    return out
+
+
+def _overrides(cls, small):
+    d = cls().to_dict()
+    kw = {}
+    if small:
+        kw = {k: v for k, v in SMALL.items() if k in d}
+    if "num_hidden_layers" in d:
+        kw["num_hidden_layers"] = min(LAYERS, d["num_hidden_layers"] or LAYERS)
+    for sub in ("text_config",):
+        if isinstance(d.get(sub), dict) and small:
+            t = {k: v for k, v in SMALL.items() if k in d[sub]}
+            if "num_hidden_layers" in d[sub]:
+                t["num_hidden_layers"] = min(LAYERS, d[sub]["num_hidden_layers"] or LAYERS)
+            kw[sub] = dict(d[sub], **t)
+            for k in ("layer_types", "mlp_layer_types"):
+                kw[sub].pop(k, None)
+    return kw
+
+
+def model_class(cfg):
+    from transformers.models.auto import modeling_auto as ma
+    order = ["MODEL_FOR_CAUSAL_LM_MAPPING", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING", "MODEL_FOR_MASKED_LM_MAPPING",
+             "MODEL_MAPPING"]
+    if "vision_config" in getattr(cfg, "sub_configs", {}):  # a vision-language wrapper: the whole model
+        order[0], order[1] = order[1], order[0]
+    for name in order:
+        m = getattr(ma, name)
+        with contextlib.suppress(KeyError, ValueError):
+            return m[type(cfg)]
+    raise KeyError("no model class")
+
+
+def build(mt, cls):
+    """A meta-device model of family mt: (config, model, how it was sized)."""
+    import torch
+    last = None
+    for how, kw in (("small", lambda: _overrides(cls, True)), ("default sizes, %d layers" % LAYERS,
+                                                               lambda: _overrides(cls, False)),
+                    ("default config", lambda: {})):
+        try:
+            cfg = cls(**kw())
+            mcls = model_class(cfg)
+            with torch.device("meta"):
+                model = mcls(cfg)
+            return cfg, model, how
+        except Exception as e:  # the next, larger form
+            last = e
+    raise last
+
+
+def header_only(model, out):
+    """Writes out/model.safetensors (header only, data a hole) with the tensors save_pretrained writes."""
+    from transformers.core_model_loading import revert_weight_conversion
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+    sd = model.state_dict()
+    sd = remove_tied_weights_from_state_dict(sd, model)
+    sd = revert_weight_conversion(model, sd)
+    ignore = getattr(model, "_keys_to_ignore_on_save", None) or []
+    shapes = {k: (DTYPE_NAMES[str(v.dtype).replace("torch.", "")], list(v.shape)) for k, v in sd.items()
+              if not any(re.search(p, k) for p in ignore)}
+    hdr, off = {}, 0
+    for k in sorted(shapes, key=lambda k: (-BITS[shapes[k][0]], k)):
+        dt, sh = shapes[k]
+        n = math.prod(sh) * BITS[dt] // 8
+        hdr[k] = {"dtype": dt, "shape": sh, "data_offsets": [off, off + n]}
+        off += n
+    hdr["__metadata__"] = {"format": "pt"}
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(os.path.join(out, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        f.truncate(8 + len(h) + off)
+    model.config.architectures = [type(model).__name__]
+    model.config.save_pretrained(out)
+    return len(shapes)
+
+
+def clean(msg):
+    """A message without the temporary folder (stable across runs)."""
+    return re.sub(r"/\S*/tpfs-cov-[^/\s]*/", "", msg).strip()
+
+
+def classify(p):
+    """(status, reason) of one `tpfs plan` run."""
+    err = p.stderr
+    if p.returncode == 0:
+        return "served", ""
+    lines = [ln for ln in err.splitlines() if ln.startswith("tpfs: ")]
+    if p.returncode != 1 or not lines:
+        return "error", "exit %d: %s" % (p.returncode, clean(err)[-300:])
+    first = lines[0][len("tpfs: "):]
+    if first.startswith("error: "):
+        first = first[len("error: "):]
+    if first.startswith("warning: "):
+        first = next((ln[len("tpfs: "):] for ln in lines if not ln.startswith("tpfs: warning")), first)
+    if "no built-in plan knows" in first:
+        m = re.match(r"(no built-in plan knows [^(:]*)", first)
+        note = " (config.json's architectures point at a plan whose names do not fit)" if "names do not fit" in first else ""
+        return "refused", m.group(1).strip() + note
+    return "refused", clean(first)
+
+
+def one(args):
+    """The row of one family (runs in a worker process)."""
+    mt, tpfs = args
+    import transformers  # noqa: F401
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    warnings.simplefilter("ignore")
+    row = dict(family=mt, cls=CONFIG_MAPPING[mt].__name__, status="", reason="", plan="", tensors=0, how="")
+    work = tempfile.mkdtemp(prefix="tpfs-cov-")
+    try:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                cfg, model, row["how"] = build(mt, CONFIG_MAPPING[mt])
+                row["tensors"] = header_only(model, work)
+                row["arch"] = type(model).__name__
+        except Exception as e:
+            row["status"], row["reason"] = "not built", "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:200]
+                                                                    if str(e) else "")
+            return row
+        res = []
+        for T in (2, 4):
+            try:
+                p = subprocess.run([tpfs, "plan", work, "--tp", str(T)], capture_output=True, text=True, timeout=120)
+            except subprocess.TimeoutExpired:
+                res.append(("error", "T=%d: tpfs plan did not finish in 120 s" % T))
+                continue
+            st, why = classify(p)
+            if st == "served":
+                m = re.search(r"^plan:\s+built-in (\S+)", p.stdout, re.M)
+                row["plan"] = m.group(1) if m else "?"
+            res.append((st, ("T=%d: " % T + why) if why and st != "refused" else why))
+        if all(s == "served" for s, _ in res):
+            row["status"] = "served"
+        elif any(s == "error" for s, _ in res):
+            row["status"], row["reason"] = "error", "; ".join(w for s, w in res if s == "error")
+        elif res[0][0] == "served":
+            row["status"], row["reason"] = "refused", "T=4: " + res[1][1]
+        else:
+            row["status"], row["reason"] = "refused", res[0][1]
+        return row
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def render(rows, proven, version):
+    served = [r for r in rows if r["status"] == "served"]
+    ok = [r for r in served if r["family"] in proven]
+    refused = [r for r in rows if r["status"] == "refused"]
+    unknown = [r for r in refused if r["reason"].startswith("no built-in plan knows")]
+    errors = [r for r in rows if r["status"] == "error"]
+    unbuilt = [r for r in rows if r["status"] == "not built"]
+    summary = ("%d families with a TP plan in transformers %s: %d served and proven at T=2 and 4, %d served but not "
+               "proven, %d refused (%d as an unknown architecture, %d by a tensor), %d errors, %d not built"
+               % (len(rows), version, len(ok), len(served) - len(ok), len(refused), len(unknown),
+                  len(refused) - len(unknown), len(errors), len(unbuilt)))
+    out = ["# Coverage", "",
+           "Generated by `python scripts/coverage.py` (do not edit; `meson test coverage` runs it with `--check`). For",
+           "every transformers configuration class that declares a `base_model_tp_plan`, a tiny model of its default",
+           "configuration is built on the meta device, its checkpoint written header-only (the names and shapes",
+           "`save_pretrained` writes), and `tpfs plan --tp 2` and `--tp 4` run on it. *Served* families are proven by",
+           "the numeric test named (tests/py/test_real_models.py: each rank loaded strictly into the local-size",
+           "model, the tensor-parallel logits equal to the unsplit model's in float64 within 1e-5 relative, a wrong",
+           "split failing). *Refused* families are refused by name, before anything is mounted, for the reason shown.",
+           "", "**Summary: %s.**" % summary, "",
+           "| family | config class | result | plan | proven by | reason |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in sorted(rows, key=lambda r: ({"served": 0, "error": 1, "refused": 2, "not built": 3}[r["status"]],
+                                         r["family"])):
+        reason = r["reason"].replace("|", "\\|")
+        if len(reason) > 240:
+            reason = reason[:237] + "..."
+        out.append("| %s | %s | %s | %s | %s | %s |" % (r["family"], r["cls"], r["status"], r["plan"] or "",
+                                                       proven.get(r["family"], "") if r["status"] == "served" else "",
+                                                       reason))
+    return "\n".join(out) + "\n", summary
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tpfs", default=os.environ.get("TPFS_BIN") or os.path.join(ROOT, "build", "src", "tpfs"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "COVERAGE.md"))
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("only", nargs="*")
+    a = ap.parse_args()
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    t0 = time.time()
+    import transformers
+    fams = families()
+    proven = proofs()
+    names = sorted(a.only or fams)
+    ctx = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, min(a.jobs, 2)), mp_context=ctx) as ex:
+        rows = list(ex.map(one, [(mt, a.tpfs) for mt in names]))
+    text, summary = render(rows, proven, transformers.__version__)
+    fail = []
+    for r in rows:
+        if r["status"] == "error":
+            fail.append("%s: tpfs plan failed without a clear refusal: %s" % (r["family"], r["reason"]))
+        if r["status"] == "served" and r["family"] not in proven:
+            fail.append("%s: served (plan %s) but no numeric test proves it: add it to tests/py/realmodel.py"
+                        % (r["family"], r["plan"]))
+    if a.check and not a.only:
+        with open(a.out) as f:
+            if f.read() != text:
+                fail.append("%s is not what this run generates: run python scripts/coverage.py and commit it" % a.out)
+    elif not a.check and not a.only:
+        with open(a.out, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    print("%s (%.0f s)" % (summary, time.time() - t0))
+    for f in fail:
+        print("FAIL: " + f)
+    return 1 if fail and (a.check or a.only) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
