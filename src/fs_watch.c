@@ -149,6 +149,19 @@ void after_reply(tp_fs *fs, uint32_t i)
 		queue_inval(fs, i, 0);
 }
 
+/* --view: the part files of every rank that read node i (pages, or with off -1 attributes). */
+static void inval_parts(tp_fs *fs, uint32_t i, off_t off)
+{
+	for (size_t p = 0; p < fs->vnp && atomic_load(&fs->ready); p++) {
+		const tp_vpart *pt = &fs->m->vplan.parts[p];
+		int reads = 0;
+		for (uint32_t k = 0; k < pt->nsrc && !reads; k++)
+			reads = fs->m->vsrc_node[pt->srcs[k]] == i;
+		for (uint32_t r = 0; reads && r < fs->T; r++)
+			fuse_lowlevel_notify_inval_inode(fs->se, fs->vpart_ino + (fuse_ino_t)r * fs->vnp + p, off, 0);
+	}
+}
+
 static void *inval_thread(void *p)
 {
 	tp_fs *fs = p;
@@ -165,6 +178,7 @@ static void *inval_thread(void *p)
 				atomic_store(&fs->ns[i].pend, 0);
 			for (uint32_t r = 0; r < fs->T && atomic_load(&fs->ready); r++)
 				fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, r, i), v[k] & INVAL_ATTR ? -1 : 0, 0);
+			inval_parts(fs, i, v[k] & INVAL_ATTR ? -1 : 0);
 			if (i == 0 && atomic_load(&fs->ready)) { /* the top folder and the stats file take SRC's too */
 				fuse_lowlevel_notify_inval_inode(fs->se, FUSE_ROOT_ID, -1, 0);
 				fuse_lowlevel_notify_inval_inode(fs->se, fs->stats_ino, -1, 0);
@@ -172,8 +186,11 @@ static void *inval_thread(void *p)
 		}
 		if (atomic_exchange(&fs->inval_lost, 0))
 			for (uint32_t i = 0; i < fs->nn; i++)
+			{
 				for (uint32_t r = 0; r < fs->T && atomic_load(&fs->ready); r++)
 					fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, r, i), atomic_load(&fs->ns[i].bad) ? 0 : -1, 0);
+				inval_parts(fs, i, atomic_load(&fs->ns[i].bad) ? 0 : -1);
+			}
 	}
 	return NULL;
 }

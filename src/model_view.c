@@ -51,10 +51,11 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 	}
 	if (m->view->pad_vocab) {
 		if (o->pad_vocab && o->pad_vocab != m->view->pad_vocab) {
+			unsigned long long want = m->view->pad_vocab;
 			tp_model_view_free(m);
 			return tp_fail(e, TP_EINVAL, "--pad-vocab=%llu: the %s view pads the vocabulary to a multiple of "
 				       "%llu (as the engine does); leave --pad-vocab out", (unsigned long long)o->pad_vocab,
-				       o->view, (unsigned long long)m->view->pad_vocab);
+				       o->view, want);
 		}
 		m->pad_vocab = m->view->pad_vocab;
 	}

@@ -104,7 +104,7 @@ class Mount:
             wait_for(lambda: is_mounted(self.path) or self.proc.poll() is not None, what="the mount")
             if self.proc.poll() is not None:
                 raise AssertionError("tpfs exited (%d) before mounting: %s" % (self.proc.returncode, self.stderr()))
-            os.stat(os.path.join(self.path, "rank0"))
+            os.stat(os.path.join(self.path, ".tpfs-stats"))
         except BaseException:
             self.cleanup()
             raise

@@ -1,0 +1,178 @@
+"""Issue 21: `--view vllm` serves vLLM's own per-rank files, byte for byte what the rules say.
+
+The expected files are built here from reference.py's per-rank slices (written from the TP rules,
+not from the C plan) and from vLLM's names as this test states them (q, k and v as qkv_proj, gate
+and up as gate_up_proj, four attention scale scalars per layer, the vocabulary padded to 64, with
+tied embeddings the one key lm_head.weight): every rank's part files must hold exactly that key
+set, those shapes, dtypes and bytes. The engine itself loading them is tests/py/test_vllm.py.
+
+Also: a view whose pieces lie in two source files (one reply reads both, and a change to either
+fails it), the MNT layout (the source's other files, no rank folders, no safetensors or index files),
+`--ranks`, `tpfs plan --view vllm`, a wrong view file (k and v swapped) caught by the same check,
+and the refusals (a plan with no vLLM view, a quantized checkpoint, --ep, --pad-vocab other than 64).
+"""
+import glob
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+import fixtures
+import reference
+import tpfs_test as tt
+
+tt.require_fuse()
+F = tt.Failures()
+work = tempfile.mkdtemp(prefix="tpfs-view-")
+ALLOW = [r"^tpfs: error: .*: the source changed since it was mounted"]
+
+
+def vllm_expected(config, full, T, r, swap_kv=False):
+    """{name: array} that vLLM's model on rank r holds, from the full tensors (the rules' slices)."""
+    ex = lambda n: reference.expected("llama", config, n, full[n], T, r, pad=64)
+    out, used = {}, set()
+    layers = sorted({int(n.split(".")[2]) for n in full if n.startswith("model.layers.")})
+    for i in layers:
+        p = "model.layers.%d." % i
+        for kind in ("weight", "bias"):
+            q, k, v = (p + "self_attn.%s_proj.%s" % (x, kind) for x in "qkv")
+            if q in full:
+                parts = [q, v, k] if swap_kv else [q, k, v]
+                out[p + "self_attn.qkv_proj." + kind] = np.concatenate([ex(n) for n in parts])
+                used |= {q, k, v}
+        g, u = p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"
+        out[p + "mlp.gate_up_proj.weight"] = np.concatenate([ex(g), ex(u)])
+        used |= {g, u}
+        for s in ("_k_scale", "_v_scale", "_q_scale", "_prob_scale"):
+            out[p + "self_attn.attn." + s] = np.array(1.0, np.float32)
+    if "lm_head.weight" not in full:  # tied: vLLM's one key for the shared table
+        out["lm_head.weight"] = ex("model.embed_tokens.weight")
+        used.add("model.embed_tokens.weight")
+    for n in full:
+        if n not in used:
+            out[n] = ex(n)
+    return out
+
+
+def served(mnt, r):
+    got = {}
+    for f in sorted(glob.glob(os.path.join(mnt, "model-rank-%d-part-*.safetensors" % r))):
+        got.update(load_file(f))
+    return got
+
+
+def compare(name, got, want):
+    F.check(sorted(got) == sorted(want), "%s: key set (%d served, %d expected; extra %s, missing %s)" % (
+        name, len(got), len(want), sorted(set(got) - set(want))[:3], sorted(set(want) - set(got))[:3]))
+    bad = [k for k in want if k in got and (got[k].shape != want[k].shape or got[k].dtype != want[k].dtype or
+                                            not np.array_equal(got[k], want[k]))]
+    F.check(not bad, "%s: %d tensors differ from the rules' slices: %s" % (name, len(bad), bad[:4]))
+    return not bad
+
+
+def load_dir(d):
+    full = {}
+    for f in glob.glob(os.path.join(d, "*.safetensors")):
+        full.update(load_file(f))
+    return full
+
+
+# 1. llama (KV heads 2: replicated groups at T=4; q/k/v biases), at T=2 and 4
+src = os.path.join(work, "llama")
+config, _ = fixtures.make("llama", src)
+full = load_dir(src)
+for T in (2, 4):
+    with tt.Mount(src, T, "--view", "vllm") as m:
+        names = sorted(os.listdir(m.path))
+        F.check(not [n for n in names if n.startswith("rank")] and "config.json" in names and
+                "tokenizer_config.json" in names and not [n for n in names if n.startswith("model-0")] and
+                "model.safetensors.index.json" not in names,
+                "T=%d: MNT holds the part files and the source's other files only: %s" % (T, names))
+        F.check(open(os.path.join(m.path, "config.json"), "rb").read() == open(os.path.join(src, "config.json"), "rb").read(),
+                "T=%d: config.json is the source's (vLLM divides by T itself)" % T)
+        for r in range(T):
+            compare("llama T=%d rank %d" % (T, r), served(m.path, r), vllm_expected(config, full, T, r))
+
+# 2. tied embeddings, and pieces from two source files: layer 0's k and v in another file than q
+tied = os.path.join(work, "tied")
+tfull = {k: v for k, v in full.items() if k != "lm_head.weight"}
+tcfg = dict(config, tie_word_embeddings=True)
+os.makedirs(tied)
+other = {k: v for k, v in tfull.items() if k.startswith("model.layers.0.self_attn.") and (".k_proj." in k or ".v_proj." in k)}
+rest = {k: v for k, v in tfull.items() if k not in other}
+save_file(rest, os.path.join(tied, "model-00001-of-00002.safetensors"), metadata={"format": "pt"})
+save_file(other, os.path.join(tied, "model-00002-of-00002.safetensors"), metadata={"format": "pt"})
+wm = {k: "model-00001-of-00002.safetensors" for k in rest}
+wm.update({k: "model-00002-of-00002.safetensors" for k in other})
+json.dump({"metadata": {}, "weight_map": wm}, open(os.path.join(tied, "model.safetensors.index.json"), "w"))
+json.dump(tcfg, open(os.path.join(tied, "config.json"), "w"))
+with tt.Mount(tied, 2, "--view", "vllm", allow_stderr=ALLOW) as m:
+    for r in range(2):
+        got = served(m.path, r)
+        compare("tied, two sources, rank %d" % r, got, vllm_expected(tcfg, tfull, 2, r))
+        F.check("model.embed_tokens.weight" not in got, "tied: no model.embed_tokens.weight key (vLLM keeps lm_head.weight)")
+    part0 = os.path.join(m.path, "model-rank-1-part-0.safetensors")
+    snap = open(part0, "rb").read()
+    # a change to the file that holds only k and v fails the part whose qkv reads it
+    with open(os.path.join(tied, "model-00002-of-00002.safetensors"), "r+b") as f:
+        f.seek(-8, 2)
+        f.write(b"\x01" * 8)
+    time.sleep(0.3)
+    F.check(tt.read_state(part0, snap) == "eio", "a change to the second source fails the part that reads it")
+
+# 3. --ranks: a node serving rank 1 only
+with tt.Mount(src, 2, "--view", "vllm", "--ranks", "1") as m:
+    names = sorted(n for n in os.listdir(m.path) if n.startswith("model-rank"))
+    F.check(names == ["model-rank-1-part-0.safetensors", "model-rank-1-part-1.safetensors"], "--ranks 1 serves %s" % names)
+    compare("--ranks 1", served(m.path, 1), vllm_expected(config, full, 2, 1))
+
+# 4. tpfs plan --view vllm lists each key and its pieces
+p = tt.tpfs("plan", src, "--tp", "2", "--view", "vllm")
+F.check(p.returncode == 0 and "model.layers.0.self_attn.qkv_proj.weight" in p.stdout and
+        "model.layers.0.self_attn.q_proj.weight + model.layers.0.self_attn.k_proj.weight + "
+        "model.layers.0.self_attn.v_proj.weight" in p.stdout and "model-rank-0-part-0.safetensors" in p.stdout,
+        "tpfs plan --view vllm shows keys and pieces (%d): %s" % (p.returncode, (p.stdout + p.stderr)[-300:]))
+
+# 5. a wrong view (k and v swapped in qkv_proj) is caught by the same check
+view = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "views", "vllm", "llama.json")))
+for e in view["tensors"]:
+    if e.get("name", "").endswith("qkv_proj.weight"):
+        e["cat"] = [e["cat"][0], e["cat"][2], e["cat"][1]]
+wrong = os.path.join(work, "wrong-view.json")
+json.dump(view, open(wrong, "w"))
+quiet = tt.Failures(quiet=True)
+with tt.Mount(src, 2, "--view", wrong) as m:
+    got = served(m.path, 0)
+    ok = all(np.array_equal(got[k], v) for k, v in vllm_expected(config, full, 2, 0).items() if k in got)
+    F.check(not ok, "the wrong view (k and v swapped) fails the comparison with the rules")
+    F.check(np.array_equal(got["model.layers.0.self_attn.qkv_proj.weight"],
+                           vllm_expected(config, full, 2, 0, swap_kv=True)["model.layers.0.self_attn.qkv_proj.weight"]),
+            "the wrong view serves exactly the swapped order")
+
+# 6. refusals
+ds = os.path.join(work, "deepseek")
+fixtures.make("deepseek_v3", ds)
+os.mkdir(os.path.join(work, "m6"))
+p = tt.tpfs("mount", ds, os.path.join(work, "m6"), "--tp", "2", "--view", "vllm")
+F.check(p.returncode == 1 and "no vllm view for plan" in p.stderr and "hf view" in p.stderr,
+        "a plan with no vLLM view is refused by name (%s)" % p.stderr.strip()[:300])
+q = os.path.join(work, "quant")
+shutil.copytree(src, q)
+qc = dict(config, quantization_config={"quant_method": "fp8"})
+json.dump(qc, open(os.path.join(q, "config.json"), "w"))
+p = tt.tpfs("plan", q, "--tp", "2", "--view", "vllm")
+F.check(p.returncode == 1 and "quantized checkpoints are refused under an engine view" in p.stderr,
+        "a quantized checkpoint is refused under --view vllm (%s)" % p.stderr.strip()[:200])
+p = tt.tpfs("plan", src, "--tp", "2", "--view", "vllm", "--ep")
+F.check(p.returncode == 1 and "--ep" in p.stderr, "--view with --ep is refused (%s)" % p.stderr.strip()[:200])
+p = tt.tpfs("plan", src, "--tp", "2", "--view", "vllm", "--pad-vocab=128")
+F.check(p.returncode == 1 and "pads the vocabulary to a multiple of 64" in p.stderr, "--pad-vocab other than the view's is refused")
+p = tt.tpfs("plan", src, "--tp", "2", "--view", "sglang")
+F.check(p.returncode == 1 and "no view for that engine" in p.stderr, "an engine without views is refused (%s)" % p.stderr.strip()[:200])
+
+shutil.rmtree(work, ignore_errors=True)
+F.done("view")
