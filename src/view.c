@@ -477,7 +477,7 @@ static int resolve_cat(vres *c, size_t k)
 	int rc = 0;
 	for (size_t i = 0; i < c->nall && rc == 0; i++) {
 		vbind b = {.n = 0};
-		if (c->used[i] || !tmatch(x->cat[0], c->all[i].name, &b))
+		if (!tmatch(x->cat[0], c->all[i].name, &b))
 			continue;
 		if (nm == cap) {
 			cap = cap ? cap * 2 : 64;
@@ -505,6 +505,11 @@ static int resolve_cat(vres *c, size_t k)
 			char other[ST_MAX_NAME + 1];
 			if (expand(x->if_missing, &b, other, sizeof other) == 0 && lookup(c, other) >= 0)
 				continue;
+		}
+		if (c->used[i]) {
+			rc = tp_fail(c->e, TP_EINVAL, "%s: source tensor '%s' is used by two entries of the view (the second: "
+				     "tensors[%zu])", c->v->origin, c->all[i].name, k);
+			break;
 		}
 		nm++;
 	}

@@ -1,0 +1,283 @@
+/* test_view.c: engine view files (view.c): parsing, template matching, cat / stack / const /
+ * rename / drop / if_missing, the parts and their source tables, and every refusal, on small
+ * header-only checkpoints. The bytes of served files are test_map's (multi_source) and
+ * tests/py/test_view.py's. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "view.h"
+
+/* A header of F32 tensors "name:rows" (each [rows, 4]) from a space-separated list. */
+static void header(const char *list, st_header *h)
+{
+	char json[8192], names[4096];
+	size_t w = 0;
+	uint64_t off = 0;
+	snprintf(names, sizeof names, "%s", list);
+	w += (size_t)snprintf(json + w, sizeof json - w, "{");
+	for (char *save, *tok = strtok_r(names, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+		char *colon = strchr(tok, ':');
+		unsigned rows = colon ? (unsigned)atoi(colon + 1) : 4;
+		if (colon)
+			*colon = 0;
+		uint64_t n = (uint64_t)rows * 4 * 4;
+		w += (size_t)snprintf(json + w, sizeof json - w, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%u,4],\"data_offsets\":[%llu,%llu]}",
+				      w > 1 ? "," : "", tok, rows, (unsigned long long)off, (unsigned long long)(off + n));
+		off += n;
+	}
+	w += (size_t)snprintf(json + w, sizeof json - w, "}");
+	while (w % 8)
+		json[w++] = ' ';
+	tp_err e;
+	if (st_parse_header(json, w, 8 + w + off, "src", h, &e) < 0)
+		fail_msg("header: %s", e.msg);
+}
+
+typedef struct fixture {
+	st_header h[3];
+	tp_spec *specs[3];
+	tp_vsource src[3];
+	uint32_t n;
+} fixture;
+
+static void fx_add(fixture *f, const char *list)
+{
+	uint32_t k = f->n++;
+	header(list, &f->h[k]);
+	f->specs[k] = calloc(f->h[k].n + 1, sizeof *f->specs[k]);
+	for (size_t i = 0; i < f->h[k].n; i++)
+		f->specs[k][i] = tp_spec_split(0, f->h[k].t[i].shape[0], 1);
+	f->src[k] = (tp_vsource){k == 0 ? "a.safetensors" : k == 1 ? "b.safetensors" : "c.safetensors", &f->h[k], f->specs[k]};
+}
+
+static void fx_free(fixture *f)
+{
+	for (uint32_t k = 0; k < f->n; k++) {
+		st_header_free(&f->h[k]);
+		free(f->specs[k]);
+	}
+}
+
+static const char *VIEW_HEAD = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"t\", \"plans\": [\"llama\"], ";
+
+/* Parses a view of the given tensors list (JSON array text) and resolves it over f. */
+static int resolve(fixture *f, const char *tensors, const char *extra, tp_vplan *p, tp_err *e)
+{
+	char text[4096];
+	snprintf(text, sizeof text, "%s%s\"tensors\": %s}", VIEW_HEAD, extra ? extra : "", tensors);
+	tp_view v;
+	if (tp_view_parse(text, strlen(text), "t.json", &v, e) < 0)
+		return -2;
+	int rc = tp_view_resolve(&v, f->src, f->n, p, e);
+	tp_view_free(&v);
+	return rc;
+}
+
+static const tp_sdesc *find(const tp_vplan *p, const char *name, size_t *part)
+{
+	for (size_t k = 0; k < p->nparts; k++)
+		for (size_t j = 0; j < p->parts[k].n; j++)
+			if (!strcmp(p->parts[k].d[j].name, name)) {
+				if (part)
+					*part = k;
+				return &p->parts[k].d[j];
+			}
+	return NULL;
+}
+
+static const char *piece_name(const fixture *f, const tp_vplan *p, size_t part, const tp_pdesc *pd)
+{
+	return f->h[p->parts[part].srcs[pd->file]].t[pd->tensor].name;
+}
+
+static void test_cat_const_rename(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "L.0.q:8 L.0.k:4 L.0.v:4 L.0.o L.1.q:8 L.1.k:4 L.1.v:4 L.1.o embed:16 norm:1");
+	tp_vplan p;
+	tp_err e;
+	int rc = resolve(&f, "[{\"name\": \"L.{i}.qkv\", \"cat\": [\"L.{i}.q\", \"L.{i}.k\", \"L.{i}.v\"]},"
+			 " {\"name\": \"L.{i}.scale\", \"const\": {\"dtype\": \"F32\", \"value\": 1.0}, \"per\": \"L.{i}.o\"},"
+			 " {\"name\": \"head\", \"from\": \"embed\", \"if_missing\": \"head\"}]", NULL, &p, &e);
+	if (rc < 0)
+		fail_msg("%s", e.msg);
+	size_t part;
+	const tp_sdesc *d = find(&p, "L.1.qkv", &part);
+	assert_non_null(d);
+	assert_int_equal(d->npieces, 3);
+	assert_int_equal(d->nstack, 0);
+	assert_string_equal(piece_name(&f, &p, part, &d->pieces[0]), "L.1.q");
+	assert_string_equal(piece_name(&f, &p, part, &d->pieces[2]), "L.1.v");
+	assert_int_equal(d->pieces[0].spec.seg[0], 8); /* the plan's spec of that tensor */
+	const tp_sdesc *c = find(&p, "L.0.scale", NULL);
+	assert_non_null(c);
+	assert_non_null(c->cbytes);
+	float one;
+	memcpy(&one, c->cbytes, 4);
+	assert_true(one == 1.0f);
+	assert_non_null(find(&p, "head", NULL));
+	assert_null(find(&p, "embed", NULL)); /* used by the rename: not served under its own name */
+	assert_null(find(&p, "L.0.q", NULL));
+	assert_non_null(find(&p, "L.0.o", NULL)); /* keep_rest */
+	assert_non_null(find(&p, "norm", NULL));
+	assert_int_equal(p.ntensors, 2 + 2 + 1 + 2 + 1); /* qkv x2, scale x2, head, o x2, norm */
+	assert_int_equal(p.nconsts, 2);
+	tp_vplan_free(&p);
+	fx_free(&f);
+}
+
+static void test_if_missing_present(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "embed:16 head:16");
+	tp_vplan p;
+	tp_err e;
+	assert_int_equal(resolve(&f, "[{\"name\": \"head\", \"from\": \"embed\", \"if_missing\": \"head\"}]", NULL, &p, &e), 0);
+	const tp_sdesc *d = find(&p, "head", NULL), *m = find(&p, "embed", NULL);
+	assert_non_null(d);
+	assert_non_null(m); /* untied: both keep their names */
+	tp_vplan_free(&p);
+	fx_free(&f);
+}
+
+static void test_stack(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "L.0.e.0.g L.0.e.0.u L.0.e.1.g L.0.e.1.u L.0.e.2.g L.0.e.2.u L.0.e.10.g L.0.e.10.u");
+	tp_vplan p;
+	tp_err e;
+	const char *view = "[{\"name\": \"L.{i}.w13\", \"stack\": \"x\", \"cat\": [\"L.{i}.e.{x}.g\", \"L.{i}.e.{x}.u\"]}]";
+	/* experts 0, 1, 2 and 10: 3..9 are missing */
+	assert_int_equal(resolve(&f, view, NULL, &p, &e), -1);
+	assert_non_null(strstr(e.msg, "x = 3 is missing"));
+	fx_free(&f);
+	fixture g = {0};
+	fx_add(&g, "L.0.e.0.g L.0.e.0.u L.0.e.1.g L.0.e.1.u L.0.e.2.g L.0.e.2.u L.0.e.3.g L.0.e.3.u L.1.e.0.g L.1.e.0.u");
+	assert_int_equal(resolve(&g, view, NULL, &p, &e), 0);
+	size_t part;
+	const tp_sdesc *d = find(&p, "L.0.w13", &part);
+	assert_non_null(d);
+	assert_int_equal(d->nstack, 4);
+	assert_int_equal(d->npieces, 2);
+	assert_string_equal(piece_name(&g, &p, part, &d->pieces[2 * 3 + 1]), "L.0.e.3.u"); /* group 3, piece 1 */
+	d = find(&p, "L.1.w13", NULL);
+	assert_non_null(d);
+	assert_int_equal(d->nstack, 1);
+	tp_vplan_free(&p);
+	fx_free(&g);
+}
+
+static void test_parts_and_sources(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "L.0.q:8 L.0.o");
+	fx_add(&f, "L.0.k:4 L.0.v:4");
+	fx_add(&f, "L.1.q:8 L.1.k:4 L.1.v:4");
+	tp_vplan p;
+	tp_err e;
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.qkv\", \"cat\": [\"L.{i}.q\", \"L.{i}.k\", \"L.{i}.v\"]}]", NULL, &p,
+				 &e), 0);
+	/* file b's tensors all went into file a's qkv: two parts, a's reading a and b */
+	assert_int_equal(p.nparts, 2);
+	assert_int_equal(p.parts[0].file, 0);
+	assert_int_equal(p.parts[0].nsrc, 2);
+	assert_int_equal(p.parts[0].srcs[0], 0);
+	assert_int_equal(p.parts[0].srcs[1], 1);
+	assert_int_equal(p.parts[1].file, 2);
+	assert_int_equal(p.parts[1].nsrc, 1);
+	size_t part;
+	const tp_sdesc *d = find(&p, "L.0.qkv", &part);
+	assert_int_equal(part, 0);
+	assert_int_equal(d->pieces[0].file, 0);
+	assert_int_equal(d->pieces[1].file, 1); /* local index of file b in part 0's table */
+	assert_string_equal(piece_name(&f, &p, part, &d->pieces[1]), "L.0.k");
+	d = find(&p, "L.1.qkv", &part);
+	assert_int_equal(d->pieces[2].file, 0); /* file c is source 0 of its own part */
+	tp_vplan_free(&p);
+	fx_free(&f);
+}
+
+static void test_refusals(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "L.0.q:8 L.0.k:4 L.1.q:8 embed:16");
+	tp_vplan p;
+	tp_err e;
+	const char *cat = "[{\"name\": \"L.{i}.qkv\", \"cat\": [\"L.{i}.q\", \"L.{i}.k\", \"L.{i}.v\"]}]";
+	assert_int_equal(resolve(&f, cat, NULL, &p, &e), -1);
+	assert_non_null(strstr(e.msg, "source tensor 'L.0.v' is missing"));
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.qkv\", \"optional\": true, \"cat\": [\"L.{i}.q\", \"L.{i}.k\", \"L.{i}.v\"]}]",
+				 NULL, &p, &e), 0);
+	assert_null(find(&p, "L.0.qkv", NULL));
+	assert_non_null(find(&p, "L.0.q", NULL)); /* skipped entries leave their tensors to keep_rest */
+	tp_vplan_free(&p);
+	/* two entries making one name */
+	assert_int_equal(resolve(&f, "[{\"name\": \"x\", \"from\": \"embed\"}, {\"name\": \"x\", \"from\": \"L.1.q\"}]", NULL, &p, &e), -1);
+	assert_non_null(strstr(e.msg, "'x' is made twice"));
+	/* a name that binds fewer variables than its pieces */
+	assert_int_equal(resolve(&f, "[{\"name\": \"all_q\", \"from\": \"L.{i}.q\"}]", NULL, &p, &e), -1);
+	assert_non_null(strstr(e.msg, "is made 2 times"));
+	/* a tensor used twice */
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}, {\"name\": \"b\", \"cat\": [\"embed\"]}]", NULL, &p, &e), -1);
+	assert_non_null(strstr(e.msg, "'embed' is used by two entries"));
+	/* keep_rest off: an unused tensor is named */
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"keep_rest\": false, ", &p, &e), -1);
+	assert_non_null(strstr(e.msg, "tensor 'L.0.k'"));
+	/* parse errors */
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"L.{i}{j}\"}]", NULL, &p, &e), -2);
+	assert_non_null(strstr(e.msg, "side by side"));
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"form\": \"embed\"}]", NULL, &p, &e), -2);
+	assert_non_null(strstr(e.msg, "unknown field 'form'"));
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"drop\": \"x\"}]", NULL, &p, &e), -2);
+	assert_int_equal(resolve(&f, "[{\"name\": \"s\", \"const\": {\"dtype\": \"I8\", \"value\": 1}, \"per\": \"embed\"}]", NULL,
+				 &p, &e), -2);
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{x}.w\", \"stack\": \"x\", \"cat\": [\"L.{x}.q\"]}]", NULL, &p, &e), -2);
+	assert_non_null(strstr(e.msg, "not in the served name"));
+	fx_free(&f);
+}
+
+static void test_choose(void **state)
+{
+	(void)state;
+	tp_view v;
+	tp_err e;
+	assert_int_equal(tp_view_choose("vllm", NULL, 0, "llama", "llama", &v, &e), 0);
+	assert_string_equal(v.name, "llama");
+	assert_int_equal(v.pad_vocab, 64);
+	tp_view_free(&v);
+	assert_int_equal(tp_view_choose("vllm", NULL, 0, "kda", "kimi_linear", &v, &e), -1);
+	assert_non_null(strstr(e.msg, "no vllm view for plan 'kda'"));
+	assert_non_null(strstr(e.msg, "hf view"));
+	assert_int_equal(tp_view_choose("sglang", NULL, 0, "llama", "llama", &v, &e), -1);
+	assert_non_null(strstr(e.msg, "no view for that engine"));
+	/* every built-in view parses */
+	for (int i = 0; i < tp_view_builtin_count(); i++) {
+		size_t len;
+		const char *t = tp_view_builtin_text(i, &len);
+		if (tp_view_parse(t, len, "built-in", &v, &e) < 0)
+			fail_msg("built-in view %d: %s", i, e.msg);
+		tp_view_free(&v);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present),
+		cmocka_unit_test(test_stack),            cmocka_unit_test(test_parts_and_sources),
+		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
