@@ -63,6 +63,16 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 	return 0;
 }
 
+/* Whether config.json's key (at the top, or under a config prefix of the plan such as text_config)
+ * is true (or a nonzero number). An absent key is false. */
+static int config_true(const tp_model *m, const char *key)
+{
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(m->config, key);
+	for (int p = 0; !x && p < m->plan.nprefix; p++)
+		x = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->config, m->plan.prefix[p]), key);
+	return cJSON_IsTrue(x) || (cJSON_IsNumber(x) && x->valuedouble != 0);
+}
+
 /* Whether node f is among the files a loader of the view reads: those the root index lists
  * (when there is one), else the safetensors files at the root. */
 static int read_by_loader(const tp_model *m, const cJSON *root_index, uint32_t f)
@@ -95,6 +105,10 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 			continue;
 		src[ns] = (tp_vsource){n->path, &n->h, n->specs};
 		m->vsrc_node[ns++] = i;
+	}
+	for (size_t k = 0; k < m->view->ne; k++) { /* "when": the entries this config.json leaves out */
+		const char *w = m->view->e[k].when;
+		m->view->e[k].off = w && (w[0] == '!' ? config_true(m, w + 1) : !config_true(m, w));
 	}
 	int rc = tp_view_resolve(m->view, src, ns, &m->vplan, e);
 	free(src);

@@ -44,7 +44,7 @@ static int check_template(const char *t, const char *origin, size_t k, tp_err *e
 static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
 {
 	static const char *keys[] = {"name", "cat", "from", "stack", "optional", "const", "per", "drop", "if_missing",
-				     "comment", NULL};
+				     "when", "comment", NULL};
 	const cJSON *it;
 	if (!cJSON_IsObject(o))
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: an entry is an object", origin, k);
@@ -60,6 +60,9 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 	x->name = str_of(o, "name");
 	x->stack = str_of(o, "stack");
 	x->if_missing = str_of(o, "if_missing");
+	x->when = str_of(o, "when");
+	if (cJSON_GetObjectItemCaseSensitive(o, "when") && (!x->when || !x->when[0] || (x->when[0] == '!' && !x->when[1])))
+		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"when\" is a config.json key, or !key", origin, k);
 	x->optional = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "optional"));
 	const cJSON *cat = cJSON_GetObjectItemCaseSensitive(o, "cat"), *cst = cJSON_GetObjectItemCaseSensitive(o, "const");
 	const char *from = str_of(o, "from"), *drop = str_of(o, "drop");
@@ -676,6 +679,8 @@ int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_v
 	}
 	for (size_t k = 0; k < v->ne && rc == 0; k++) {
 		const tp_ventry *x = &v->e[k];
+		if (x->off)
+			continue;
 		if (x->kind == TP_VE_CAT) {
 			rc = resolve_cat(&c, k);
 		} else if (x->kind == TP_VE_CONST) {

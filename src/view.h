@@ -39,6 +39,9 @@ typedef struct tp_ventry {
 	const char *per;       /* CONST: made once per source tensor matching this; DROP: what is dropped */
 	const char *if_missing;/* the entry applies only where this source tensor (expanded) is absent */
 	int optional;          /* a binding whose other pieces are missing is skipped, not refused */
+	const char *when;      /* a config.json key ("!key": its negation): the entry applies only where it
+	                        * is true (the caller decides, setting off) */
+	int off;               /* set by the caller from when: the entry is left out */
 	st_dtype cdtype;       /* CONST */
 	double cvalue;
 } tp_ventry;

@@ -149,6 +149,35 @@ static void test_if_missing_present(void **state)
 	fx_free(&f);
 }
 
+/* "when": the caller sets off from config.json; an entry left off makes nothing. */
+static void test_when(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "embed:16 head:16");
+	const char *text = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"t\", \"plans\": [\"llama\"], \"tensors\": ["
+			   "{\"name\": \"head\", \"from\": \"embed\", \"when\": \"tie_word_embeddings\"},"
+			   "{\"drop\": \"head\", \"when\": \"tie_word_embeddings\"}]}";
+	for (int tied = 0; tied < 2; tied++) {
+		tp_view v;
+		tp_vplan p;
+		tp_err e;
+		assert_int_equal(tp_view_parse(text, strlen(text), "t.json", &v, &e), 0);
+		assert_string_equal(v.e[0].when, "tie_word_embeddings");
+		v.e[0].off = v.e[1].off = !tied;
+		if (tp_view_resolve(&v, f.src, f.n, &p, &e) < 0)
+			fail_msg("%s", e.msg);
+		const tp_sdesc *h = find(&p, "head", NULL);
+		assert_non_null(h);
+		assert_string_equal(f.h[0].t[h->pieces[0].tensor].name, tied ? "embed" : "head");
+		assert_true((find(&p, "embed", NULL) == NULL) == tied);
+		assert_int_equal(p.ntensors, tied ? 1 : 2);
+		tp_vplan_free(&p);
+		tp_view_free(&v);
+	}
+	fx_free(&f);
+}
+
 static void test_stack(void **state)
 {
 	(void)state;
@@ -275,7 +304,7 @@ static void test_choose(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present),
+		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when),
 		cmocka_unit_test(test_stack),            cmocka_unit_test(test_parts_and_sources),
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
 	};
