@@ -15,6 +15,7 @@
 #define TP_MODEL_H
 
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -146,6 +147,13 @@ uint32_t tp_node_resolve(const tp_model *m, uint32_t dir, const char *rel);
 /* Expert parallelism (--ep): the routed experts of the plan's experts declaration d that rank r
  * holds, [*first, *first + *count). Both 0 without --ep. */
 void tp_model_ep_range(const tp_model *m, int d, uint32_t r, uint64_t *first, uint64_t *count);
+
+/* Walking SRC (model_walk.c, for tp_model_open): adds node (rel, abs, kind, st) under parent into
+ * *out, resolving its links; and adds folder dir's entries and recurses (depth: of dir). 0 or -1
+ * with e set (a named limit, a link into the mount point, out of memory). */
+int tp_model_add_node(tp_model *m, uint32_t parent, const char *rel, const char *abs, tp_node_kind kind,
+		      const struct stat *st, uint32_t *out, tp_err *e);
+int tp_model_walk(tp_model *m, uint32_t dir, int depth, tp_err *e);
 
 /* --view (model_view.c). Before planning: the view chosen for the plan and config.json (refusing
  * what no view serves: another plan, a quantized checkpoint, --ep), and the vocabulary multiple it
