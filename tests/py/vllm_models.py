@@ -1,0 +1,49 @@
+"""Tiny random checkpoints for the vLLM view test, made with transformers (seeded, bf16).
+
+Each family is as small as vLLM's CPU backend allows: head_dim 64 (CPU attention takes 32, 64, 80,
+96, ...), two layers, a vocabulary of 1000 (not a multiple of 64, so vLLM's padding shows: at TP=2
+each rank holds 512 rows, rank 1's last 24 zero), KV heads fewer than T=2 where the family allows,
+weights drawn wider than the default init so that greedy tokens are not decided by ties.
+
+make(family, out) writes OUT/config.json, generation_config.json and model.safetensors.
+"""
+import sys
+
+import torch
+import transformers as tf
+
+COMMON = dict(hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256,
+              num_attention_heads=2, head_dim=64, initializer_range=0.1, rms_norm_eps=1e-6)
+
+FAMILIES = {
+    # untied, one KV head (fewer than T: replicated on both ranks)
+    "llama": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                    **COMMON),
+    # tied embeddings (served as lm_head.weight only), q/k/v biases
+    "qwen2": lambda: tf.Qwen2Config(num_key_value_heads=2, intermediate_size=256, tie_word_embeddings=True,
+                                    **COMMON),
+    # q_norm / k_norm, tied
+    "qwen3": lambda: tf.Qwen3Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=True,
+                                    **COMMON),
+    # routed experts stacked, router, q_norm / k_norm
+    "qwen3_moe": lambda: tf.Qwen3MoeConfig(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
+                                           num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
+                                           norm_topk_prob=True, tie_word_embeddings=False, **COMMON),
+    # shared expert and its gate, q/k/v biases
+    "qwen2_moe": lambda: tf.Qwen2MoeConfig(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
+                                           shared_expert_intermediate_size=128, num_experts=4,
+                                           num_experts_per_tok=2, decoder_sparse_step=1,
+                                           tie_word_embeddings=False, **COMMON),
+}
+
+
+def make(family, out, seed=0):
+    torch.manual_seed(seed)
+    cfg = FAMILIES[family]()
+    model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    model.save_pretrained(out)
+    return out
+
+
+if __name__ == "__main__":
+    make(sys.argv[1], sys.argv[2])

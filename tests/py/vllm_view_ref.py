@@ -1,0 +1,281 @@
+"""An independent reference for `tpfs mount --view vllm`: rank r's model-rank-{r}-part-{p}.safetensors.
+
+From a source checkpoint (its config.json and *.safetensors) and a view file (views/vllm/*.json) it
+builds, with torch and safetensors only, what vLLM's sharded_state loader must read for rank r of T:
+1. every source tensor is cut for rank r the way vLLM 0.32's own weight loaders cut it (CUTS below,
+   written from vllm/model_executor/layers/{linear,vocab_parallel_embedding}.py and
+   fused_moe/layer.py, not from tpfs's plans or C code; views/vllm/README.md has the references):
+   column-parallel weights (and their biases) a contiguous block of rows, row-parallel weights a
+   block of columns, q heads split evenly, KV heads in replicated groups when fewer than T
+   (QKVParallelLinear: shard tp_rank // (T / kv_heads)), the vocabulary padded with zero rows to a
+   multiple of the view's pad_vocab and then divided (VocabParallelEmbedding), the rest whole;
+2. the view's entries (cat, stack, from, const, drop, when/unless, keep_rest) are applied to those
+   cuts, with the semantics written in views/vllm/README.md;
+3. the served tensors are written, grouped into parts by the sorted index of the source file of
+   each tensor's first piece (constants go with their `per` tensor).
+
+Usage: python vllm_view_ref.py SRC VIEW.json TP OUT [RANKS] writes OUT/model-rank-*.safetensors and
+copies SRC's other files (config.json, tokenizer, ...) beside them, as the mount would show them.
+"""
+import glob
+import json
+import os
+import re
+import shutil
+import sys
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+
+class ViewError(Exception):
+    pass
+
+
+# ---- step 1: vLLM's per-rank cuts ----
+
+def _chunk(x, axis, T, r):
+    n = x.shape[axis]
+    if n % T:
+        raise ViewError("%s: axis %d of %d does not divide by %d" % (tuple(x.shape), axis, n, T))
+    return x.narrow(axis, r * (n // T), n // T)
+
+
+def cut_column(x, T, r):
+    """ColumnParallelLinear.weight_loader / MergedColumnParallelLinear: rows [r*n/T, (r+1)*n/T)."""
+    return _chunk(x, 0, T, r)
+
+
+def cut_row(x, T, r):
+    """RowParallelLinear.weight_loader: input_dim 1, columns [r*n/T, (r+1)*n/T); 1-D (a bias) whole."""
+    return x if x.ndim == 1 else _chunk(x, 1, T, r)
+
+
+def cut_kv(x, T, r, kv_heads):
+    """QKVParallelLinear.weight_loader for "k"/"v": with kv_heads <= T (T % kv_heads == 0), one head,
+    shard tp_rank // (T // kv_heads); otherwise kv_heads/T heads at tp_rank."""
+    if T >= kv_heads:
+        if T % kv_heads:
+            raise ViewError("%d KV heads over %d ranks" % (kv_heads, T))
+        size = x.shape[0] // kv_heads
+        return x.narrow(0, (r // (T // kv_heads)) * size, size)
+    return _chunk(x, 0, T, r)
+
+
+def cut_vocab(x, T, r, pad):
+    """VocabParallelEmbedding / ParallelLMHead: Vp = ceil(V / pad) * pad, Vp / T rows per rank, rows
+    past V zero (weight_loader: param[n:].fill_(0))."""
+    V = x.shape[0]
+    Vp = -(-V // pad) * pad
+    if Vp % T:
+        raise ViewError("padded vocab %d over %d ranks" % (Vp, T))
+    P = Vp // T
+    lo, hi = min(r * P, V), min((r + 1) * P, V)
+    out = torch.zeros((P,) + tuple(x.shape[1:]), dtype=x.dtype)
+    out[:hi - lo] = x[lo:hi]
+    return out
+
+
+L = r"model\.layers\.\d+\."
+# (regex on the source name, cut): the first match wins; no match is an error (a tensor this
+# reference does not know). "whole" = replicated.
+CUTS = {
+    "llama": [
+        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
+        (L + r"self_attn\.q_proj\.(weight|bias)", "column"),
+        (L + r"self_attn\.[kv]_proj\.(weight|bias)", "kv"),
+        (L + r"self_attn\.o_proj\.weight", "row"),
+        (L + r"self_attn\.o_proj\.bias", "whole"),
+        (L + r"self_attn\.[qk]_norm\.weight", "whole"),
+        (L + r"mlp\.(gate|up)_proj\.weight", "column"),
+        (L + r"mlp\.down_proj\.weight", "row"),
+        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
+        (r"model\.norm\.weight", "whole"),
+        (L + r"self_attn\.rotary_emb\.inv_freq", "whole"),
+    ],
+    "moe": [  # qwen3_moe, qwen2_moe: FusedMoE.weight_loader (w1/w3 rows, w2 columns per expert)
+        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
+        (L + r"self_attn\.q_proj\.(weight|bias)", "column"),
+        (L + r"self_attn\.[kv]_proj\.(weight|bias)", "kv"),
+        (L + r"self_attn\.o_proj\.weight", "row"),
+        (L + r"self_attn\.[qk]_norm\.weight", "whole"),
+        (L + r"mlp\.experts\.\d+\.(gate|up)_proj\.weight", "column"),
+        (L + r"mlp\.experts\.\d+\.down_proj\.weight", "row"),
+        (L + r"mlp\.gate\.weight", "whole"),  # ReplicatedLinear router
+        (L + r"mlp\.shared_expert\.(gate|up)_proj\.weight", "column"),
+        (L + r"mlp\.shared_expert\.down_proj\.weight", "row"),
+        (L + r"mlp\.shared_expert_gate\.weight", "whole"),  # ReplicatedLinear [1, H]
+        (L + r"mlp\.(gate|up)_proj\.weight", "column"),  # dense layers (mlp_only_layers)
+        (L + r"mlp\.down_proj\.weight", "row"),
+        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
+        (r"model\.norm\.weight", "whole"),
+    ],
+}
+FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama",
+          "qwen3_moe": "moe", "qwen2_moe": "moe"}
+
+
+def cut(family, cfg, name, x, T, r, pad):
+    for pat, how in CUTS[family]:
+        if re.fullmatch(pat, name):
+            break
+    else:
+        raise ViewError("%s: no vLLM cut known for this tensor" % name)
+    if how == "vocab":
+        return cut_vocab(x, T, r, pad)
+    if how == "column":
+        return cut_column(x, T, r)
+    if how == "row":
+        return cut_row(x, T, r)
+    if how == "kv":
+        return cut_kv(x, T, r, cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
+    return x
+
+
+# ---- step 2: the view ----
+
+def template(t):
+    """A template "a.{i}.b" as (regex, variables in order)."""
+    names, out = [], ""
+    for part in re.split(r"(\{[a-z_]+\})", t):
+        if part.startswith("{") and part.endswith("}"):
+            v = part[1:-1]
+            out += "(?P=%s)" % v if v in names else "(?P<%s>\\d+)" % v
+            if v not in names:
+                names.append(v)
+        else:
+            out += re.escape(part)
+    return re.compile(out), names
+
+
+def fill(t, b):
+    return re.sub(r"\{([a-z_]+)\}", lambda m: b[m.group(1)], t)
+
+
+def applies(entry, cfg):
+    if "when" in entry and not cfg.get(entry["when"], False):
+        return False
+    if "unless" in entry and cfg.get(entry["unless"], False):
+        return False
+    return True
+
+
+DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def plan_view(view, cfg, names):
+    """The served tensors: a list of (served name, recipe, first source name) where recipe is
+    ("cat", [names]) / ("stack", [[names] per e]) / ("const", dtype, value); and the source names used."""
+    used, served = set(), []
+    for entry in view["tensors"]:
+        if not applies(entry, cfg):
+            continue
+        if "drop" in entry:
+            rx, _ = template(entry["drop"])
+            used |= {n for n in names if rx.fullmatch(n)}
+            continue
+        pieces = entry.get("cat") or ([entry["from"]] if "from" in entry else None)
+        first = pieces[0] if pieces else entry["per"]
+        rx, var = template(first)
+        stack = entry.get("stack")
+        bindings, seen = [], set()
+        for n in sorted(names):
+            m = rx.fullmatch(n)
+            if not m:
+                continue
+            b = m.groupdict()
+            key = tuple(sorted((k, v) for k, v in b.items() if k != stack))
+            if key in seen:
+                continue
+            seen.add(key)
+            bindings.append(b)
+        for b in bindings:
+            sname = fill(entry["name"], b)
+            if "const" in entry:
+                served.append((sname, ("const", entry["const"]["dtype"], entry["const"]["value"]), fill(first, b)))
+                continue
+            if stack:
+                es = sorted(int(m.group(stack)) for m in (rx.fullmatch(n) for n in names)
+                            if m and all(m.group(k) == v for k, v in b.items() if k != stack))
+                if es != list(range(len(es))):
+                    raise ViewError("%s: experts %s are not 0..E-1" % (sname, es))
+                groups = [[fill(p, dict(b, **{stack: str(e)})) for p in pieces] for e in es]
+            else:
+                groups = [[fill(p, b) for p in pieces]]
+            missing = [p for g in groups for p in g if p not in names]
+            if missing:
+                if entry.get("optional"):
+                    continue
+                raise ViewError("%s: piece %s is missing" % (sname, missing[0]))
+            used |= {p for g in groups for p in g}
+            served.append((sname, ("stack", groups) if stack else ("cat", groups[0]), groups[0][0]))
+    rest = [n for n in sorted(names) if n not in used]
+    if view.get("keep_rest", True):
+        served += [(n, ("cat", [n]), n) for n in rest]
+    elif rest:
+        raise ViewError("%s: no entry of view %s uses it" % (rest[0], view["name"]))
+    dup = {s for s, _, _ in served if [x for x, _, _ in served].count(s) > 1}
+    if dup:
+        raise ViewError("served twice: %s" % sorted(dup))
+    return served
+
+
+def config_of(src):
+    with open(os.path.join(src, "config.json")) as f:
+        return json.load(f)
+
+
+def build(src, view, T, r, family=None):
+    """{part index: {served name: tensor}} for rank r."""
+    cfg = config_of(src)
+    family = family or FAMILY.get(cfg["model_type"])
+    if family is None:
+        raise ViewError("model_type %s: no reference cut rules" % cfg["model_type"])
+    files = sorted(glob.glob(os.path.join(src, "*.safetensors")))
+    where, handles = {}, [safe_open(f, framework="pt") for f in files]
+    for p, h in enumerate(handles):
+        for n in h.keys():
+            where[n] = p
+    pad = view.get("pad_vocab", 1)
+    local = {}
+
+    def piece(n):
+        if n not in local:
+            local[n] = cut(family, cfg, n, handles[where[n]].get_tensor(n), T, r, pad).contiguous()
+        return local[n]
+
+    parts = {}
+    for sname, recipe, first in plan_view(view, cfg, set(where)):
+        if recipe[0] == "const":
+            t = torch.tensor(recipe[2], dtype=DTYPES[recipe[1]])
+        elif recipe[0] == "cat":
+            t = torch.cat([piece(n) for n in recipe[1]], 0)
+        else:
+            t = torch.stack([torch.cat([piece(n) for n in g], 0) for g in recipe[1]], 0)
+        parts.setdefault(where[first], {})[sname] = t.contiguous()
+    return parts
+
+
+def write(src, view, T, out, ranks=None, family=None):
+    """Writes OUT as the mount would show it: SRC's files other than weights, and each rank's parts."""
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(src):
+        p = os.path.join(src, f)
+        if os.path.isfile(p) and not f.endswith(".safetensors") and f != "model.safetensors.index.json":
+            shutil.copy(p, os.path.join(out, f))
+    for r in (range(T) if ranks is None else ranks):
+        for p, tensors in build(src, view, T, r, family).items():
+            save_file(tensors, os.path.join(out, "model-rank-%d-part-%d.safetensors" % (r, p)))
+
+
+def load_view(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (5, 6):
+        sys.exit(__doc__)
+    ranks = [int(x) for x in sys.argv[5].split(",")] if len(sys.argv) == 6 else None
+    write(sys.argv[1], load_view(sys.argv[2]), int(sys.argv[3]), sys.argv[4], ranks)
