@@ -2,7 +2,8 @@
 # scripts/test.sh: installs what is needed, builds, and runs every test.
 #
 #   1. build/      the normal build (-Wall -Wextra -Werror), all tests: unit (cmocka), mount and
-#                  loader tests (FUSE + the safetensors package), CLI tests.
+#                  loader tests (FUSE + the safetensors package), CLI tests, and vLLM's sharded_state
+#                  loader on the --view vllm files (the second venv, scripts/setup.sh --vllm).
 #   2. build/asan  the same tests with AddressSanitizer + UndefinedBehaviorSanitizer, mount tests
 #                  included (the daemon runs sanitized).
 #   3. smoke runs of the benchmarks (seconds), then fuzzing of the header parser, plan
@@ -13,6 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh build
+bash scripts/setup.sh --vllm build   # the second venv, for tests/py/test_vllm.py (cached after the first run)
 venv="$PWD/build/venv"
 
 echo "== normal build" >&2
@@ -28,6 +30,7 @@ TPFS_CUDA_MODULE="$([ -f build/src/tpfs-cuda.so ] && echo "$PWD/build/src/tpfs-c
 head -n 1 build/gather-bench-smoke.log >&2
 
 echo "== sanitized build (ASan + UBSan)" >&2
+bash scripts/setup.sh --vllm build/asan   # only links the cached venv
 bash scripts/build.sh build/asan -Dvenv="$venv" -Db_sanitize=address,undefined -Db_lundef=false \
   -Dc_args=-fno-sanitize-recover=all
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -107,8 +107,12 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 		m->vsrc_node[ns++] = i;
 	}
 	for (size_t k = 0; k < m->view->ne; k++) { /* "when": the entries this config.json leaves out */
-		const char *w = m->view->e[k].when;
-		m->view->e[k].off = w && (w[0] == '!' ? config_true(m, w + 1) : !config_true(m, w));
+		const tp_ventry *x = &m->view->e[k];
+		const char *w = x->when;
+		int neg = x->negate;
+		if (w && w[0] == '!') /* "when": "!key" */
+			w++, neg = 1;
+		m->view->e[k].off = w && (neg ? config_true(m, w) : !config_true(m, w));
 	}
 	int rc = tp_view_resolve(m->view, src, ns, &m->vplan, e);
 	free(src);

@@ -44,7 +44,7 @@ static int check_template(const char *t, const char *origin, size_t k, tp_err *e
 static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
 {
 	static const char *keys[] = {"name", "cat", "from", "stack", "optional", "const", "per", "drop", "if_missing",
-				     "when", "comment", NULL};
+				     "when", "unless", "comment", NULL};
 	const cJSON *it;
 	if (!cJSON_IsObject(o))
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: an entry is an object", origin, k);
@@ -63,6 +63,14 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 	x->when = str_of(o, "when");
 	if (cJSON_GetObjectItemCaseSensitive(o, "when") && (!x->when || !x->when[0] || (x->when[0] == '!' && !x->when[1])))
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"when\" is a config.json key, or !key", origin, k);
+	const char *unless = str_of(o, "unless"); /* "unless": K is "when": "!K" */
+	if (cJSON_GetObjectItemCaseSensitive(o, "unless")) {
+		if (!unless || !unless[0] || unless[0] == '!' || x->when)
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"unless\" is a config.json key (and not with \"when\")",
+				       origin, k);
+		x->when = unless;
+		x->negate = 1;
+	}
 	x->optional = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "optional"));
 	const cJSON *cat = cJSON_GetObjectItemCaseSensitive(o, "cat"), *cst = cJSON_GetObjectItemCaseSensitive(o, "const");
 	const char *from = str_of(o, "from"), *drop = str_of(o, "drop");

@@ -41,6 +41,7 @@ typedef struct tp_ventry {
 	int optional;          /* a binding whose other pieces are missing is skipped, not refused */
 	const char *when;      /* a config.json key ("!key": its negation): the entry applies only where it
 	                        * is true (the caller decides, setting off) */
+	int negate;            /* "unless": the entry applies where the key `when` names is false */
 	int off;               /* set by the caller from when: the entry is left out */
 	st_dtype cdtype;       /* CONST */
 	double cvalue;

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-SERVED_BY = os.environ.get("TPFS_VLLM_SERVED") or "reference"  # -> "mount" once `--view vllm` exists
+SERVED_BY = os.environ.get("TPFS_VLLM_SERVED") or "mount"  # "reference": the test's own files, for the harness
 T = 2
 HERE = os.path.dirname(os.path.abspath(__file__))
 VIEWS = os.path.join(HERE, "..", "..", "views", "vllm")
@@ -109,26 +109,14 @@ def same_files(fails, what, served, ref):
 
 
 class ViewMount:
-    """tpfs mount SRC MNT --tp T --view vllm for the duration (no rank<r> folders under this view)."""
+    """tpfs mount SRC MNT --tp T --view vllm for the duration; enters as the mount point."""
 
     def __init__(self, src):
         import tpfs_test
         self.m = tpfs_test.Mount(src, T, "--view", "vllm")
 
     def __enter__(self):
-        import tpfs_test
-        m = self.m
-        m.errfile = tempfile.TemporaryFile(mode="w+")
-        cmd = [tpfs_test.TPFS, "mount", m.src, m.path, "--tp", str(T), "-f"] + m.extra
-        m.proc = subprocess.Popen(cmd, stderr=m.errfile, stdout=subprocess.DEVNULL)
-        try:
-            tpfs_test.wait_for(lambda: tpfs_test.is_mounted(m.path) or m.proc.poll() is not None, what="the mount")
-            if m.proc.poll() is not None:
-                raise AssertionError("tpfs exited (%d) before mounting: %s" % (m.proc.returncode, m.stderr()))
-        except BaseException:
-            m.cleanup()
-            raise
-        return m.path
+        return self.m.__enter__().path
 
     def __exit__(self, et, ev, tb):
         return self.m.__exit__(et, ev, tb)
@@ -181,6 +169,9 @@ def main():
         fails.check(p.returncode == 0, "vllm_check.py exited %d (log %s)" % (p.returncode, log))
         with open(os.path.join(work, "result.json")) as f:
             res = json.load(f)
+        # the served key sets, read while the mounts still exist
+        skeys = {fam: [served_keys(served[fam], r) for r in range(T)] for fam, _ in CASES}
+        skeys[WRONG + "/wrong"] = [served_keys(os.path.join(work, "wrong", WRONG), r) for r in range(T)]
 
     def compare(a, b):
         """(tokens equal, logprobs bitwise equal, max |logprob difference| over the ids both have)."""
@@ -201,9 +192,8 @@ def main():
         if not a.get("tokens") or not b.get("tokens"):
             continue
         keys_ok = bool(b.get("keys")) and len(b["keys"]) == T
-        folder = os.path.join(work, "wrong", base) if "/" in fam else served[fam]
         for r in range(T):
-            want, got = (b.get("keys") or {}).get(str(r)) or {}, served_keys(folder, r)
+            want, got = (b.get("keys") or {}).get(str(r)) or {}, skeys[fam][r]
             bad = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
             keys_ok = keys_ok and not bad
             fails.check(not bad, "%s rank %d: served / vLLM's _filter_subtensors(model.state_dict()) differ: %s"
