@@ -115,7 +115,7 @@ def main():
              "%.2fx default" % (med["first"][0] / d[0])),
             ("sharded_state through tpfs, second start (rank files cached)", med["second"],
              "%.2fx default" % (med["second"][0] / d[0]))]
-    lines = ["| vLLM 0.32 (CPU), TP=2, %.2f GB bf16 Llama-shaped | Loading weights took | whole start | ratio (load) |"
+    lines = ["| vLLM 0.32 (CPU), TP=2, %.2f GB bf16 Llama-shaped | Loading weights took | whole start | load time against the default |"
              % (size / 1e9), "| --- | --- | --- | --- |"]
     lines += ["| %s | %.2f s | %.1f s | %s |" % (n, v[0], v[1], r) for n, v, r in rows]
     lines.append("")
