@@ -524,7 +524,7 @@ static int resolve_cat(vres *c, size_t k)
 		}
 		nm++;
 	}
-	if (rc == 0)
+	if (rc == 0 && nm) /* ms is NULL when nothing matched */
 		qsort(ms, nm, sizeof *ms, cmp_vmatch);
 	for (size_t g = 0; g < nm && rc == 0;) {
 		size_t h = g;

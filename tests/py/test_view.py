@@ -97,6 +97,14 @@ for T in (2, 4):
         for r in range(T):
             compare("llama T=%d rank %d" % (T, r), served(m.path, r), vllm_expected(config, full, T, r))
 
+# 1b. no q/k/v biases: the optional qkv_proj.bias entry matches nothing and makes nothing
+nb = os.path.join(work, "nobias")
+nbt = {k: v for k, v in full.items() if not k.endswith("_proj.bias")}
+fixtures.save(nb, config, nbt)
+with tt.Mount(nb, 2, "--view", "vllm") as m:
+    for r in range(2):
+        compare("llama without biases, rank %d" % r, served(m.path, r), vllm_expected(config, nbt, 2, r))
+
 # 2. tied embeddings, and pieces from two source files: layer 0's k and v in another file than q
 tied = os.path.join(work, "tied")
 tfull = {k: v for k, v in full.items() if k != "lm_head.weight"}
