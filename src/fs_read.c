@@ -373,6 +373,17 @@ static const uint8_t *get_hdr(tp_fs *fs, uint32_t i, uint32_t r)
 	return (const uint8_t *)mine;
 }
 
+/* The gather backend for a reply of want bytes from nsrc source runs: CUDA for every strided
+ * gather (--gather cuda), or past --cuda-min-runs and --cuda-min-bytes (auto, when both are set),
+ * else the CPU. The one policy of rank-folder and view reads. */
+static const tp_gather *pick_backend(const tp_fs *fs, size_t nsrc, uint64_t want)
+{
+	if ((fs->backend == TP_BACKEND_CUDA && nsrc > 1) ||
+	    (fs->backend == TP_BACKEND_CUDA_PAST && nsrc >= fs->o->cuda_min_runs && want >= fs->o->cuda_min_bytes))
+		return &fs->gpu;
+	return &tp_gather_cpu_backend;
+}
+
 /* Replies to a read of rank r's view of tensor file i. Source bytes are copied into this
  * thread's buffer (by the chosen backend, under the SIGBUS guard) and the source's identity is
  * checked again after the copy and before the reply: a write changes the file's mtime before
@@ -411,12 +422,9 @@ static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size
 	if (cov < want)
 		nsrc = RUN_CAP; /* more runs than one pass maps */
 	int iov_ok = cov == want && nr <= IOV_CAP && (nsrc == 0 || fs->o->reply == 1);
-	const tp_gather *backend = &tp_gather_cpu_backend;
-	if ((fs->backend == TP_BACKEND_CUDA && nsrc > 1) ||
-	    (fs->backend == TP_BACKEND_CUDA_PAST && nsrc >= fs->o->cuda_min_runs && want >= fs->o->cuda_min_bytes)) {
-		backend = &fs->gpu;
+	const tp_gather *backend = pick_backend(fs, nsrc, want);
+	if (backend != &tp_gather_cpu_backend)
 		iov_ok = 0;
-	}
 	if (iov_ok) {
 		for (size_t k = 0; k < nr; k++) {
 			const tp_run *run = &s->runs[k];
@@ -565,7 +573,6 @@ static void read_served(fuse_req_t req, tp_fs *fs, uint32_t r, size_t p, size_t 
 		return;
 	}
 	const tp_vpart *pt = &fs->m->vplan.parts[p];
-	const tp_gather *backend = fs->backend == TP_BACKEND_CPU ? &tp_gather_cpu_backend : &fs->gpu;
 	uint64_t done = 0, touched = 0;
 	while (done < want) {
 		uint64_t cov;
@@ -577,8 +584,12 @@ static void read_served(fuse_req_t req, tp_fs *fs, uint32_t r, size_t p, size_t 
 			return;
 		}
 		fetch_served(fs, p, s->runs, nr);
-		for (size_t k = 0; k < nr; k++)
+		size_t nsrc = 0;
+		for (size_t k = 0; k < nr; k++) {
 			touched += s->runs[k].kind == TP_RUN_SRC ? s->runs[k].len : 0;
+			nsrc += s->runs[k].kind == TP_RUN_SRC;
+		}
+		const tp_gather *backend = pick_backend(fs, cov < want - done ? RUN_CAP : nsrc, want);
 		tp_err ge;
 		tp_err_clear(&ge);
 		if (tp_guarded_gather_n(backend, s->runs, nr, fs->vtab[p], pt->nsrc, loc, s->buf + done, &ge) < 0) {
