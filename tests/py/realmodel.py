@@ -42,10 +42,14 @@ FAMILIES = {}
 
 
 def family(name, cfg_cls, cfg, model_cls, per_rank, ts=(2, 4), wrong=r"layers\.0\.self_attn\.q_proj\.weight$",
-           wrong_dim=0, config_json=None, global_norms=(), rank0_bias=(), mxfp4=False, mtp=False, forward_via=None):
+           wrong_dim=0, config_json=None, global_norms=(), rank0_bias=(), mxfp4=False, mtp=False, forward_via=None,
+           patch=None):
+    """patch: a family's own TP hook, patch(model, T, r, allsum), run after tp_patch's generic ones
+    (for module kinds the generic hooks do not know: a mixer's gated norm over all heads, fused experts
+    of another class, ...)."""
     FAMILIES[name] = dict(name=name, cfg_cls=cfg_cls, cfg=cfg, model_cls=model_cls, per_rank=per_rank, ts=ts,
                           wrong=wrong, wrong_dim=wrong_dim, config_json=config_json, global_norms=global_norms,
-                          rank0_bias=rank0_bias, mxfp4=mxfp4, mtp=mtp, forward_via=forward_via)
+                          rank0_bias=rank0_bias, mxfp4=mxfp4, mtp=mtp, forward_via=forward_via, patch=patch)
 
 
 def logits(fam, model, ids):
@@ -242,6 +246,19 @@ family("ernie4_5", "Ernie4_5Config", _common(**_dense), "Ernie4_5ForCausalLM", G
 family("internlm3", "InternLM3Config", _common(**_dense), "LlamaForCausalLM", GQA)
 family("iquestcoder", "IQuestCoderConfig", _common(**_dense), "LlamaForCausalLM", GQA)
 family("sarvam_mla", "SarvamMLAConfig", _mla(), "DeepseekV3ForCausalLM", MLA, wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
+
+
+# --- dense families, more (issue 22) ---
+
+
+
+# --- mixture-of-experts families, more (issue 22) ---
+
+
+
+# --- SSM hybrids and vision-language families (issue 22) ---
+
+
 
 
 def text_of(cfg):
@@ -514,6 +531,8 @@ def tp_patch(fam, model, T, r):
                 n = allsum(torch.tensor([float(w)]))
                 return mod.weight * (x32 * torch.rsqrt(ss / n + eps)).to(x.dtype)
             mod.forward = gnorm
+    if fam["patch"]:
+        fam["patch"](model, T, r, allsum)
     return model
 
 
