@@ -147,7 +147,7 @@ static int str_list(const cJSON *a, const char **out, uint32_t cap, uint32_t *n)
 int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, tp_err *e)
 {
 	static const char *keys[] = {"tpfs_view", "engine", "name", "proven", "plans", "model_types", "pad_vocab",
-				     "keep_rest", "tensors", "description", "comment", NULL};
+				     "keep_rest", "tensors", "description", "comment", "defaults", NULL};
 	memset(v, 0, sizeof *v);
 	tp_fmt(v->origin, sizeof v->origin, "%s", origin);
 	v->json = tp_json_parse(origin, text, len, e);
@@ -198,6 +198,17 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 	v->pad_vocab = pv ? (uint64_t)pv->valuedouble : 0;
 	const cJSON *kr = cJSON_GetObjectItemCaseSensitive(o, "keep_rest");
 	v->keep_rest = !kr || cJSON_IsTrue(kr);
+	v->defaults = cJSON_GetObjectItemCaseSensitive(o, "defaults");
+	if (v->defaults) {
+		int okd = cJSON_IsObject(v->defaults);
+		cJSON_ArrayForEach(it, v->defaults)
+		okd = okd && (cJSON_IsBool(it) || cJSON_IsNumber(it));
+		if (!okd) {
+			tp_fail(e, TP_EINVAL, "%s: \"defaults\": an object of config.json keys and their values (true, "
+				"false or a number) where config.json has none", origin);
+			goto bad;
+		}
+	}
 	const cJSON *ts = cJSON_GetObjectItemCaseSensitive(o, "tensors");
 	if (!cJSON_IsArray(ts)) {
 		tp_fail(e, TP_EINVAL, "%s: \"tensors\": a list of entries", origin);

@@ -56,6 +56,8 @@ typedef struct tp_view {
 	const char *model_types[32];
 	uint32_t nmodel_types;
 	uint64_t pad_vocab;    /* the vocabulary padded to a multiple of this before it is split */
+	const struct cJSON *defaults; /* "defaults": config.json keys' values where config.json has none
+	                              * (the config class's defaults, e.g. Gemma 3's tie), or NULL */
 	int keep_rest;
 	tp_ventry *e;
 	size_t ne;

@@ -132,6 +132,23 @@ with tt.Mount(tied, 2, "--view", "vllm", allow_stderr=ALLOW) as m:
     time.sleep(0.3)
     F.check(tt.read_state(part0, snap) == "eio", "a change to the second source fails the part that reads it")
 
+# 2b. Gemma 3's view: the tie is Gemma3TextConfig's default, so a config.json without the key is tied
+# (the view's "defaults"), and one that says false is not
+g3 = os.path.join(work, "gemma3")
+gcfg = {k: v for k, v in config.items() if k != "tie_word_embeddings"}
+gcfg.update(model_type="gemma3_text", architectures=["Gemma3ForCausalLM"])
+fixtures.save(g3, gcfg, tfull)
+with tt.Mount(g3, 2, "--view", "vllm") as m:
+    for r in range(2):
+        got = served(m.path, r)
+        compare("gemma3 with no tie_word_embeddings key, rank %d" % r, got, vllm_expected(gcfg, tfull, 2, r))
+g3u = os.path.join(work, "gemma3-untied")
+fixtures.save(g3u, dict(gcfg, tie_word_embeddings=False), full)
+with tt.Mount(g3u, 2, "--view", "vllm") as m:
+    got = served(m.path, 0)
+    F.check("model.embed_tokens.weight" in got and "lm_head.weight" in got,
+            "gemma3 with tie_word_embeddings false: both tables served (%s)" % sorted(k for k in got if "layers" not in k))
+
 # 3. --ranks: a node serving rank 1 only
 with tt.Mount(src, 2, "--view", "vllm", "--ranks", "1") as m:
     names = sorted(n for n in os.listdir(m.path) if n.startswith("model-rank"))

@@ -32,7 +32,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 VIEWS = os.path.join(HERE, "..", "..", "views", "vllm")
 # family (vllm_models.py) -> view file; together they cover every fusion, stack, rename, constant,
 # the tie, q/k/v biases, q/k norms and KV heads fewer than T
-CASES = [("llama", "llama"), ("qwen2", "llama"), ("qwen3_moe", "qwen3_moe"), ("qwen2_moe", "qwen2_moe")]
+CASES = [("llama", "llama"), ("qwen2", "llama"), ("qwen3_moe", "qwen3_moe"), ("qwen2_moe", "qwen2_moe"),
+         ("mixtral", "mixtral"), ("phi3", "phi3"), ("gemma3", "gemma3")]
+# TPFS_VLLM_CASES=a,b runs those families only (the sanitized build runs a few: what it adds is the
+# daemon under ASan/UBSan, which every family's reads exercise alike; the normal build runs all)
+if os.environ.get("TPFS_VLLM_CASES"):
+    _only = os.environ["TPFS_VLLM_CASES"].split(",")
+    CASES = [c for c in CASES if c[0] in _only]
+TP1 = "llama"  # also at TP=1: tokens of sharded_state on a --tp 1 view equal the default loader's
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]  # ids on both ranks' vocab shards
 WRONG = "llama"  # the family whose view is broken on purpose
 
@@ -109,11 +116,11 @@ def same_files(fails, what, served, ref):
 
 
 class ViewMount:
-    """tpfs mount SRC MNT --tp T --view vllm for the duration; enters as the mount point."""
+    """tpfs mount SRC MNT --tp tp --view vllm for the duration; enters as the mount point."""
 
-    def __init__(self, src):
+    def __init__(self, src, tp=T):
         import tpfs_test
-        self.m = tpfs_test.Mount(src, T, "--view", "vllm")
+        self.m = tpfs_test.Mount(src, tp, "--view", "vllm")
 
     def __enter__(self):
         return self.m.__enter__().path
@@ -146,6 +153,11 @@ def main():
             for how, model in (("auto", src), ("sharded_state", served[fam])):
                 jobs.append({"name": "%s/%s" % (fam, how), "model": model, "load_format": how, "tp": T,
                              "prompts": PROMPTS, "max_tokens": 6, "logprobs": 5, "keys": how == "sharded_state"})
+            if fam == TP1 and SERVED_BY == "mount":
+                one = stack.enter_context(ViewMount(src, 1))
+                for how, model in (("auto", src), ("sharded_state", one)):
+                    jobs.append({"name": "%s/tp1-%s" % (fam, how), "model": model, "load_format": how, "tp": 1,
+                                 "prompts": PROMPTS, "max_tokens": 6, "logprobs": 5, "keys": False})
             if fam == WRONG:
                 wrong = vllm_view_ref.load_view(os.path.join(VIEWS, view + ".json"))
                 for e in wrong["tensors"]:
@@ -206,6 +218,14 @@ def main():
         else:
             fails.check(tok, "%s: tokens %s, default loader %s" % (fam, b["tokens"], a["tokens"]))
             fails.check(lp, "%s: logprobs differ from the default loader's by up to %g" % (fam, diff))
+    if any(j["name"] == TP1 + "/tp1-auto" for j in jobs):
+        a, b = res.get(TP1 + "/tp1-auto", {}), res.get(TP1 + "/tp1-sharded_state", {})
+        fails.check(a.get("tokens") and not a.get("error") and not b.get("error"),
+                    "%s at TP=1: vLLM failed: %s" % (TP1, a.get("error") or b.get("error")))
+        if a.get("tokens") and b.get("tokens"):
+            tok, lp, diff = compare(a, b)
+            print("%-10s %-14s %-13s %-15s %.3g" % (TP1 + "/tp1", "-", tok, lp, diff), flush=True)
+            fails.check(tok, "%s at TP=1: tokens %s, default loader %s" % (TP1, b["tokens"], a["tokens"]))
     print("total %.0f s" % (time.time() - t0))
     if not fails.items:
         shutil.rmtree(work, ignore_errors=True)  # kept, with vLLM's log, when something failed

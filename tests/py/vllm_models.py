@@ -34,6 +34,43 @@ FAMILIES = {
                                            shared_expert_intermediate_size=128, num_experts=4,
                                            num_experts_per_tok=2, decoder_sparse_step=1,
                                            tie_word_embeddings=False, **COMMON),
+    # routed experts (block_sparse_moe) stacked, no shared expert
+    "mixtral": lambda: tf.MixtralConfig(num_key_value_heads=1, intermediate_size=64, num_local_experts=4,
+                                        num_experts_per_tok=2, tie_word_embeddings=False, **COMMON),
+    # q/k/v and gate/up fused already in the checkpoint (qkv_proj, gate_up_proj): cut per segment
+    "phi3": lambda: tf.Phi3Config(num_key_value_heads=2, intermediate_size=256, tie_word_embeddings=False,
+                                  pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    # sandwich norms, q/k norms, sliding and full attention layers, tied
+    "gemma3": lambda: tf.Gemma3TextConfig(num_key_value_heads=1, intermediate_size=256, query_pre_attn_scalar=64,
+                                          sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                          pad_token_id=0, bos_token_id=2, eos_token_id=1, **COMMON),
+    # shared experts, router bias, partial rotary, a first dense layer
+    "glm4_moe": lambda: tf.Glm4MoeConfig(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
+                                         n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                                         first_k_dense_replace=1, n_group=1, topk_group=1, use_qk_norm=True,
+                                         attention_bias=True, tie_word_embeddings=False,
+                                         pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    # MLA as the CPU backend runs it (kv_lora_rank 512, qk_rope_head_dim 64), noaux_tc for the bias
+    "deepseek_v3": lambda: tf.DeepseekV3Config(
+        hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
+        num_key_value_heads=2, initializer_range=0.1, rms_norm_eps=1e-6, intermediate_size=256,
+        moe_intermediate_size=64, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+        first_k_dense_replace=1, n_group=1, topk_group=1, topk_method="noaux_tc", kv_lora_rank=512,
+        q_lora_rank=96, qk_rope_head_dim=64, qk_nope_head_dim=64, v_head_dim=64, tie_word_embeddings=False,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    # Gated DeltaNet as the CPU backend runs it: bf16, linear head dims 128
+    "qwen3_next": lambda: tf.Qwen3NextConfig(
+        hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=64, initializer_range=0.1, rms_norm_eps=1e-6, intermediate_size=256,
+        moe_intermediate_size=64, shared_expert_intermediate_size=64, num_experts=4, num_experts_per_tok=2,
+        decoder_sparse_step=1, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=128,
+        linear_value_head_dim=128, linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"],
+        tie_word_embeddings=False),
+    # attention sinks, biases everywhere, fused experts with interleaved gate/up
+    "gpt_oss": lambda: tf.GptOssConfig(num_key_value_heads=1, intermediate_size=64, num_local_experts=4,
+                                       num_experts_per_tok=2, sliding_window=16,
+                                       layer_types=["sliding_attention", "full_attention"],
+                                       tie_word_embeddings=False, pad_token_id=0, eos_token_id=2, **COMMON),
 }
 
 

@@ -90,9 +90,29 @@ CUTS = {
         (L + r"self_attn\.[qk]_norm\.weight", "whole"),
         (L + r"mlp\.(gate|up)_proj\.weight", "column"),
         (L + r"mlp\.down_proj\.weight", "row"),
-        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
+        (L + r"(input|post_attention|pre_feedforward|post_feedforward)_layernorm\.weight", "whole"),  # gemma3
         (r"model\.norm\.weight", "whole"),
         (L + r"self_attn\.rotary_emb\.inv_freq", "whole"),
+    ],
+    "mixtral": [  # models/mixtral.py: FusedMoE with ckpt_names (w1, w2, w3): w1/w3 rows, w2 columns
+        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
+        (L + r"self_attn\.q_proj\.weight", "column"),
+        (L + r"self_attn\.[kv]_proj\.weight", "kv"),
+        (L + r"self_attn\.o_proj\.weight", "row"),
+        (L + r"block_sparse_moe\.experts\.\d+\.w[13]\.weight", "column"),
+        (L + r"block_sparse_moe\.experts\.\d+\.w2\.weight", "row"),
+        (L + r"block_sparse_moe\.gate\.weight", "whole"),
+        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
+        (r"model\.norm\.weight", "whole"),
+    ],
+    "phi3": [  # models/phi3.py (llama.py): fused checkpoint tensors loaded with loaded_shard_id None
+        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
+        (L + r"self_attn\.qkv_proj\.weight", "qkv_fused"),
+        (L + r"self_attn\.o_proj\.weight", "row"),
+        (L + r"mlp\.gate_up_proj\.weight", "halves"),
+        (L + r"mlp\.down_proj\.weight", "row"),
+        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
+        (r"model\.norm\.weight", "whole"),
     ],
     "moe": [  # qwen3_moe, qwen2_moe: FusedMoE.weight_loader (w1/w3 rows, w2 columns per expert)
         (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
@@ -112,8 +132,8 @@ CUTS = {
         (r"model\.norm\.weight", "whole"),
     ],
 }
-FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama",
-          "qwen3_moe": "moe", "qwen2_moe": "moe"}
+FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
+          "qwen3_moe": "moe", "qwen2_moe": "moe", "mixtral": "mixtral", "phi3": "phi3"}
 
 
 def cut(family, cfg, name, x, T, r, pad):
@@ -128,8 +148,16 @@ def cut(family, cfg, name, x, T, r, pad):
         return cut_column(x, T, r)
     if how == "row":
         return cut_row(x, T, r)
+    kv = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
     if how == "kv":
-        return cut_kv(x, T, r, cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
+        return cut_kv(x, T, r, kv)
+    if how == "qkv_fused":  # QKVParallelLinear.weight_loader(loaded_shard_id=None): q | k | v, each cut
+        hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        q, k, v = x.split([cfg["num_attention_heads"] * hd, kv * hd, kv * hd], dim=0)
+        return torch.cat([cut_column(q, T, r), cut_kv(k, T, r, kv), cut_kv(v, T, r, kv)], dim=0)
+    if how == "halves":  # MergedColumnParallelLinear.weight_loader(loaded_shard_id=None): gate | up, each cut
+        g, u = x.chunk(2, dim=0)
+        return torch.cat([cut_column(g, T, r), cut_column(u, T, r)], dim=0)
     return x
 
 
@@ -153,10 +181,18 @@ def fill(t, b):
     return re.sub(r"\{([a-z_]+)\}", lambda m: b[m.group(1)], t)
 
 
-def applies(entry, cfg):
-    if "when" in entry and not cfg.get(entry["when"], False):
-        return False
-    if "unless" in entry and cfg.get(entry["unless"], False):
+def applies(entry, cfg, defaults=None):
+    """Whether a view entry applies under config.json cfg: `when` K (or "!K") / `unless` K, where a key
+    config.json lacks takes the view's `defaults` (the config class's default), else false."""
+    def val(k):
+        return bool(cfg.get(k, (defaults or {}).get(k, False)))
+    if "when" in entry:
+        k = entry["when"]
+        if (not val(k[1:])) if k.startswith("!") else val(k):
+            pass
+        else:
+            return False
+    if "unless" in entry and val(entry["unless"]):
         return False
     return True
 
@@ -169,7 +205,7 @@ def plan_view(view, cfg, names):
     ("cat", [names]) / ("stack", [[names] per e]) / ("const", dtype, value); and the source names used."""
     used, served = set(), []
     for entry in view["tensors"]:
-        if not applies(entry, cfg):
+        if not applies(entry, cfg, view.get("defaults")):
             continue
         if "drop" in entry:
             rx, _ = template(entry["drop"])

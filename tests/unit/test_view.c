@@ -274,6 +274,12 @@ static void test_refusals(void **state)
 				 &p, &e), -2);
 	assert_int_equal(resolve(&f, "[{\"name\": \"L.{x}.w\", \"stack\": \"x\", \"cat\": [\"L.{x}.q\"]}]", NULL, &p, &e), -2);
 	assert_non_null(strstr(e.msg, "not in the served name"));
+	/* "defaults": config keys and true, false or a number */
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"defaults\": {\"tie\": \"yes\"}, ", &p, &e), -2);
+	assert_non_null(strstr(e.msg, "\"defaults\""));
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"defaults\": [true], ", &p, &e), -2);
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"defaults\": {\"tie\": true}, ", &p, &e), 0);
+	tp_vplan_free(&p);
 	fx_free(&f);
 }
 
