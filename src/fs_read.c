@@ -33,10 +33,11 @@ static void release_runs_src(const tp_fs *fs, const tp_node *n, const tp_run *ru
 		return;
 	uint64_t lo = UINT64_MAX, hi = 0;
 	for (size_t k = 0; k < nr; k++) {
-		if (runs[k].kind != TP_RUN_SRC || runs[k].src != src)
+		if (!tp_run_reads(&runs[k]) || runs[k].src != src)
 			continue;
+		uint64_t end = runs[k].off + tp_run_src_bytes(&runs[k]);
 		lo = runs[k].off < lo ? runs[k].off : lo;
-		hi = runs[k].off + runs[k].len > hi ? runs[k].off + runs[k].len : hi;
+		hi = end > hi ? end : hi;
 	}
 	if (lo >= hi)
 		return;
@@ -584,12 +585,15 @@ static void read_served(fuse_req_t req, tp_fs *fs, uint32_t r, size_t p, size_t 
 			return;
 		}
 		fetch_served(fs, p, s->runs, nr);
-		size_t nsrc = 0;
+		size_t nsrc = 0, nwiden = 0;
 		for (size_t k = 0; k < nr; k++) {
-			touched += s->runs[k].kind == TP_RUN_SRC ? s->runs[k].len : 0;
+			touched += tp_run_src_bytes(&s->runs[k]);
 			nsrc += s->runs[k].kind == TP_RUN_SRC;
+			nwiden += s->runs[k].kind == TP_RUN_WIDEN;
 		}
-		const tp_gather *backend = pick_backend(fs, cov < want - done ? RUN_CAP : nsrc, want);
+		/* only the CPU backend widens */
+		const tp_gather *backend = nwiden ? &tp_gather_cpu_backend
+						  : pick_backend(fs, cov < want - done ? RUN_CAP : nsrc, want);
 		tp_err ge;
 		tp_err_clear(&ge);
 		if (tp_guarded_gather_n(backend, s->runs, nr, fs->vtab[p], pt->nsrc, loc, s->buf + done, &ge) < 0) {

@@ -1,9 +1,12 @@
-/* gather_cpu.c: the CPU gather backend, the reference every other backend is compared to. */
+/* gather_cpu.c: the CPU gather backend, the reference every other backend is compared to, and
+ * the only one that widens (TP_RUN_WIDEN: engine views' BF16 or F16 tensors served as F32). */
 #include "gather.h"
 
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "st_format.h"
 
 uint64_t tp_runs_bytes(const tp_run *runs, size_t n)
 {
@@ -41,6 +44,61 @@ static int read_src(const tp_src *src, uint64_t off, uint64_t len, uint8_t *dst,
 	return 0;
 }
 
+/* The F32 bits of a BF16 value (its top 16 bits) and of an F16 value (exact: subnormals
+ * normalized, infinities and NaNs kept, the NaN payload shifted). */
+static uint32_t bf16_f32(uint16_t h)
+{
+	return (uint32_t)h << 16;
+}
+
+static uint32_t f16_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, ex = (h >> 10) & 0x1f, man = h & 0x3ff;
+	if (ex == 0x1f)
+		return sign | 0x7f800000u | (man << 13);
+	if (ex == 0) {
+		if (!man)
+			return sign;
+		ex = 127 - 15 + 1;
+		while (!(man & 0x400)) {
+			man <<= 1;
+			ex--;
+		}
+		return sign | (ex << 23) | ((man & 0x3ff) << 13);
+	}
+	return sign | ((ex + 127 - 15) << 23) | (man << 13);
+}
+
+/* A TP_RUN_WIDEN run: the 2-byte values read in blocks, widened (little-endian), and the run's
+ * bytes of them copied out. */
+static int widen(const tp_src *src, const tp_run *r, uint8_t *dst, tp_err *e)
+{
+	uint16_t in[1024];
+	uint32_t outv[1024];
+	uint64_t off = r->off, left = r->len, skip = r->skip;
+	while (left) {
+		uint64_t vals = (skip + left + 3) / 4;
+		if (vals > 1024)
+			vals = 1024;
+		if (read_src(src, off, vals * 2, (uint8_t *)in, e) < 0)
+			return -1;
+		for (uint64_t k = 0; k < vals; k++) {
+			uint16_t h;
+			memcpy(&h, (uint8_t *)in + 2 * k, 2);
+			outv[k] = r->from == ST_F16 ? f16_f32(h) : bf16_f32(h);
+		}
+		uint64_t l = vals * 4 - skip;
+		if (l > left)
+			l = left;
+		memcpy(dst, (uint8_t *)outv + skip, l);
+		dst += l;
+		left -= l;
+		off += vals * 2;
+		skip = 0;
+	}
+	return 0;
+}
+
 int tp_gather_cpu(const tp_run *runs, size_t n, const tp_src *src, const uint8_t *hdr,
 		  uint8_t *dst, tp_err *e)
 {
@@ -53,6 +111,12 @@ int tp_gather_cpu(const tp_run *runs, size_t n, const tp_src *src, const uint8_t
 		case TP_RUN_HDR:
 		case TP_RUN_CONST:
 			memcpy(dst, hdr + r->off, r->len);
+			break;
+		case TP_RUN_WIDEN:
+			if (r->from != ST_BF16 && r->from != ST_F16)
+				return tp_fail(e, TP_EINVAL, "run %zu widens dtype %u: only BF16 and F16 are", i, r->from);
+			if (widen(&src[r->src], r, dst, e) < 0)
+				return -1;
 			break;
 		default:
 			if (read_src(&src[r->src], r->off, r->len, dst, e) < 0)

@@ -55,7 +55,7 @@ int tp_guarded_gather_n(const tp_gather *g, const tp_run *runs, size_t n, const 
 			const uint8_t *hdr, uint8_t *dst, tp_err *e)
 {
 	for (size_t i = 0; i < n; i++)
-		if (runs[i].kind == TP_RUN_SRC && runs[i].src >= nsrc)
+		if (tp_run_reads(&runs[i]) && runs[i].src >= nsrc)
 			return tp_fail(e, TP_EINVAL, "run %zu names source %u of a table of %u", i, runs[i].src, nsrc);
 	if (!nsrc) /* no source runs */
 		return g->ops->gather(g->self, runs, n, src, hdr, dst, e);

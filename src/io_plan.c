@@ -213,9 +213,9 @@ static size_t ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *
 {
 	size_t n = 0, k = 0;
 	for (; k < nr; k++) {
-		if (runs[k].kind != TP_RUN_SRC || !runs[k].len)
+		if (!tp_run_src_bytes(&runs[k]))
 			continue;
-		if (push(out, cap, &n, by_src ? runs[k].src : 0, runs[k].off, runs[k].off + runs[k].len, page) < 0)
+		if (push(out, cap, &n, by_src ? runs[k].src : 0, runs[k].off, runs[k].off + tp_run_src_bytes(&runs[k]), page) < 0)
 			break;
 	}
 	*used = k;
@@ -342,6 +342,17 @@ size_t tp_served_io_plan(const tp_served *S, uint64_t a, uint64_t b, uint64_t pa
 		const tp_part *p = &S->parts[i];
 		uint64_t t0 = S->hdr_size + p->off, tend = t0 + p->size < b ? t0 + p->size : b;
 		if (p->src == TP_PART_CONST) {
+			pos = tend;
+			continue;
+		}
+		if (p->widen) { /* output byte x is byte x / 2 of the cut: plan the cut's bytes, in whole values */
+			uint64_t c0 = (pos - t0) / 4 * 2, c1 = (tend - t0 + 3) / 4 * 2;
+			uint64_t to = plan_cut(out, cap, &n, page, p->src, p->base, p->stride, p->rep, S->pieces + p->pi, p->np,
+					       0, c0, c1);
+			if (to < c1) {
+				pos = t0 + 2 * to > pos ? t0 + 2 * to : pos;
+				break; /* out is full */
+			}
 			pos = tend;
 			continue;
 		}

@@ -47,7 +47,8 @@ typedef struct tp_io_range {
 	uint32_t src;
 } tp_io_range;
 
-/* Turns runs of one source (as tp_map emits them; only TP_RUN_SRC ones count, their src is not
+/* Turns runs of one source (as tp_map emits them; only runs that read a source count, a
+ * TP_RUN_WIDEN one by the source bytes it widens; their src is not
  * read and the ranges name source 0) into page-aligned ranges of `page` bytes (a power of two),
  * in order, merging a range into the previous one when they overlap or touch. Writes at most
  * cap ranges; *used receives the number of runs consumed (all of them unless cap was reached:

@@ -14,12 +14,13 @@
 #include "spec.h"
 
 /* Appends a run, merging with the previous one when it continues it (the same kind and source
- * and contiguous, or both zero fill). Returns 0, or -1 when the output is full and the run could
+ * and contiguous, or both zero fill; a TP_RUN_WIDEN run never merges: the caller sets its skip
+ * and from). Returns 0, or -1 when the output is full and the run could
  * not be merged. */
 static inline int tp_emit(tp_run *out, size_t cap, size_t *n, uint32_t kind, uint32_t src, uint64_t off,
 			  uint64_t len)
 {
-	if (*n) {
+	if (*n && kind != TP_RUN_WIDEN) {
 		tp_run *p = &out[*n - 1];
 		if (p->kind == kind && (kind == TP_RUN_ZERO || (p->src == src && p->off + p->len == off))) {
 			p->len += len;
@@ -28,7 +29,9 @@ static inline int tp_emit(tp_run *out, size_t cap, size_t *n, uint32_t kind, uin
 	}
 	if (*n == cap)
 		return -1;
-	out[*n].kind = kind;
+	out[*n].kind = (uint16_t)kind;
+	out[*n].skip = 0;
+	out[*n].from = 0;
 	out[*n].src = src;
 	out[*n].off = off;
 	out[*n].len = len;

@@ -215,6 +215,16 @@ static int add_tensor(bld *b, const st_header *const *src, const tp_sdesc *d)
 			st.ndim = gndim;
 			memcpy(st.shape, gshape, sizeof st.shape);
 		}
+		if (d->to_f32 && st.dtype != ST_F32) { /* F32 pieces are served as they are */
+			if (st.dtype != ST_BF16 && st.dtype != ST_F16)
+				return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': its pieces are %s: only BF16 and F16 are widened to F32",
+					       b->fname, d->name, st_dtype_name(st.dtype));
+			for (size_t q = st.part0; q < S->nparts; q++) {
+				S->parts[q].widen = (uint32_t)st.dtype;
+				S->parts[q].size *= 2;
+			}
+			st.dtype = ST_F32;
+		}
 		for (size_t q = st.part0; q < S->nparts; q++)
 			st.size += S->parts[q].size;
 	}
@@ -316,6 +326,46 @@ static size_t find_part(const tp_served *S, uint64_t x)
 	return lo ? lo - 1 : 0;
 }
 
+/* Emits output bytes [rel, rel + want) of widened part p: the cut's 2-byte values from value
+ * rel / 4 on, mapped in the cut's own bytes (tp_emit_cut, into a small array first: its runs
+ * must not merge with the runs before them) and turned into TP_RUN_WIDEN runs of twice their
+ * length (zero fill stays zero fill), the first skipping rel % 4 bytes. Returns the output bytes
+ * emitted: less than want when out filled. */
+static uint64_t emit_widened(const tp_served *S, const tp_part *p, uint64_t rel, uint64_t want, tp_run *out, size_t cap,
+			     size_t *n)
+{
+	uint64_t done = 0, skip = rel % 4, s = rel / 4 * 2; /* s: the position in the cut's bytes */
+	while (done < want) {
+		tp_run tmp[32];
+		size_t nt = 0;
+		uint64_t need = (skip + (want - done) + 3) / 4 * 2; /* cut bytes still to cover */
+		if (need > p->size / 2 - s)
+			need = p->size / 2 - s;
+		uint64_t got = tp_emit_cut(tmp, 32, &nt, p->src, p->base, S->pieces + p->pi, NULL, 0, p->np, p->outer,
+					   p->stride, p->rep, s, need);
+		for (size_t k = 0; k < nt && done < want; k++) {
+			uint64_t l = 2 * tmp[k].len - skip;
+			if (l > want - done)
+				l = want - done;
+			if (tmp[k].kind == TP_RUN_ZERO) {
+				if (tp_emit(out, cap, n, TP_RUN_ZERO, 0, 0, l) < 0)
+					return done;
+			} else {
+				if (tp_emit(out, cap, n, TP_RUN_WIDEN, p->src, tmp[k].off, l) < 0)
+					return done;
+				out[*n - 1].skip = (uint8_t)skip;
+				out[*n - 1].from = (uint8_t)p->widen;
+			}
+			done += l;
+			skip = 0;
+		}
+		if (!got)
+			break;
+		s += got;
+	}
+	return done;
+}
+
 size_t tp_served_map(const tp_served *S, uint64_t off, uint64_t len, tp_run *out, size_t cap, uint64_t *covered)
 {
 	size_t n = 0;
@@ -337,6 +387,8 @@ size_t tp_served_map(const tp_served *S, uint64_t off, uint64_t len, tp_run *out
 			want = p->size - rel;
 		if (p->src == TP_PART_CONST)
 			l = tp_emit(out, cap, &n, TP_RUN_CONST, 0, S->hdr_size + p->base + rel, want) < 0 ? 0 : want;
+		else if (p->widen)
+			l = emit_widened(S, p, rel, want, out, cap, &n);
 		else
 			l = tp_emit_cut(out, cap, &n, p->src, p->base, S->pieces + p->pi, NULL, 0, p->np, p->outer, p->stride,
 					p->rep, rel, want);

@@ -44,6 +44,10 @@ typedef struct tp_pdesc {
  *   of whose pieces is on this rank is left out of the file;
  * - constant: with cbytes set (and npieces 0), a tensor of dtype/ndim/shape whose bytes are
  *   cbytes[0 .. its size) on every rank.
+ * - widened: with to_f32 set, a tensor of BF16 or F16 pieces is served as F32, every value
+ *   widened exactly (an engine that holds a parameter in F32 where checkpoints store BF16:
+ *   vLLM's MoE routers, Qwen3-Next's A_log); F32 pieces are served as they are, other dtypes
+ *   are refused.
  * name (and cbytes, copied at build) must outlive the served file. */
 typedef struct tp_sdesc {
 	const char *name;
@@ -51,6 +55,7 @@ typedef struct tp_sdesc {
 	uint32_t npieces;
 	uint32_t nstack;
 	const uint8_t *cbytes;
+	int to_f32;                   /* widened to F32 (see above) */
 	st_dtype dtype;               /* constant only */
 	uint32_t ndim;                /* constant only */
 	uint64_t shape[ST_MAX_DIMS];  /* constant only */
@@ -69,6 +74,8 @@ typedef struct tp_part {
 	uint64_t outer, stride, rep;
 	uint32_t src;    /* index into the table of sources, or TP_PART_CONST */
 	uint32_t pi, np;
+	uint32_t widen;  /* 0, or the source dtype (ST_BF16, ST_F16) of a cut served widened to F32:
+	                  * then size is twice the cut's bytes, and outer/rep/pieces are the cut's */
 } tp_part;
 
 /* One served tensor: its entry in the local header and its parts. */
@@ -127,7 +134,8 @@ void tp_served_local(const tp_served *S, uint8_t *buf);
  * order, merging runs that continue each other in one source, as tp_map does: TP_RUN_SRC runs
  * name their source (src), TP_RUN_CONST runs are offsets into the local bytes. *covered receives
  * the bytes the runs produce (less than asked when cap was reached or the file ended: call again
- * from off + *covered). Returns the number of runs written. */
+ * from off + *covered). A widened part's bytes are TP_RUN_WIDEN runs (and zero runs where its
+ * pieces are padding). Returns the number of runs written. */
 size_t tp_served_map(const tp_served *S, uint64_t off, uint64_t len, tp_run *out, size_t cap, uint64_t *covered);
 
 #endif

@@ -44,7 +44,7 @@ static int check_template(const char *t, const char *origin, size_t k, tp_err *e
 static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
 {
 	static const char *keys[] = {"name", "cat", "from", "stack", "optional", "const", "per", "drop", "if_missing",
-				     "when", "unless", "comment", NULL};
+				     "when", "unless", "dtype", "comment", NULL};
 	const cJSON *it;
 	if (!cJSON_IsObject(o))
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: an entry is an object", origin, k);
@@ -99,6 +99,13 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 		return check_template(x->per, origin, k, e);
 	}
 	x->kind = TP_VE_CAT;
+	if (cJSON_GetObjectItemCaseSensitive(o, "dtype")) { /* served as F32 where the pieces are BF16 or F16 */
+		const char *dt = str_of(o, "dtype");
+		if (!dt || strcmp(dt, "F32"))
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"dtype\" is \"F32\" (BF16 or F16 pieces served "
+				       "widened to F32, as the engine holds them)", origin, k);
+		x->to_f32 = 1;
+	}
 	if (from) {
 		x->cat[0] = from;
 		x->ncat = 1;
@@ -575,7 +582,7 @@ static int resolve_cat(vres *c, size_t k)
 			for (size_t j = 0; j < np; j++)
 				c->used[ix[j]] = 1;
 			tp_sdesc d = {.name = keep_name(c, ms[g].name), .pieces = pd, .npieces = x->ncat,
-				      .nstack = x->stack ? groups : 0};
+				      .nstack = x->stack ? groups : 0, .to_f32 = x->to_f32};
 			rc = keep_block(c, pd);
 			pd = NULL;
 			if (rc == 0 && !d.name)

@@ -179,8 +179,8 @@ with tt.Mount(src, 2, "--view", wrong) as m:
             "the wrong view serves exactly the swapped order")
 
 # 6. refusals
-ds = os.path.join(work, "deepseek")
-fixtures.make("deepseek_v3", ds)
+ds = os.path.join(work, "kimi_linear")
+fixtures.make("kimi_linear", ds)
 os.mkdir(os.path.join(work, "m6"))
 p = tt.tpfs("mount", ds, os.path.join(work, "m6"), "--tp", "2", "--view", "vllm")
 F.check(p.returncode == 1 and "no vllm view for plan" in p.stderr and "hf view" in p.stderr,

@@ -33,7 +33,8 @@ VIEWS = os.path.join(HERE, "..", "..", "views", "vllm")
 # family (vllm_models.py) -> view file; together they cover every fusion, stack, rename, constant,
 # the tie, q/k/v biases, q/k norms and KV heads fewer than T
 CASES = [("llama", "llama"), ("qwen2", "llama"), ("qwen3_moe", "qwen3_moe"), ("qwen2_moe", "qwen2_moe"),
-         ("mixtral", "mixtral"), ("phi3", "phi3"), ("gemma3", "gemma3")]
+         ("mixtral", "mixtral"), ("phi3", "phi3"), ("gemma3", "gemma3"), ("glm4_moe", "glm4_moe"),
+         ("deepseek_v3", "deepseek_v3"), ("qwen3_next", "qwen3_next")]
 # TPFS_VLLM_CASES=a,b runs those families only (the sanitized build runs a few: what it adds is the
 # daemon under ASan/UBSan, which every family's reads exercise alike; the normal build runs all)
 if os.environ.get("TPFS_VLLM_CASES"):

@@ -66,11 +66,6 @@ FAMILIES = {
         decoder_sparse_step=1, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=128,
         linear_value_head_dim=128, linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"],
         tie_word_embeddings=False),
-    # attention sinks, biases everywhere, fused experts with interleaved gate/up
-    "gpt_oss": lambda: tf.GptOssConfig(num_key_value_heads=1, intermediate_size=64, num_local_experts=4,
-                                       num_experts_per_tok=2, sliding_window=16,
-                                       layer_types=["sliding_attention", "full_attention"],
-                                       tie_word_embeddings=False, pad_token_id=0, eos_token_id=2, **COMMON),
 }
 
 

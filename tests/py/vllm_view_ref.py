@@ -105,6 +105,51 @@ CUTS = {
         (L + r"(input|post_attention)_layernorm\.weight", "whole"),
         (r"model\.norm\.weight", "whole"),
     ],
+    "glm4_moe": [  # models/glm4_moe.py: llama attention (biases, q/k norms), FusedMoE, shared experts
+        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
+        (L + r"self_attn\.q_proj\.(weight|bias)", "column"),
+        (L + r"self_attn\.[kv]_proj\.(weight|bias)", "kv"),
+        (L + r"self_attn\.o_proj\.weight", "row"),
+        (L + r"self_attn\.[qk]_norm\.weight", "whole"),
+        (L + r"mlp\.(experts\.\d+|shared_experts)\.(gate|up)_proj\.weight", "column"),
+        (L + r"mlp\.(experts\.\d+|shared_experts)\.down_proj\.weight", "row"),
+        (L + r"mlp\.gate\.(weight|e_score_correction_bias)", "whole"),  # GateLinear: replicated
+        (L + r"mlp\.(gate|up)_proj\.weight", "column"),
+        (L + r"mlp\.down_proj\.weight", "row"),
+        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
+        (r"model\.norm\.weight", "whole"),
+    ],
+    "deepseek_v3": [  # models/deepseek_v2.py DeepseekV2MLAAttention: the a-projections replicated
+        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
+        (L + r"self_attn\.(q_a_proj|kv_a_proj_with_mqa)\.weight", "whole"),  # fused_qkv_a_proj: ReplicatedLinear
+        (L + r"self_attn\.(q_a|kv_a)_layernorm\.weight", "whole"),
+        (L + r"self_attn\.(q_b_proj|kv_b_proj)\.weight", "column"),  # ColumnParallelLinear: whole heads
+        (L + r"self_attn\.o_proj\.weight", "row"),
+        (L + r"mlp\.(experts\.\d+|shared_experts)\.(gate|up)_proj\.weight", "column"),
+        (L + r"mlp\.(experts\.\d+|shared_experts)\.down_proj\.weight", "row"),
+        (L + r"mlp\.gate\.(weight|e_score_correction_bias)", "whole"),
+        (L + r"mlp\.(gate|up)_proj\.weight", "column"),
+        (L + r"mlp\.down_proj\.weight", "row"),
+        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
+        (r"model\.norm\.weight", "whole"),
+    ],
+    "qwen3_next": [  # models/qwen3_next.py, layers/mamba/gdn/qwen_gdn_linear_attn.py
+        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
+        (L + r"self_attn\.q_proj\.weight", "column"),  # q and its output gate, whole heads
+        (L + r"self_attn\.[kv]_proj\.weight", "kv"),
+        (L + r"self_attn\.o_proj\.weight", "row"),
+        (L + r"self_attn\.[qk]_norm\.weight", "whole"),
+        (L + r"linear_attn\.in_proj_(qkvz|ba)\.weight", "column"),  # one output shard: contiguous rows
+        (L + r"linear_attn\.conv1d\.weight", "gdn_conv"),  # mamba_v2_sharded_weight_loader: [q | k | v]
+        (L + r"linear_attn\.(dt_bias|A_log)", "column"),  # sharded_weight_loader(0)
+        (L + r"linear_attn\.norm\.weight", "whole"),
+        (L + r"linear_attn\.out_proj\.weight", "row"),
+        (L + r"mlp\.(experts\.\d+|shared_expert)\.(gate|up)_proj\.weight", "column"),
+        (L + r"mlp\.(experts\.\d+|shared_expert)\.down_proj\.weight", "row"),
+        (L + r"mlp\.(gate|shared_expert_gate)\.weight", "whole"),
+        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
+        (r"model\.norm\.weight", "whole"),
+    ],
     "phi3": [  # models/phi3.py (llama.py): fused checkpoint tensors loaded with loaded_shard_id None
         (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
         (L + r"self_attn\.qkv_proj\.weight", "qkv_fused"),
@@ -133,7 +178,8 @@ CUTS = {
     ],
 }
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
-          "qwen3_moe": "moe", "qwen2_moe": "moe", "mixtral": "mixtral", "phi3": "phi3"}
+          "qwen3_moe": "moe", "qwen2_moe": "moe", "mixtral": "mixtral", "phi3": "phi3",
+          "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "qwen3_next": "qwen3_next"}
 
 
 def cut(family, cfg, name, x, T, r, pad):
@@ -155,6 +201,10 @@ def cut(family, cfg, name, x, T, r, pad):
         hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
         q, k, v = x.split([cfg["num_attention_heads"] * hd, kv * hd, kv * hd], dim=0)
         return torch.cat([cut_column(q, T, r), cut_kv(k, T, r, kv), cut_kv(v, T, r, kv)], dim=0)
+    if how == "gdn_conv":  # conv1d [key_dim | key_dim | value_dim, 1, K]: each section cut contiguously
+        kd = cfg["linear_num_key_heads"] * cfg["linear_key_head_dim"]
+        vd = cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"]
+        return torch.cat([cut_column(y, T, r) for y in x.split([kd, kd, vd], dim=0)], dim=0)
     if how == "halves":  # MergedColumnParallelLinear.weight_loader(loaded_shard_id=None): gate | up, each cut
         g, u = x.chunk(2, dim=0)
         return torch.cat([cut_column(g, T, r), cut_column(u, T, r)], dim=0)
@@ -202,7 +252,8 @@ DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 def plan_view(view, cfg, names):
     """The served tensors: a list of (served name, recipe, first source name) where recipe is
-    ("cat", [names]) / ("stack", [[names] per e]) / ("const", dtype, value); and the source names used."""
+    ("cat", [names], dtype) / ("stack", [[names] per e], dtype) (dtype None: the pieces', or "F32":
+    widened) / ("const", dtype, value); and the source names used."""
     used, served = set(), []
     for entry in view["tensors"]:
         if not applies(entry, cfg, view.get("defaults")):
@@ -245,10 +296,11 @@ def plan_view(view, cfg, names):
                     continue
                 raise ViewError("%s: piece %s is missing" % (sname, missing[0]))
             used |= {p for g in groups for p in g}
-            served.append((sname, ("stack", groups) if stack else ("cat", groups[0]), groups[0][0]))
+            dt = entry.get("dtype")  # "F32": the pieces' values widened, as torch converts them
+            served.append((sname, ("stack", groups, dt) if stack else ("cat", groups[0], dt), groups[0][0]))
     rest = [n for n in sorted(names) if n not in used]
     if view.get("keep_rest", True):
-        served += [(n, ("cat", [n]), n) for n in rest]
+        served += [(n, ("cat", [n], None), n) for n in rest]
     elif rest:
         raise ViewError("%s: no entry of view %s uses it" % (rest[0], view["name"]))
     dup = {s for s, _, _ in served if [x for x, _, _ in served].count(s) > 1}
@@ -289,6 +341,10 @@ def build(src, view, T, r, family=None):
             t = torch.cat([piece(n) for n in recipe[1]], 0)
         else:
             t = torch.stack([torch.cat([piece(n) for n in g], 0) for g in recipe[1]], 0)
+        if recipe[0] != "const" and recipe[2] and t.dtype != DTYPES[recipe[2]]:
+            if t.dtype not in (torch.bfloat16, torch.float16):
+                raise ViewError("%s: %s pieces cannot be widened to %s" % (sname, t.dtype, recipe[2]))
+            t = t.to(DTYPES[recipe[2]])
         parts.setdefault(where[first], {})[sname] = t.contiguous()
     return parts
 

@@ -814,6 +814,7 @@ typedef struct mtensor {
 	uint32_t npieces, nstack; /* nstack 0: not stacked; else nstack groups of npieces */
 	mpiece pc[4 * 8];
 	int is_const;
+	int widen;      /* BF16 / F16 pieces served widened to F32 */
 	st_dtype dtype;
 	uint32_t ndim;
 	uint64_t shape[ST_MAX_DIMS];
@@ -907,6 +908,7 @@ static void random_world(mworld *w)
 				spec[k] = random_spec(0, &first[k], f4 && ndim == 1);
 			}
 		}
+		t->widen = (dt == ST_BF16 || dt == ST_F16) && rnd() % 2;
 		for (uint32_t g = 0; g < (t->nstack ? t->nstack : 1); g++)
 			for (uint32_t k = 0; k < t->npieces; k++) {
 				mpiece *p = &t->pc[g * t->npieces + k];
@@ -973,6 +975,35 @@ static int naive_piece(const mworld *w, const mpiece *p, uint32_t T, uint32_t r,
  * piece cannot be cut. */
 static long dropped; /* groups naive_served found on other ranks only (expert parallelism) */
 
+/* Replaces *len bytes of BF16 or F16 values at *out by their F32 values: BF16 as the top half
+ * of an F32, F16 through the compiler's _Float16 (an independent conversion). */
+static void widen_naive(st_dtype dt, uint8_t **out, uint64_t *len)
+{
+	uint64_t nv = *len / 2;
+	uint8_t *w = malloc(nv * 4 + 1);
+	for (uint64_t k = 0; k < nv; k++) {
+		uint16_t h;
+		memcpy(&h, *out + 2 * k, 2);
+		float f;
+		if (dt == ST_BF16) {
+			uint32_t bits = (uint32_t)h << 16;
+			memcpy(&f, &bits, 4);
+		} else {
+			_Float16 x;
+			memcpy(&x, &h, 2);
+			f = (float)x;
+		}
+		uint32_t bits;
+		memcpy(&bits, &f, 4);
+		if (dt == ST_F16 && (h & 0x7c00) == 0x7c00 && (h & 0x3ff)) /* a NaN: its payload, shifted */
+			bits = (uint32_t)(h & 0x8000) << 16 | 0x7f800000u | (uint32_t)(h & 0x3ff) << 13;
+		memcpy(w + 4 * k, &bits, 4);
+	}
+	free(*out);
+	*out = w;
+	*len = nv * 4;
+}
+
 static int naive_served(const mworld *w, const mtensor *t, uint32_t T, uint32_t r, uint32_t *ndim, uint64_t *shape,
 			uint8_t **out, uint64_t *len)
 {
@@ -1029,6 +1060,8 @@ static int naive_served(const mworld *w, const mtensor *t, uint32_t T, uint32_t 
 		*ndim = c0->ndim;
 		memcpy(shape, gshape, sizeof gshape);
 	}
+	if (t->widen) /* each 2-byte value as the F32 of the same number (the compiler's conversions) */
+		widen_naive(c0->dtype, out, len);
 	return 1;
 }
 
@@ -1049,6 +1082,7 @@ static void describe(const mworld *w, tp_sdesc *d, tp_pdesc *pd)
 		d[i].pieces = pd + q;
 		d[i].npieces = t->npieces;
 		d[i].nstack = t->nstack;
+		d[i].to_f32 = t->widen;
 		for (uint32_t k = 0; k < (t->nstack ? t->nstack : 1) * t->npieces; k++) {
 			const mpiece *p = &t->pc[k];
 			const tcase *c = &w->cases[p->file][p->ci];
@@ -1068,8 +1102,8 @@ static void served_pages(const tp_served *S, uint64_t a, uint64_t b, uint64_t pa
 		uint64_t cov;
 		size_t n = tp_served_map(S, a, b - a, runs, 16, &cov);
 		for (size_t k = 0; k < n; k++)
-			if (runs[k].kind == TP_RUN_SRC)
-				for (uint64_t p = runs[k].off / page; p <= (runs[k].off + runs[k].len - 1) / page; p++)
+			if (tp_run_src_bytes(&runs[k]))
+				for (uint64_t p = runs[k].off / page; p <= (runs[k].off + tp_run_src_bytes(&runs[k]) - 1) / page; p++)
 					pages[runs[k].src][p] = 1;
 		if (!cov)
 			break;
@@ -1174,7 +1208,7 @@ static long check_served_io(const tp_served *S, const file *f, uint32_t nf)
 static void test_multi_source_random(void **state)
 {
 	(void)state;
-	long reads = 0, refusals = 0, files = 0, multi = 0, stacked = 0, empty = 0, planned = 0;
+	long reads = 0, refusals = 0, files = 0, multi = 0, stacked = 0, empty = 0, planned = 0, widened = 0;
 	dropped = 0;
 	mworld *w = malloc(sizeof *w);
 	for (int trial = 0; trial < 150; trial++) {
@@ -1243,6 +1277,10 @@ static void test_multi_source_random(void **state)
 							fail_msg("trial %d T=%u r=%u %s: dim %u is %llu, want %llu", trial, T, r, lt->name, a,
 								 (unsigned long long)lt->shape[a], (unsigned long long)tsh[i][a]);
 					assert_int_equal(lt->end - lt->begin, tl[i]);
+					if (w->t[i].widen) {
+						assert_int_equal(lt->dtype, ST_F32);
+						widened++;
+					}
 					memcpy(img + lh.data_start + lt->begin, tb[i], tl[i]);
 					free(tb[i]);
 					stacked += w->t[i].nstack > 1;
@@ -1268,7 +1306,7 @@ static void test_multi_source_random(void **state)
 						assert_true(nr <= cap);
 						assert_int_equal(tp_runs_bytes(runs, nr), cov);
 						for (size_t q = 0; q < nr; q++) {
-							if (runs[q].kind == TP_RUN_SRC) {
+							if (tp_run_reads(&runs[q])) {
 								assert_true(runs[q].src < w->nfiles);
 								srcs_seen |= 1 << runs[q].src;
 							} else {
@@ -1277,7 +1315,7 @@ static void test_multi_source_random(void **state)
 							if (runs[q].kind == TP_RUN_CONST) /* past the header, inside the local bytes */
 								assert_true(runs[q].off >= S.hdr_size && runs[q].off + runs[q].len <= S.local_size);
 							if (q + 1 < nr) /* merged: no run continues the previous one */
-								assert_false(runs[q].kind == runs[q + 1].kind &&
+								assert_false(runs[q].kind == runs[q + 1].kind && runs[q].kind != TP_RUN_WIDEN &&
 									     (runs[q].kind == TP_RUN_ZERO ||
 									      (runs[q].src == runs[q + 1].src &&
 									       runs[q].off + runs[q].len == runs[q + 1].off)));
@@ -1308,8 +1346,10 @@ static void test_multi_source_random(void **state)
 	}
 	free(w);
 	printf("multi-source: %ld files (%ld reading several sources), %ld reads compared, %ld stacked tensors, "
-	       "%ld experts on other ranks, %ld tensors on other ranks only, %ld refusals, %ld prefetch plans checked\n",
-	       files, multi, reads, stacked, dropped, empty, refusals, planned);
+	       "%ld widened to F32, %ld experts on other ranks, %ld tensors on other ranks only, %ld refusals, "
+	       "%ld prefetch plans checked\n",
+	       files, multi, reads, stacked, widened, dropped, empty, refusals, planned);
+	assert_true(widened > 50);
 	assert_true(reads > 20000);
 	assert_true(multi > 100);
 	assert_true(stacked > 100);
