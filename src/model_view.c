@@ -116,6 +116,18 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 			w++, neg = 1;
 		m->view->e[k].off = w && (neg ? config_true(m, w) : !config_true(m, w));
 	}
+	if (m->view->drop_key) { /* "drop_layers": the first layer index left out, from config.json */
+		const cJSON *x = cJSON_GetObjectItemCaseSensitive(m->config, m->view->drop_key);
+		for (int p = 0; !x && p < m->plan.nprefix; p++)
+			x = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->config, m->plan.prefix[p]),
+							     m->view->drop_key);
+		if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= 1e15) {
+			free(src);
+			return tp_fail(e, TP_EINVAL, "%s: config.json has no count '%s' (the layers it builds)", m->view->origin,
+				       m->view->drop_key);
+		}
+		m->view->drop_from = (uint64_t)x->valuedouble;
+	}
 	int rc = tp_view_resolve(m->view, src, ns, &m->vplan, e);
 	free(src);
 	if (rc < 0)

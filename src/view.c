@@ -154,7 +154,7 @@ static int str_list(const cJSON *a, const char **out, uint32_t cap, uint32_t *n)
 int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, tp_err *e)
 {
 	static const char *keys[] = {"tpfs_view", "engine", "name", "proven", "plans", "model_types", "pad_vocab",
-				     "keep_rest", "tensors", "description", "comment", "defaults", NULL};
+				     "keep_rest", "tensors", "description", "comment", "defaults", "drop_layers", NULL};
 	memset(v, 0, sizeof *v);
 	tp_fmt(v->origin, sizeof v->origin, "%s", origin);
 	v->json = tp_json_parse(origin, text, len, e);
@@ -205,6 +205,18 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 	v->pad_vocab = pv ? (uint64_t)pv->valuedouble : 0;
 	const cJSON *kr = cJSON_GetObjectItemCaseSensitive(o, "keep_rest");
 	v->keep_rest = !kr || cJSON_IsTrue(kr);
+	v->drop_from = UINT64_MAX;
+	const cJSON *dl = cJSON_GetObjectItemCaseSensitive(o, "drop_layers");
+	if (dl) {
+		v->drop_prefix = str_of(dl, "prefix");
+		v->drop_key = str_of(dl, "from");
+		if (!cJSON_IsObject(dl) || !v->drop_prefix || !v->drop_prefix[0] || !v->drop_key || !v->drop_key[0] ||
+		    cJSON_GetArraySize(dl) != 2) {
+			tp_fail(e, TP_EINVAL, "%s: \"drop_layers\" is {\"prefix\": \"model.layers.\", \"from\": a config.json "
+				"key}: layers from that index on are not served", origin);
+			goto bad;
+		}
+	}
 	v->defaults = cJSON_GetObjectItemCaseSensitive(o, "defaults");
 	if (v->defaults) {
 		int okd = cJSON_IsObject(v->defaults);
@@ -678,6 +690,21 @@ static int localize(vres *c, tp_vpart *pt)
 	return 0;
 }
 
+/* Whether source tensor `name` lies in a layer the view's drop_layers leaves out. */
+static int dropped_layer(const tp_view *v, const char *name)
+{
+	size_t pl = v->drop_prefix ? strlen(v->drop_prefix) : 0;
+	if (!pl || v->drop_from == UINT64_MAX || strncmp(name, v->drop_prefix, pl))
+		return 0;
+	const char *p = name + pl;
+	uint64_t n = 0;
+	if (*p < '0' || *p > '9')
+		return 0;
+	for (; *p >= '0' && *p <= '9'; p++)
+		n = n > UINT64_MAX / 10 ? UINT64_MAX : n * 10 + (uint64_t)(*p - '0');
+	return *p == '.' && n >= v->drop_from;
+}
+
 int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_vplan *out, tp_err *e)
 {
 	memset(out, 0, sizeof *out);
@@ -693,7 +720,9 @@ int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_v
 	size_t w = 0;
 	for (uint32_t f = 0; f < nsrc && rc == 0; f++)
 		for (size_t t = 0; t < src[f].h->n; t++)
-			c.all[w++] = (vname){src[f].h->t[t].name, f, (uint32_t)t};
+			if (!dropped_layer(v, src[f].h->t[t].name))
+				c.all[w++] = (vname){src[f].h->t[t].name, f, (uint32_t)t};
+	c.nall = w;
 	if (rc == 0) {
 		qsort(c.all, c.nall, sizeof *c.all, cmp_vname);
 		for (size_t i = 1; i < c.nall; i++)

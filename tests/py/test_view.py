@@ -149,6 +149,25 @@ with tt.Mount(g3u, 2, "--view", "vllm") as m:
     F.check("model.embed_tokens.weight" in got and "lm_head.weight" in got,
             "gemma3 with tie_word_embeddings false: both tables served (%s)" % sorted(k for k in got if "layers" not in k))
 
+# 2c. DeepSeek-V3 (MLA, MoE, an MTP layer): the mount equals the independent reference
+# (vllm_view_ref.py, vLLM's own cuts), byte for byte, with the F32 router bias widened and the MTP
+# layer (layers.{num_hidden_layers}, which vLLM's model does not build) not served
+import vllm_view_ref
+dsv = os.path.join(work, "dsv3")
+dcfg, _ = fixtures.make("deepseek_v3", dsv)
+nl = dcfg["num_hidden_layers"]
+F.check(any(k.startswith("model.layers.%d." % nl) for k in load_dir(dsv)), "the deepseek fixture has an MTP layer")
+vref = os.path.join(work, "dsv3-ref")
+vllm_view_ref.write(dsv, vllm_view_ref.load_view(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                                              "views", "vllm", "deepseek_v3.json")), 2, vref)
+with tt.Mount(dsv, 2, "--view", "vllm") as m:
+    for r in range(2):
+        got, want = served(m.path, r), served(vref, r)
+        F.check(not [k for k in got if k.startswith("model.layers.%d." % nl)], "deepseek rank %d: no MTP tensor served" % r)
+        F.check(got.get("model.layers.1.mlp.experts.gate.e_score_correction_bias", np.zeros(1, np.float64)).dtype
+                == np.float32, "deepseek rank %d: the router's correction bias is served as F32" % r)
+        compare("deepseek_v3 rank %d against vllm_view_ref" % r, got, want)
+
 # 3. --ranks: a node serving rank 1 only
 with tt.Mount(src, 2, "--view", "vllm", "--ranks", "1") as m:
     names = sorted(n for n in os.listdir(m.path) if n.startswith("model-rank"))

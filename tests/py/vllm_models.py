@@ -5,7 +5,8 @@ Each family is as small as vLLM's CPU backend allows: head_dim 64 (CPU attention
 each rank holds 512 rows, rank 1's last 24 zero), KV heads fewer than T=2 where the family allows,
 weights drawn wider than the default init so that greedy tokens are not decided by ties.
 
-make(family, out) writes OUT/config.json, generation_config.json and model.safetensors.
+make(family, out) writes OUT/config.json, generation_config.json and model.safetensors (deepseek_v3:
+also an MTP layer in model-mtp.safetensors, with an index).
 """
 import sys
 
@@ -69,11 +70,37 @@ FAMILIES = {
 }
 
 
+def add_mtp(out, n_layers):
+    """Appends a DeepSeek-style MTP layer, as published checkpoints hold it: layers.{n_layers}, a copy
+    of the last decoder layer plus eh_proj, enorm, hnorm, shared_head.{norm,head} and embed_tokens,
+    in a second file with an index. vLLM's default loader skips it (its speculative-decoding model
+    reads it); the view must not serve it (drop_layers)."""
+    import json
+    import os
+    from safetensors.torch import load_file, save_file
+    main = load_file(os.path.join(out, "model.safetensors"))
+    last, new = "model.layers.%d." % (n_layers - 1), "model.layers.%d." % n_layers
+    mtp = {new + k[len(last):]: v.clone() for k, v in main.items() if k.startswith(last)}
+    g = torch.Generator().manual_seed(5)
+    H, V = main["model.norm.weight"].shape[0], main["model.embed_tokens.weight"].shape[0]
+    for k, shape in (("eh_proj.weight", (H, 2 * H)), ("enorm.weight", (H,)), ("hnorm.weight", (H,)),
+                     ("shared_head.norm.weight", (H,)), ("shared_head.head.weight", (V, H)),
+                     ("embed_tokens.weight", (V, H))):
+        mtp[new + k] = torch.randn(shape, generator=g).to(torch.bfloat16)
+    save_file(mtp, os.path.join(out, "model-mtp.safetensors"), metadata={"format": "pt"})
+    wm = {k: "model.safetensors" for k in main}
+    wm.update({k: "model-mtp.safetensors" for k in mtp})
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": wm}, f)
+
+
 def make(family, out, seed=0):
     torch.manual_seed(seed)
     cfg = FAMILIES[family]()
     model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.save_pretrained(out)
+    if family == "deepseek_v3":
+        add_mtp(out, cfg.num_hidden_layers)
     return out
 
 

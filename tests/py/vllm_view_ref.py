@@ -255,6 +255,13 @@ def plan_view(view, cfg, names):
     ("cat", [names], dtype) / ("stack", [[names] per e], dtype) (dtype None: the pieces', or "F32":
     widened) / ("const", dtype, value); and the source names used."""
     used, served = set(), []
+    dl = view.get("drop_layers")
+    if dl:  # layers from config[dl["from"]] on are not served
+        n0 = cfg[dl["from"]]
+        def dropped(n):
+            i = n[len(dl["prefix"]):].split(".")[0] if n.startswith(dl["prefix"]) else ""
+            return i.isdigit() and int(i) >= n0
+        names = {n for n in names if not dropped(n)}
     for entry in view["tensors"]:
         if not applies(entry, cfg, view.get("defaults")):
             continue

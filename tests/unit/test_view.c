@@ -278,6 +278,11 @@ static void test_refusals(void **state)
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"defaults\": {\"tie\": \"yes\"}, ", &p, &e), -2);
 	assert_non_null(strstr(e.msg, "\"defaults\""));
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"defaults\": [true], ", &p, &e), -2);
+	/* "drop_layers": a prefix and a config key, nothing else */
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"drop_layers\": {\"prefix\": \"L.\"}, ", &p, &e), -2);
+	assert_non_null(strstr(e.msg, "\"drop_layers\""));
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]",
+				 "\"drop_layers\": {\"prefix\": \"L.\", \"from\": \"n\", \"x\": 1}, ", &p, &e), -2);
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"defaults\": {\"tie\": true}, ", &p, &e), 0);
 	tp_vplan_free(&p);
 	fx_free(&f);
