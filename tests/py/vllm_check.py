@@ -6,7 +6,8 @@ python vllm_check.py JOBS.json RESULT.json
   JOBS: [{"name", "model", "load_format": "auto" | "sharded_state", "tp", "dtype", "prompts": [[ids]],
           "max_tokens", "keys": true|false}]
   RESULT: {name: {"tokens": [[ids] per prompt], "logprobs": [[[[id, logprob] top-k] per step] per
-           prompt], "keys": {rank: {key: [shape, dtype]}} or null, "error": text or null}}
+           prompt], "keys": {rank: {key: [shape, dtype]}} or null, "weights": {rank: {key: sha1 of
+           its bytes}} (what the loader left in the model), "error": text or null}}
 
 The key set is vLLM's own: a general plugin (entry point group vllm.general_plugins, loaded in every
 vLLM process, workers included) wraps ShardedStateLoader.load_weights so that, before loading, each
@@ -47,6 +48,34 @@ def register():
 
     ShardedStateLoader.load_weights = load_weights
     ShardedStateLoader._tpfs_probe = True
+
+    # the weights each loader leaves in the model (before process_weights_after_loading packs
+    # them): a digest per tensor of _filter_subtensors(model.state_dict()), for both loaders
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+
+    def digests(model, tag):
+        import hashlib
+        import torch
+        from vllm.distributed import get_tensor_model_parallel_rank
+        sd = ShardedStateLoader._filter_subtensors(model.state_dict())
+        out = {k: hashlib.sha1(t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes()).hexdigest()
+               for k, t in sd.items()}
+        path = os.path.join(d, "weights-rank%d.json" % get_tensor_model_parallel_rank())
+        with open(path + ".tmp", "w") as f:
+            json.dump(out, f)
+        os.replace(path + ".tmp", path)
+
+    def wrap(cls):
+        inner = cls.load_weights
+
+        def lw(self, model, model_config):
+            r = inner(self, model, model_config)
+            digests(model, cls.__name__)
+            return r
+        cls.load_weights = lw
+
+    wrap(DefaultModelLoader)
+    wrap(ShardedStateLoader)
 '''
 
 
@@ -69,10 +98,7 @@ def install_probe():
 def run_job(job, keys_dir):
     from vllm import LLM, SamplingParams
 
-    if job.get("keys"):
-        os.environ["TPFS_VLLM_KEYS"] = keys_dir
-    else:
-        os.environ.pop("TPFS_VLLM_KEYS", None)
+    os.environ["TPFS_VLLM_KEYS"] = keys_dir  # the weights' digests always; the key set for sharded_state
     llm = LLM(model=job["model"], load_format=job["load_format"], tensor_parallel_size=job["tp"],
               dtype=job.get("dtype", "bfloat16"), enforce_eager=True, skip_tokenizer_init=True,
               max_model_len=job.get("max_model_len", 256), max_num_seqs=4, seed=0,
@@ -117,6 +143,12 @@ def main():
                 if os.path.exists(p):
                     with open(p) as f:
                         res["keys"][str(r)] = json.load(f)
+        res["weights"] = {}
+        for r in range(job["tp"]):
+            p = os.path.join(keys_dir, "weights-rank%d.json" % r)
+            if os.path.exists(p):
+                with open(p) as f:
+                    res["weights"][str(r)] = json.load(f)
         shutil.rmtree(keys_dir, ignore_errors=True)
         results[job["name"]] = res
         with open(sys.argv[2], "w") as f:
