@@ -300,6 +300,16 @@ family("nanochat", "NanoChatConfig", _common(**_dense), "NanoChatForCausalLM", G
 family("diffllama", "DiffLlamaConfig", _common(**dict(_dense, num_key_value_heads=8)), "DiffLlamaForCausalLM", GQA)
 
 
+# EXAONE 3: Llama's model code (LlamaForCausalLM) over EXAONE's own tensor names (transformer.h.N.attn.attention.*,
+# mlp.c_fc_0/1, c_proj, ln_1/2, wte, ln_f), which save_pretrained writes and from_pretrained renames
+family("exaone", "ExaoneConfig", _common(**_dense), "LlamaForCausalLM", GQA,
+       wrong=r"layers\.0\.mlp\.gate_proj\.weight$")
+family("granite_swa", "GraniteSWAConfig", _common(**dict(_dense, num_key_value_heads=2), sliding_window=8,
+                                                 layer_types=["full_attention", "sliding_attention"],
+                                                 embedding_multiplier=2.0, residual_multiplier=0.5,
+                                                 attention_multiplier=0.1, logits_scaling=4.0),
+       "GraniteSWAForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.sinks$")
+
 
 # --- mixture-of-experts families, more (issue 22) ---
 
