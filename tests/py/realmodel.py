@@ -310,6 +310,17 @@ family("granite_swa", "GraniteSWAConfig", _common(**dict(_dense, num_key_value_h
                                                  attention_multiplier=0.1, logits_scaling=4.0),
        "GraniteSWAForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.sinks$")
 
+# dense MLA models under the deepseek plan (MLA attention, llama's MLP): uneven heads too
+_dense_mla = _common(hidden_size=48, num_key_value_heads=6, num_attention_heads=6, kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8,
+                     qk_nope_head_dim=16, v_head_dim=16, head_dim=8, num_hidden_layers=2)
+family("minicpm3", "MiniCPM3Config", dict(_dense_mla, scale_emb=2.0, scale_depth=1.4, dim_model_base=32),
+       "MiniCPM3ForCausalLM", MLA[:3], ts=(2, 3, 4), wrong=r"layers\.0\.self_attn\.kv_b_proj\.weight$")
+# Youtu zeroes its embedding's padding_idx row on load: pad_token_id None (its default), since local_config here keeps
+# the source's pad_token_id on every rank (tpfs states the local index on the rank that holds it, null elsewhere)
+family("youtu", "YoutuConfig", dict(_dense_mla, tie_word_embeddings=True, pad_token_id=None), "YoutuForCausalLM",
+       MLA[:3], ts=(2, 3, 4),
+       wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
+
 
 # --- mixture-of-experts families, more (issue 22) ---
 
