@@ -321,6 +321,13 @@ family("youtu", "YoutuConfig", dict(_dense_mla, tie_word_embeddings=True, pad_to
        MLA[:3], ts=(2, 3, 4),
        wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
 
+# Gemma 4 (dense): full-attention layers with their own head width (global_head_dim), per-layer embeddings whole
+family("gemma4_text", "Gemma4TextConfig", _common(**_dense, global_head_dim=32, sliding_window=8,
+                                                  layer_types=["sliding_attention", "full_attention"],
+                                                  vocab_size_per_layer_input=V, hidden_size_per_layer_input=16,
+                                                  tie_word_embeddings=True),
+       "Gemma4ForCausalLM", GQA, wrong=r"layers\.1\.self_attn\.q_proj\.weight$")
+
 
 # --- mixture-of-experts families, more (issue 22) ---
 
