@@ -251,6 +251,83 @@ family("sarvam_mla", "SarvamMLAConfig", _mla(), "DeepseekV3ForCausalLM", MLA, wr
 # --- dense families, more (issue 22) ---
 
 
+def _rows(*leaves):
+    """A patch= hook: the Linear modules whose last name is one of leaves are row-parallel (their
+    input is the rank's slice; the output is summed over ranks and the bias added once), for the
+    families that name their output projections otherwise (StarCoder2's c_proj, Phi's dense and fc2)."""
+    def patch(model, T, r, allsum):
+        import torch.nn.functional as F
+        from torch import nn
+        for name, mod in model.named_modules():
+            if isinstance(mod, nn.Linear) and name.rsplit(".", 1)[-1] in leaves:
+                def row(x, mod=mod):
+                    y = allsum(F.linear(x, mod.weight))
+                    return y + mod.bias if mod.bias is not None else y
+                mod.forward = row
+    return patch
+
+
+family("olmo", "OlmoConfig", _common(**_dense, clip_qkv=0.5), "OlmoForCausalLM", GQA)
+# OLMo 2/3: q_norm [H*hd] and k_norm [KV*hd] over all heads, split with the heads; olmo3 with KV heads in
+# replicated groups at T=4 (2 KV heads), whose variance over all ranks counts each group T/KV times: the same mean
+family("olmo2", "Olmo2Config", _common(**_dense), "Olmo2ForCausalLM", GQA,
+       wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
+family("olmo3", "Olmo3Config", _common(**dict(_dense, num_key_value_heads=2), sliding_window=8,
+                                       layer_types=["sliding_attention", "full_attention"]), "Olmo3ForCausalLM", GQA,
+       wrong=r"layers\.1\.self_attn\.k_norm\.weight$", global_norms=("q_norm", "k_norm"))
+family("starcoder2", "Starcoder2Config", _common(**_dense, use_bias=True, sliding_window=8), "Starcoder2ForCausalLM",
+       GQA, wrong=r"layers\.0\.mlp\.c_fc\.weight$", patch=_rows("c_proj"))
+family("glm", "GlmConfig", _common(**dict(_dense, num_key_value_heads=2), attention_bias=True), "GlmForCausalLM", GQA,
+       wrong=r"layers\.0\.mlp\.gate_up_proj\.weight$")
+family("glm4", "Glm4Config", _common(**dict(_dense, num_key_value_heads=2), attention_bias=True), "Glm4ForCausalLM",
+       GQA, wrong=r"layers\.1\.mlp\.gate_up_proj\.weight$")
+family("phi", "PhiConfig", _common(**dict(_dense, head_dim=8), partial_rotary_factor=0.5), "PhiForCausalLM", GQA,
+       wrong=r"layers\.0\.mlp\.fc1\.weight$", patch=_rows("dense", "fc2"))
+# helium: refused by the llama plan (its o_proj is built [D, D] whatever the rank's head count)
+family("arcee", "ArceeConfig", _common(**_dense), "ArceeForCausalLM", GQA, wrong=r"layers\.0\.mlp\.up_proj\.weight$")
+family("apertus", "ApertusConfig", _common(**_dense), "ApertusForCausalLM", GQA)
+family("apertus1p5_text", "Apertus1p5TextConfig", _common(**_dense), "Apertus1p5TextForCausalLM", GQA)
+family("hunyuan_v1_dense", "HunYuanDenseV1Config", _common(**_dense), "HunYuanDenseV1ForCausalLM", GQA)
+family("nemotron", "NemotronConfig", _common(**_dense, partial_rotary_factor=0.5), "NemotronForCausalLM", GQA)
+family("jais2", "Jais2Config", _common(**_dense, attention_bias=True, mlp_bias=True), "Jais2ForCausalLM", GQA,
+       wrong=r"layers\.0\.mlp\.up_proj\.bias$")
+family("hyperclovax", "HyperCLOVAXConfig", _common(**_dense, use_post_norm=True, embedding_multiplier=2.0,
+                                                   residual_multiplier=0.5, attention_multiplier=0.1,
+                                                   logits_scaling=4.0), "HyperCLOVAXForCausalLM", GQA)
+family("ministral3", "Ministral3Config", _common(**_dense, sliding_window=8), "Ministral3ForCausalLM", GQA)
+family("nanochat", "NanoChatConfig", _common(**_dense), "NanoChatForCausalLM", GQA, patch=_rows("fc2"))
+# DiffLlama pairs head h with h + H/2 and V's first KV half with its second: 8 KV heads, so each half divides at T=4
+family("diffllama", "DiffLlamaConfig", _common(**dict(_dense, num_key_value_heads=8)), "DiffLlamaForCausalLM", GQA)
+
+
+# EXAONE 3: Llama's model code (LlamaForCausalLM) over EXAONE's own tensor names (transformer.h.N.attn.attention.*,
+# mlp.c_fc_0/1, c_proj, ln_1/2, wte, ln_f), which save_pretrained writes and from_pretrained renames
+family("exaone", "ExaoneConfig", _common(**_dense), "LlamaForCausalLM", GQA,
+       wrong=r"layers\.0\.mlp\.gate_proj\.weight$")
+family("granite_swa", "GraniteSWAConfig", _common(**dict(_dense, num_key_value_heads=2), sliding_window=8,
+                                                 layer_types=["full_attention", "sliding_attention"],
+                                                 embedding_multiplier=2.0, residual_multiplier=0.5,
+                                                 attention_multiplier=0.1, logits_scaling=4.0),
+       "GraniteSWAForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.sinks$")
+
+# dense MLA models under the deepseek plan (MLA attention, llama's MLP): uneven heads too
+_dense_mla = _common(hidden_size=48, num_key_value_heads=6, num_attention_heads=6, kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8,
+                     qk_nope_head_dim=16, v_head_dim=16, head_dim=8, num_hidden_layers=2)
+family("minicpm3", "MiniCPM3Config", dict(_dense_mla, scale_emb=2.0, scale_depth=1.4, dim_model_base=32),
+       "MiniCPM3ForCausalLM", MLA[:3], ts=(2, 3, 4), wrong=r"layers\.0\.self_attn\.kv_b_proj\.weight$")
+# Youtu zeroes its embedding's padding_idx row on load: pad_token_id None (its default), since local_config here keeps
+# the source's pad_token_id on every rank (tpfs states the local index on the rank that holds it, null elsewhere)
+family("youtu", "YoutuConfig", dict(_dense_mla, tie_word_embeddings=True, pad_token_id=None), "YoutuForCausalLM",
+       MLA[:3], ts=(2, 3, 4),
+       wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
+
+# Gemma 4 (dense): full-attention layers with their own head width (global_head_dim), per-layer embeddings whole
+family("gemma4_text", "Gemma4TextConfig", _common(**_dense, global_head_dim=32, sliding_window=8,
+                                                  layer_types=["sliding_attention", "full_attention"],
+                                                  vocab_size_per_layer_input=V, hidden_size_per_layer_input=16,
+                                                  tie_word_embeddings=True),
+       "Gemma4ForCausalLM", GQA, wrong=r"layers\.1\.self_attn\.q_proj\.weight$")
+
 
 # --- mixture-of-experts families, more (issue 22) ---
 

@@ -151,17 +151,19 @@ F.check(p.returncode == 1 and "tensor 'model.extra_embed.weight' [128, 48]: no r
         "an unmatched tensor names the per-rank count it would contradict: %s" % p.stderr)
 p = tt.tpfs("plan", srcv, "--tp", 4, "--unmatched", "replicate")
 F.check(p.returncode == 0 and "unmatched tensors (replicated): 1" in p.stdout, "--unmatched replicate opts in: %s" % p.stderr)
-# a plan picked through architectures alone must fit the names (EXAONE says LlamaForCausalLM, keeps its own names)
+# a plan picked through architectures alone must fit the names (EXAONE says LlamaForCausalLM, keeps its own names;
+# model_type 'exaone' itself is now detected by the llama plan, which names its tensors: an EXAONE-like model_type
+# that no plan detects shows the check)
 srce = os.path.join(work, "exaone-like")
 exa = {k.replace("model.layers.", "transformer.h.").replace("model.embed_tokens", "transformer.wte"): v
        for k, v in fulll.items()}
-fixtures.save(srce, dict(cfgl, model_type="exaone"), exa)
+fixtures.save(srce, dict(cfgl, model_type="exaone_like"), exa)
 p = tt.tpfs("plan", srce, "--tp", 2)
-F.check(p.returncode == 1 and "no built-in plan knows model_type 'exaone': config.json's architectures point at plan "
+F.check(p.returncode == 1 and "no built-in plan knows model_type 'exaone_like': config.json's architectures point at plan "
         "'llama', but the checkpoint's names do not fit it" in p.stderr and "--plan FILE" in p.stderr,
         "a plan picked by architectures whose names do not fit is refused as unknown: %s" % p.stderr)
 p = tt.tpfs("plan", srce, "--tp", 2, "--unmatched", "replicate")
-F.check(p.returncode == 1 and "no built-in plan knows model_type 'exaone'" in p.stderr,
+F.check(p.returncode == 1 and "no built-in plan knows model_type 'exaone_like'" in p.stderr,
         "... also under --unmatched replicate: %s" % p.stderr)
 srcok = os.path.join(work, "arch-fits")
 fixtures.save(srcok, dict(cfgl, model_type="llama_like"), fulll)
