@@ -258,6 +258,81 @@ family("sarvam_mla", "SarvamMLAConfig", _mla(), "DeepseekV3ForCausalLM", MLA, wr
 
 # --- SSM hybrids and vision-language families (issue 22) ---
 
+# Vision-language composites as served: the language model split by its text plan, the vision tower and its merger
+# (projector) whole. Text-only forwards (the tower is loaded strictly, not run). Qwen2-VL / Qwen2.5-VL save the
+# published layout (model.layers..., visual.*); Qwen3-VL nests model.language_model / model.visual.
+_VL = [("text_config." + k, v) for k, v in GQA]
+_qvl_text = _common(num_key_value_heads=2, num_hidden_layers=2, rope_parameters=dict(
+    rope_type="default", rope_theta=10000.0, mrope_section=[1, 1, 2]))
+def _attention_head_dim_from_config(module_name, cls_name):
+    """Qwen2-VL's, Qwen2.5-VL's and GLM-4.1V's text attention derive head_dim as hidden_size / num_attention_heads, which at a
+    rank's head count (4 of 8) is twice the width of the rank's heads; their rotary embedding already honours
+    config.head_dim. A tensor-parallel engine keeps the global width (vLLM: hidden_size / total heads), and a rank's
+    config.json states it (head_dim, tpfs's per-rank value). So that the local-size model is built from the
+    rank's config.json as it is, the attention takes config.head_dim where the config has one and it differs (the
+    unsplit model's config has none: unchanged); the projections are rebuilt at that width, the rest is the
+    model code."""
+    import importlib
+    from torch import nn
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    if getattr(cls, "_tpfs_head_dim", False):
+        return
+    orig = cls.__init__
+
+    def init(self, config, layer_idx=None):
+        orig(self, config, layer_idx)
+        hd = getattr(config, "head_dim", None)
+        if hd and hd != self.head_dim:
+            self.head_dim, self.scaling = hd, hd ** -0.5
+            H, KV, Dm = self.num_heads, self.num_key_value_heads, self.hidden_size
+            self.q_proj = nn.Linear(Dm, H * hd, bias=True)
+            self.k_proj = nn.Linear(Dm, KV * hd, bias=True)
+            self.v_proj = nn.Linear(Dm, KV * hd, bias=True)
+            self.o_proj = nn.Linear(H * hd, Dm, bias=False)
+    cls.__init__ = init
+    cls._tpfs_head_dim = True
+
+
+def _qwen2_vl_patches():
+    _attention_head_dim_from_config("transformers.models.qwen2_vl.modeling_qwen2_vl", "Qwen2VLAttention")
+    _attention_head_dim_from_config("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl", "Qwen2_5_VLAttention")
+    _attention_head_dim_from_config("transformers.models.glm4v.modeling_glm4v", "Glm4vTextAttention")
+
+
+_qwen2_vl_patches()
+
+
+family("qwen2_vl", "Qwen2VLConfig", dict(text_config=_qvl_text, vision_config=dict(
+    depth=1, embed_dim=32, hidden_size=D, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2)),
+       "Qwen2VLForConditionalGeneration", _VL, wrong=r"layers\.1\.self_attn\.k_proj\.weight$")
+family("qwen2_5_vl", "Qwen2_5_VLConfig", dict(text_config=_qvl_text, vision_config=dict(
+    depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=D, fullatt_block_indexes=[1])),
+       "Qwen2_5_VLForConditionalGeneration", _VL, wrong=r"layers\.0\.self_attn\.v_proj\.weight$")
+_q3vl_text = _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, rope_parameters=dict(
+    rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3], mrope_interleaved=True))
+_q3vl_vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=D,
+                    deepstack_visual_indexes=[0], num_position_embeddings=16)
+family("qwen3_vl", "Qwen3VLConfig", dict(text_config=_q3vl_text, vision_config=_q3vl_vision),
+       "Qwen3VLForConditionalGeneration", _VL, wrong=r"layers\.0\.self_attn\.q_proj\.weight$")
+family("qwen3_vl_moe", "Qwen3VLMoeConfig", dict(text_config=dict(
+    _q3vl_text, moe_intermediate_size=IM, num_experts=8, num_experts_per_tok=2, decoder_sparse_step=1,
+    mlp_only_layers=[0]), vision_config=_q3vl_vision), "Qwen3VLMoeForConditionalGeneration",
+       _VL + [("text_config.moe_intermediate_size", "even")],
+       wrong=r"layers\.1\.mlp\.experts\.gate_up_proj$", wrong_dim=1)
+# GLM-4.1V (Glm4v) and GLM-OCR: the GLM-4 text model (fused gate_up_proj, sandwich norms, partial multimodal rotary)
+_glm_text = _common(num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2, rope_parameters=dict(
+    rope_type="default", rope_theta=10000.0, mrope_section=[1, 1, 2], partial_rotary_factor=0.5))
+_glm_vision = dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=D)
+family("glm4v", "Glm4vConfig", dict(text_config=_glm_text, vision_config=_glm_vision),
+       "Glm4vForConditionalGeneration", _VL, wrong=r"layers\.0\.mlp\.gate_up_proj\.weight$")
+family("glm_ocr", "GlmOcrConfig", dict(text_config=dict(_glm_text, head_dim=16), vision_config=_glm_vision),
+       "GlmOcrForConditionalGeneration", _VL, wrong=r"layers\.1\.self_attn\.q_proj\.weight$")
+family("glm4v_moe", "Glm4vMoeConfig", dict(text_config=dict(
+    _glm_text, head_dim=16, moe_intermediate_size=IM, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+    first_k_dense_replace=1, n_group=1, topk_group=1, num_hidden_layers=3), vision_config=_glm_vision),
+       "Glm4vMoeForConditionalGeneration", _VL + [("text_config.moe_intermediate_size", "even")],
+       wrong=r"layers\.2\.mlp\.experts\.gate_up_proj$", wrong_dim=1)
+
 
 
 
