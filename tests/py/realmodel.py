@@ -334,6 +334,69 @@ family("glm4v_moe", "Glm4vMoeConfig", dict(text_config=dict(
        wrong=r"layers\.2\.mlp\.experts\.gate_up_proj$", wrong_dim=1)
 
 
+# Mamba2 hybrids (plan mamba2). The rank's Mamba2 mixer is the model code's at the rank's head and group counts;
+# the hooks a TP engine adds: the vocab-parallel embedding under Nemotron-H's name (backbone.embeddings), the
+# gated norm's mean square reduced over the ranks that share a group when the checkpoint has fewer groups than
+# ranks (the local model holds one group, a 1/(T/G) slice of it), the row-parallel outputs (out_proj, o_proj,
+# down_proj) summed by tp_patch.
+def _vocab_parallel(mod, r, allsum):
+    n = mod.weight.shape[0]
+    orig = mod.forward
+
+    def emb(ids, orig=orig, n=n):
+        loc = ids - r * n
+        miss = (loc < 0) | (loc >= n)
+        return allsum(orig(loc.masked_fill(miss, 0)).masked_fill(miss[..., None], 0.0))
+    mod.forward = emb
+
+
+def _gated_norm_over_ranks(mod, G, T, r, allsum):
+    """A Mamba2 gated RMSNorm (norm(x * silu(gate)) in groups) whose G global groups are fewer than T ranks: rank r
+    holds a slice of group floor(r / (T / G)); the group's mean square is the sum over its ranks' slices."""
+    import torch
+    import torch.nn.functional as F
+    n_loc = mod.weight.shape[0]
+    g = r // (T // G)
+
+    def fwd(x, gate=None, mod=mod):
+        dt = x.dtype
+        x = x.to(torch.float32)
+        if gate is not None:
+            x = x * F.silu(gate.to(torch.float32))
+        part = torch.zeros(*x.shape[:-1], G, dtype=x.dtype)
+        part[..., g] = x.pow(2).sum(-1)
+        ms = allsum(part)[..., g:g + 1] / (n_loc * (T // G))
+        return mod.weight * (x * torch.rsqrt(ms + mod.variance_epsilon)).to(dt)
+    mod.forward = fwd
+
+
+def _mamba2_patch(G):
+    """The family's TP hook; G: the checkpoint's (global) number of SSM groups."""
+    def patch(model, T, r, allsum):
+        from torch import nn
+        for name, mod in model.named_modules():
+            if name.endswith("embeddings") and isinstance(mod, nn.Embedding):
+                _vocab_parallel(mod, r, allsum)
+            elif type(mod).__name__.endswith("RMSNormGated") and G < T:
+                _gated_norm_over_ranks(mod, G, T, r, allsum)
+    return patch
+
+
+_nemo = _common(num_key_value_heads=4, head_dim=16, num_hidden_layers=4, layers_block_type=["mamba", "moe", "attention", "mlp"],
+                mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, conv_kernel=4, chunk_size=8, use_mamba_kernels=False,
+                time_step_limit=[0.0, 1000.0],
+                moe_intermediate_size=IM, moe_shared_expert_intermediate_size=IM, n_routed_experts=8, num_experts_per_tok=2,
+                n_group=1, topk_group=1)
+family("nemotron_h", "NemotronHConfig", dict(_nemo, n_groups=4), "NemotronHForCausalLM",
+       GQA + [("mamba_num_heads", "even"), ("n_groups", "groups"), ("moe_intermediate_size", "even"),
+              ("moe_shared_expert_intermediate_size", "even")],
+       wrong=r"layers\.0\.mixer\.in_proj\.weight$", patch=_mamba2_patch(4))
+# one SSM group (Nemotron-H 4B's, Bamba's and Granite 4.0's layout): B and C whole on every rank, the gated norm
+# spans every rank; the wrong split: the norm's weight
+family("nemotron_h_1group", "NemotronHConfig", dict(_nemo, n_groups=1), "NemotronHForCausalLM",
+       FAMILIES["nemotron_h"]["per_rank"], wrong=r"layers\.0\.mixer\.norm\.weight$", patch=_mamba2_patch(1))
+
+
 
 
 def text_of(cfg):

@@ -695,7 +695,7 @@ static void test_choice(void **state)
 	}
 	assert_int_equal(tp_plan_choose(NULL, "nosuch", &pl, origin, sizeof origin, &e), -1);
 	assert_non_null(strstr(e.msg, "--plan nosuch: no such built-in plan (built-in: deepseek, ernie4_5-moe, generic, glm4v-moe, glm4v, gpt-oss, kda, llama, llama4, "
-				   "mixtral, phi3, qwen-moe, qwen3-next, qwen3-vl-moe"));
+				   "mamba2, mixtral, phi3, qwen-moe, qwen3-next, qwen3-vl-moe"));
 }
 
 /* tp_model_open on a missing folder fails cleanly (the ASan build's leak check covers m->src) */
