@@ -397,6 +397,35 @@ family("nemotron_h_1group", "NemotronHConfig", dict(_nemo, n_groups=1), "Nemotro
        FAMILIES["nemotron_h"]["per_rank"], wrong=r"layers\.0\.mixer\.norm\.weight$", patch=_mamba2_patch(1))
 
 
+def _granite_hybrid_patch(G):
+    """Granite 4.0: the Mamba2 hooks, and its experts' and shared MLP's row-parallel output_linear summed over ranks."""
+    base = _mamba2_patch(G)
+
+    def patch(model, T, r, allsum):
+        base(model, T, r, allsum)
+        for name, mod in model.named_modules():
+            if name.endswith(("block_sparse_moe.output_linear", "shared_mlp.output_linear")):
+                mod.register_forward_hook(lambda m, a, out: allsum(out))
+    return patch
+
+
+# Bamba and Granite 4.0: mamba_expand 4 (I = 4 * 64) so that a rank's mamba_expand (4 / T) is whole at T=2 and 4
+# (the published expand 2 is served at T=2 and refused at T=4 by name)
+_bamba_ssm = dict(mamba_expand=4, mamba_n_heads=8, mamba_d_head=32, mamba_d_state=16, mamba_d_conv=4,
+                  mamba_chunk_size=8, time_step_limit=[0.0, 1000.0])
+_SSM = [("mamba_n_heads", "even"), ("mamba_n_groups", "groups"), ("mamba_expand", "even")]
+family("bamba", "BambaConfig", _common(num_key_value_heads=4, num_hidden_layers=2, attn_layer_indices=[1],
+                                       mamba_n_groups=1, **_bamba_ssm),
+       "BambaForCausalLM", GQA + _SSM, wrong=r"layers\.0\.mamba\.conv1d\.weight$", patch=_mamba2_patch(1))
+family("granitemoehybrid", "GraniteMoeHybridConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, layer_types=["mamba", "attention"], mamba_n_groups=2,
+               intermediate_size=IM, shared_intermediate_size=I, num_local_experts=4, num_experts_per_tok=2,
+               embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=4.0,
+               **_bamba_ssm),
+       "GraniteMoeHybridForCausalLM", GQA + _SSM + [("shared_intermediate_size", "even")],
+       wrong=r"layers\.0\.mamba\.in_proj\.weight$", patch=_granite_hybrid_patch(2))
+
+
 
 
 def text_of(cfg):
