@@ -358,14 +358,19 @@ def _gated_norm_over_ranks(mod, G, T, r, allsum):
     n_loc = mod.weight.shape[0]
     g = r // (T // G)
 
+    before = getattr(mod, "norm_before_gate", False)  # Falcon-H1: norm(x) * silu(gate)
+
     def fwd(x, gate=None, mod=mod):
         dt = x.dtype
         x = x.to(torch.float32)
-        if gate is not None:
+        if gate is not None and not before:
             x = x * F.silu(gate.to(torch.float32))
         part = torch.zeros(*x.shape[:-1], G, dtype=x.dtype)
         part[..., g] = x.pow(2).sum(-1)
         ms = allsum(part)[..., g:g + 1] / (n_loc * (T // G))
+        if before:
+            y = mod.weight * (x * torch.rsqrt(ms + mod.variance_epsilon))
+            return (y * F.silu(gate.to(torch.float32)) if gate is not None else y).to(dt)
         return mod.weight * (x * torch.rsqrt(ms + mod.variance_epsilon)).to(dt)
     mod.forward = fwd
 
@@ -424,6 +429,17 @@ family("granitemoehybrid", "GraniteMoeHybridConfig",
                **_bamba_ssm),
        "GraniteMoeHybridForCausalLM", GQA + _SSM + [("shared_intermediate_size", "even")],
        wrong=r"layers\.0\.mamba\.in_proj\.weight$", patch=_granite_hybrid_patch(2))
+# Falcon-H1: mamba_d_ssm states the mixer's width; the gated norm on (normalised before the gate, one group spanning
+# every rank) and muP multipliers that differ per segment of in_proj (the rank's mup_vector comes from its config)
+family("falcon_h1", "FalconH1Config",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, mamba_d_ssm=128, mamba_n_heads=8,
+               mamba_d_head=16, mamba_n_groups=1, mamba_d_state=16, mamba_d_conv=4, mamba_chunk_size=8,
+               mamba_rms_norm=True, mamba_norm_before_gate=True, time_step_limit=[0.0, 1000.0],
+               ssm_multipliers=[0.5, 1.5, 0.7, 1.3, 2.0], mlp_multipliers=[1.5, 0.5], key_multiplier=0.8,
+               embedding_multiplier=2.0, lm_head_multiplier=0.5, attention_out_multiplier=0.7,
+               attention_in_multiplier=1.2, ssm_out_multiplier=0.9, ssm_in_multiplier=1.1),
+       "FalconH1ForCausalLM", GQA + [("mamba_n_heads", "even"), ("mamba_n_groups", "groups"), ("mamba_d_ssm", "even")],
+       wrong=r"layers\.1\.mamba\.in_proj\.weight$", patch=_mamba2_patch(1))
 
 
 
