@@ -442,6 +442,21 @@ family("falcon_h1", "FalconH1Config",
        wrong=r"layers\.1\.mamba\.in_proj\.weight$", patch=_mamba2_patch(1))
 
 
+# Jamba: Mamba v1 mixers split by channel; x_proj's partial sums reduced before dt/B/C (the hook), out_proj by tp_patch
+def _jamba_patch(model, T, r, allsum):
+    for name, mod in model.named_modules():
+        if name.endswith("mamba.x_proj"):
+            mod.register_forward_hook(lambda m, a, out: allsum(out))
+
+
+family("jamba", "JambaConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, mamba_expand=4, mamba_d_state=16, mamba_d_conv=4,
+               mamba_dt_rank=8, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
+               num_experts=4, num_experts_per_tok=2, use_mamba_kernels=False),
+       "JambaForCausalLM", GQA + [("mamba_expand", "even")], wrong=r"layers\.0\.mamba\.x_proj\.weight$", wrong_dim=1,
+       patch=_jamba_patch)
+
+
 
 
 def text_of(cfg):
