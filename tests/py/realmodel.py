@@ -334,6 +334,24 @@ family("glm4v_moe", "Glm4vMoeConfig", dict(text_config=dict(
        wrong=r"layers\.2\.mlp\.experts\.gate_up_proj$", wrong_dim=1)
 
 
+# Granite-Docling: Granite's text model (multipliers, tied embeddings) under model.text_model, the vision model and
+# its connector (model.vision_model.*) whole
+family("granite_docling", "GraniteDoclingConfig", dict(
+    text_config=_common(num_key_value_heads=2, num_hidden_layers=2, tie_word_embeddings=True, embedding_multiplier=2.0,
+                        residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=4.0),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32,
+                       patch_size=8, out_hidden_size=D, scale_factor=2, deepstack_visual_indexes=[0]),
+    image_token_id=V - 1, pad_token_id=0), "GraniteDoclingForConditionalGeneration", _VL,
+       wrong=r"text_model\.layers\.0\.self_attn\.v_proj\.weight$")
+family("hunyuan_vl", "HunYuanVLConfig", dict(
+    text_config=_common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, tie_word_embeddings=True,
+                        rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 2, 2, 2])),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                       out_hidden_size=D, text_hidden_size=D, patch_size=8),
+    image_token_id=V - 1, im_start_id=V - 2, im_end_id=V - 3, im_newline_id=V - 4, pad_token_id=0),
+       "HunYuanVLForConditionalGeneration", _VL, wrong=r"layers\.1\.self_attn\.q_proj\.weight$")
+
+
 # Mamba2 hybrids (plan mamba2). The rank's Mamba2 mixer is the model code's at the rank's head and group counts;
 # the hooks a TP engine adds: the vocab-parallel embedding under Nemotron-H's name (backbone.embeddings), the
 # gated norm's mean square reduced over the ranks that share a group when the checkpoint has fewer groups than

@@ -694,7 +694,7 @@ static void test_choice(void **state)
 		cJSON_Delete(c);
 	}
 	assert_int_equal(tp_plan_choose(NULL, "nosuch", &pl, origin, sizeof origin, &e), -1);
-	assert_non_null(strstr(e.msg, "--plan nosuch: no such built-in plan (built-in: deepseek, ernie4_5-moe, generic, glm4v-moe, glm4v, gpt-oss, jamba, kda, llama, llama4, "
+	assert_non_null(strstr(e.msg, "--plan nosuch: no such built-in plan (built-in: deepseek, ernie4_5-moe, generic, glm4v-moe, glm4v, gpt-oss, hunyuan-vl, jamba, kda, llama, llama4, "
 				   "mamba2, mixtral, phi3, qwen-moe, qwen3-next, qwen3-vl-moe"));
 }
 
