@@ -141,6 +141,15 @@ static int parse_rule(cJSON *o, int idx, const char *origin, tp_rule *r, tp_err 
 			return tp_fail(e, TP_EINVAL, "%s: rule '%s': split '%s' needs an integer 'axis' (-%d to %d)",
 				       origin, rname, kd->name, ST_MAX_DIMS, ST_MAX_DIMS - 1);
 		r->axis = (int)ax->valuedouble;
+	} else if (ax && kd->ref == TK_AX_HEADS) {
+		/* heads_axis: the axis taken when several have the size of 'heads' (the layout the model
+		 * code assumes when shapes cannot tell, as transformers' Transpose(check_dims) does) */
+		if (!cJSON_IsNumber(ax) || !(ax->valuedouble < ST_MAX_DIMS && ax->valuedouble >= -ST_MAX_DIMS) ||
+		    ax->valuedouble != (double)(int)ax->valuedouble)
+			return tp_fail(e, TP_EINVAL, "%s: rule '%s': 'axis' of split '%s' must be an integer (-%d to %d)",
+				       origin, rname, kd->name, ST_MAX_DIMS, ST_MAX_DIMS - 1);
+		r->axis = (int)ax->valuedouble;
+		r->axis_pref = 1;
 	}
 	if (expr_field(o, "heads", &r->heads, origin, rname, e) < 0 ||
 	    expr_field(o, "unit", &r->unit, origin, rname, e) < 0 ||

@@ -117,7 +117,9 @@ typedef struct tp_rule {
 	int npat;
 	const char *when;
 	int split;                       /* enum tp_split_kind (always < PL_NKINDS) */
-	int axis;                        /* kinds that need it (TK_NEED_AXIS): may be negative (from the end) */
+	int axis;                        /* kinds that need it (TK_NEED_AXIS): may be negative (from the end);
+	                                  * heads_axis with axis_pref: the axis preferred when several have the size */
+	int axis_pref;                   /* heads_axis: "axis" was given (a preference, not a requirement) */
 	const char *heads, *unit, *size; /* expressions or NULL */
 	const char *seg[TP_MAX_SEG];     /* segment sizes (logical elements), expressions */
 	const char *seg_heads[TP_MAX_SEG]; /* per-segment head count, or NULL */

@@ -84,6 +84,11 @@ static int reference_axis(job *j)
 	}
 	case TK_AX_HEADS: {
 		int found = -1, count = 0;
+		if (r->axis_pref) { /* the preferred axis, where it has the size; otherwise the one other that has */
+			int a = r->axis < 0 ? (int)t->ndim + r->axis : r->axis;
+			if (a >= 0 && a < (int)t->ndim && t->shape[a] == (uint64_t)j->heads)
+				return a;
+		}
 		for (uint32_t i = 0; i < t->ndim; i++)
 			if (t->shape[i] == (uint64_t)j->heads) {
 				found = (int)i;

@@ -335,6 +335,222 @@ family("gemma4_text", "Gemma4TextConfig", _common(**_dense, global_head_dim=32, 
 
 # --- SSM hybrids and vision-language families (issue 22) ---
 
+# Vision-language composites as served: the language model split by its text plan, the vision tower and its merger
+# (projector) whole. Text-only forwards (the tower is loaded strictly, not run). Qwen2-VL / Qwen2.5-VL save the
+# published layout (model.layers..., visual.*); Qwen3-VL nests model.language_model / model.visual.
+_VL = [("text_config." + k, v) for k, v in GQA]
+_qvl_text = _common(num_key_value_heads=2, num_hidden_layers=2, rope_parameters=dict(
+    rope_type="default", rope_theta=10000.0, mrope_section=[1, 1, 2]))
+def _attention_head_dim_from_config(module_name, cls_name):
+    """Qwen2-VL's, Qwen2.5-VL's and GLM-4.1V's text attention derive head_dim as hidden_size / num_attention_heads, which at a
+    rank's head count (4 of 8) is twice the width of the rank's heads; their rotary embedding already honours
+    config.head_dim. A tensor-parallel engine keeps the global width (vLLM: hidden_size / total heads), and a rank's
+    config.json states it (head_dim, tpfs's per-rank value). So that the local-size model is built from the
+    rank's config.json as it is, the attention takes config.head_dim where the config has one and it differs (the
+    unsplit model's config has none: unchanged); the projections are rebuilt at that width, the rest is the
+    model code."""
+    import importlib
+    from torch import nn
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    if getattr(cls, "_tpfs_head_dim", False):
+        return
+    orig = cls.__init__
+
+    def init(self, config, layer_idx=None):
+        orig(self, config, layer_idx)
+        hd = getattr(config, "head_dim", None)
+        if hd and hd != self.head_dim:
+            self.head_dim, self.scaling = hd, hd ** -0.5
+            H, KV, Dm = self.num_heads, self.num_key_value_heads, self.hidden_size
+            self.q_proj = nn.Linear(Dm, H * hd, bias=True)
+            self.k_proj = nn.Linear(Dm, KV * hd, bias=True)
+            self.v_proj = nn.Linear(Dm, KV * hd, bias=True)
+            self.o_proj = nn.Linear(H * hd, Dm, bias=False)
+    cls.__init__ = init
+    cls._tpfs_head_dim = True
+
+
+def _qwen2_vl_patches():
+    _attention_head_dim_from_config("transformers.models.qwen2_vl.modeling_qwen2_vl", "Qwen2VLAttention")
+    _attention_head_dim_from_config("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl", "Qwen2_5_VLAttention")
+    _attention_head_dim_from_config("transformers.models.glm4v.modeling_glm4v", "Glm4vTextAttention")
+
+
+_qwen2_vl_patches()
+
+
+family("qwen2_vl", "Qwen2VLConfig", dict(text_config=_qvl_text, vision_config=dict(
+    depth=1, embed_dim=32, hidden_size=D, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2)),
+       "Qwen2VLForConditionalGeneration", _VL, wrong=r"layers\.1\.self_attn\.k_proj\.weight$")
+family("qwen2_5_vl", "Qwen2_5_VLConfig", dict(text_config=_qvl_text, vision_config=dict(
+    depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=D, fullatt_block_indexes=[1])),
+       "Qwen2_5_VLForConditionalGeneration", _VL, wrong=r"layers\.0\.self_attn\.v_proj\.weight$")
+_q3vl_text = _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, rope_parameters=dict(
+    rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3], mrope_interleaved=True))
+_q3vl_vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=D,
+                    deepstack_visual_indexes=[0], num_position_embeddings=16)
+family("qwen3_vl", "Qwen3VLConfig", dict(text_config=_q3vl_text, vision_config=_q3vl_vision),
+       "Qwen3VLForConditionalGeneration", _VL, wrong=r"layers\.0\.self_attn\.q_proj\.weight$")
+family("qwen3_vl_moe", "Qwen3VLMoeConfig", dict(text_config=dict(
+    _q3vl_text, moe_intermediate_size=IM, num_experts=8, num_experts_per_tok=2, decoder_sparse_step=1,
+    mlp_only_layers=[0]), vision_config=_q3vl_vision), "Qwen3VLMoeForConditionalGeneration",
+       _VL + [("text_config.moe_intermediate_size", "even")],
+       wrong=r"layers\.1\.mlp\.experts\.gate_up_proj$", wrong_dim=1)
+# GLM-4.1V (Glm4v) and GLM-OCR: the GLM-4 text model (fused gate_up_proj, sandwich norms, partial multimodal rotary)
+_glm_text = _common(num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2, rope_parameters=dict(
+    rope_type="default", rope_theta=10000.0, mrope_section=[1, 1, 2], partial_rotary_factor=0.5))
+_glm_vision = dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=D)
+family("glm4v", "Glm4vConfig", dict(text_config=_glm_text, vision_config=_glm_vision),
+       "Glm4vForConditionalGeneration", _VL, wrong=r"layers\.0\.mlp\.gate_up_proj\.weight$")
+family("glm_ocr", "GlmOcrConfig", dict(text_config=dict(_glm_text, head_dim=16), vision_config=_glm_vision),
+       "GlmOcrForConditionalGeneration", _VL, wrong=r"layers\.1\.self_attn\.q_proj\.weight$")
+family("glm4v_moe", "Glm4vMoeConfig", dict(text_config=dict(
+    _glm_text, head_dim=16, moe_intermediate_size=IM, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+    first_k_dense_replace=1, n_group=1, topk_group=1, num_hidden_layers=3), vision_config=_glm_vision),
+       "Glm4vMoeForConditionalGeneration", _VL + [("text_config.moe_intermediate_size", "even")],
+       wrong=r"layers\.2\.mlp\.experts\.gate_up_proj$", wrong_dim=1)
+
+
+# Granite-Docling: Granite's text model (multipliers, tied embeddings) under model.text_model, the vision model and
+# its connector (model.vision_model.*) whole
+family("granite_docling", "GraniteDoclingConfig", dict(
+    text_config=_common(num_key_value_heads=2, num_hidden_layers=2, tie_word_embeddings=True, embedding_multiplier=2.0,
+                        residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=4.0),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32,
+                       patch_size=8, out_hidden_size=D, scale_factor=2, deepstack_visual_indexes=[0]),
+    image_token_id=V - 1, pad_token_id=0), "GraniteDoclingForConditionalGeneration", _VL,
+       wrong=r"text_model\.layers\.0\.self_attn\.v_proj\.weight$")
+family("hunyuan_vl", "HunYuanVLConfig", dict(
+    text_config=_common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, tie_word_embeddings=True,
+                        rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 2, 2, 2])),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                       out_hidden_size=D, text_hidden_size=D, patch_size=8),
+    image_token_id=V - 1, im_start_id=V - 2, im_end_id=V - 3, im_newline_id=V - 4, pad_token_id=0),
+       "HunYuanVLForConditionalGeneration", _VL, wrong=r"layers\.1\.self_attn\.q_proj\.weight$")
+
+
+# Mamba2 hybrids (plan mamba2). The rank's Mamba2 mixer is the model code's at the rank's head and group counts;
+# the hooks a TP engine adds: the vocab-parallel embedding under Nemotron-H's name (backbone.embeddings), the
+# gated norm's mean square reduced over the ranks that share a group when the checkpoint has fewer groups than
+# ranks (the local model holds one group, a 1/(T/G) slice of it), the row-parallel outputs (out_proj, o_proj,
+# down_proj) summed by tp_patch.
+def _vocab_parallel(mod, r, allsum):
+    n = mod.weight.shape[0]
+    orig = mod.forward
+
+    def emb(ids, orig=orig, n=n):
+        loc = ids - r * n
+        miss = (loc < 0) | (loc >= n)
+        return allsum(orig(loc.masked_fill(miss, 0)).masked_fill(miss[..., None], 0.0))
+    mod.forward = emb
+
+
+def _gated_norm_over_ranks(mod, G, T, r, allsum):
+    """A Mamba2 gated RMSNorm (norm(x * silu(gate)) in groups) whose G global groups are fewer than T ranks: rank r
+    holds a slice of group floor(r / (T / G)); the group's mean square is the sum over its ranks' slices."""
+    import torch
+    import torch.nn.functional as F
+    n_loc = mod.weight.shape[0]
+    g = r // (T // G)
+
+    before = getattr(mod, "norm_before_gate", False)  # Falcon-H1: norm(x) * silu(gate)
+
+    def fwd(x, gate=None, mod=mod):
+        dt = x.dtype
+        x = x.to(torch.float32)
+        if gate is not None and not before:
+            x = x * F.silu(gate.to(torch.float32))
+        part = torch.zeros(*x.shape[:-1], G, dtype=x.dtype)
+        part[..., g] = x.pow(2).sum(-1)
+        ms = allsum(part)[..., g:g + 1] / (n_loc * (T // G))
+        if before:
+            y = mod.weight * (x * torch.rsqrt(ms + mod.variance_epsilon))
+            return (y * F.silu(gate.to(torch.float32)) if gate is not None else y).to(dt)
+        return mod.weight * (x * torch.rsqrt(ms + mod.variance_epsilon)).to(dt)
+    mod.forward = fwd
+
+
+def _mamba2_patch(G):
+    """The family's TP hook; G: the checkpoint's (global) number of SSM groups."""
+    def patch(model, T, r, allsum):
+        from torch import nn
+        for name, mod in model.named_modules():
+            if name.endswith("embeddings") and isinstance(mod, nn.Embedding):
+                _vocab_parallel(mod, r, allsum)
+            elif type(mod).__name__.endswith("RMSNormGated") and G < T:
+                _gated_norm_over_ranks(mod, G, T, r, allsum)
+    return patch
+
+
+_nemo = _common(num_key_value_heads=4, head_dim=16, num_hidden_layers=4, layers_block_type=["mamba", "moe", "attention", "mlp"],
+                mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, conv_kernel=4, chunk_size=8, use_mamba_kernels=False,
+                time_step_limit=[0.0, 1000.0],
+                moe_intermediate_size=IM, moe_shared_expert_intermediate_size=IM, n_routed_experts=8, num_experts_per_tok=2,
+                n_group=1, topk_group=1)
+family("nemotron_h", "NemotronHConfig", dict(_nemo, n_groups=4), "NemotronHForCausalLM",
+       GQA + [("mamba_num_heads", "even"), ("n_groups", "groups"), ("moe_intermediate_size", "even"),
+              ("moe_shared_expert_intermediate_size", "even")],
+       wrong=r"layers\.0\.mixer\.in_proj\.weight$", patch=_mamba2_patch(4))
+# one SSM group (Nemotron-H 4B's, Bamba's and Granite 4.0's layout): B and C whole on every rank, the gated norm
+# spans every rank; the wrong split: the norm's weight
+family("nemotron_h_1group", "NemotronHConfig", dict(_nemo, n_groups=1), "NemotronHForCausalLM",
+       FAMILIES["nemotron_h"]["per_rank"], wrong=r"layers\.0\.mixer\.norm\.weight$", patch=_mamba2_patch(1))
+
+
+def _granite_hybrid_patch(G):
+    """Granite 4.0: the Mamba2 hooks, and its experts' and shared MLP's row-parallel output_linear summed over ranks."""
+    base = _mamba2_patch(G)
+
+    def patch(model, T, r, allsum):
+        base(model, T, r, allsum)
+        for name, mod in model.named_modules():
+            if name.endswith(("block_sparse_moe.output_linear", "shared_mlp.output_linear")):
+                mod.register_forward_hook(lambda m, a, out: allsum(out))
+    return patch
+
+
+# Bamba and Granite 4.0: mamba_expand 4 (I = 4 * 64) so that a rank's mamba_expand (4 / T) is whole at T=2 and 4
+# (the published expand 2 is served at T=2 and refused at T=4 by name)
+_bamba_ssm = dict(mamba_expand=4, mamba_n_heads=8, mamba_d_head=32, mamba_d_state=16, mamba_d_conv=4,
+                  mamba_chunk_size=8, time_step_limit=[0.0, 1000.0])
+_SSM = [("mamba_n_heads", "even"), ("mamba_n_groups", "groups"), ("mamba_expand", "even")]
+family("bamba", "BambaConfig", _common(num_key_value_heads=4, num_hidden_layers=2, attn_layer_indices=[1],
+                                       mamba_n_groups=1, **_bamba_ssm),
+       "BambaForCausalLM", GQA + _SSM, wrong=r"layers\.0\.mamba\.conv1d\.weight$", patch=_mamba2_patch(1))
+family("granitemoehybrid", "GraniteMoeHybridConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, layer_types=["mamba", "attention"], mamba_n_groups=2,
+               intermediate_size=IM, shared_intermediate_size=I, num_local_experts=4, num_experts_per_tok=2,
+               embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=4.0,
+               **_bamba_ssm),
+       "GraniteMoeHybridForCausalLM", GQA + _SSM + [("shared_intermediate_size", "even")],
+       wrong=r"layers\.0\.mamba\.in_proj\.weight$", patch=_granite_hybrid_patch(2))
+# Falcon-H1: mamba_d_ssm states the mixer's width; the gated norm on (normalised before the gate, one group spanning
+# every rank) and muP multipliers that differ per segment of in_proj (the rank's mup_vector comes from its config)
+family("falcon_h1", "FalconH1Config",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, mamba_d_ssm=128, mamba_n_heads=8,
+               mamba_d_head=16, mamba_n_groups=1, mamba_d_state=16, mamba_d_conv=4, mamba_chunk_size=8,
+               mamba_rms_norm=True, mamba_norm_before_gate=True, time_step_limit=[0.0, 1000.0],
+               ssm_multipliers=[0.5, 1.5, 0.7, 1.3, 2.0], mlp_multipliers=[1.5, 0.5], key_multiplier=0.8,
+               embedding_multiplier=2.0, lm_head_multiplier=0.5, attention_out_multiplier=0.7,
+               attention_in_multiplier=1.2, ssm_out_multiplier=0.9, ssm_in_multiplier=1.1),
+       "FalconH1ForCausalLM", GQA + [("mamba_n_heads", "even"), ("mamba_n_groups", "groups"), ("mamba_d_ssm", "even")],
+       wrong=r"layers\.1\.mamba\.in_proj\.weight$", patch=_mamba2_patch(1))
+
+
+# Jamba: Mamba v1 mixers split by channel; x_proj's partial sums reduced before dt/B/C (the hook), out_proj by tp_patch
+def _jamba_patch(model, T, r, allsum):
+    for name, mod in model.named_modules():
+        if name.endswith("mamba.x_proj"):
+            mod.register_forward_hook(lambda m, a, out: allsum(out))
+
+
+family("jamba", "JambaConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, mamba_expand=4, mamba_d_state=16, mamba_d_conv=4,
+               mamba_dt_rank=8, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
+               num_experts=4, num_experts_per_tok=2, use_mamba_kernels=False),
+       "JambaForCausalLM", GQA + [("mamba_expand", "even")], wrong=r"layers\.0\.mamba\.x_proj\.weight$", wrong_dim=1,
+       patch=_jamba_patch)
+
 
 
 

@@ -543,6 +543,59 @@ static void test_rule_errors(void **state)
 	assert_non_null(strstr(e.msg, "no axis has size 5 (heads)"));
 }
 
+/* heads_axis with "axis": the preferred axis where it has the size of 'heads' (Qwen3-VL-MoE's fused experts,
+ * [E, 2I, D] as save_pretrained writes them or [E, D, 2I] as published, ambiguous when D == 2I: the model
+ * code's own layout wins), otherwise the one other axis of that size; without it, two candidates are refused. */
+static int resolved_axis(const char *rule, const want *w, uint32_t *axis, tp_err *e)
+{
+	char text[1024];
+	snprintf(text, sizeof text, "{\"tpfs_plan\": 1, \"name\": \"mine\", \"rules\": [%s]}", rule);
+	tp_plan pl;
+	if (parse(text, &pl, e) < 0)
+		fail_msg("%s", e->msg);
+	cJSON *c = cJSON_Parse("{\"I\": 6}");
+	tp_expr_ctx cx = {.config = c};
+	load(w, 1);
+	tp_resolve_opts o = {.T = 2};
+	tp_resolved res;
+	tp_err_clear(e);
+	int rc = tp_plan_resolve(&pl, &cx, &ck.t[0], lookup, &ck, &o, "f.safetensors", &res, e);
+	if (rc == 0)
+		*axis = res.spec.axis;
+	tp_plan_free(&pl);
+	cJSON_Delete(c);
+	return rc;
+}
+
+static void test_heads_axis_preferred(void **state)
+{
+	(void)state;
+	const char *pref = "{\"name\": \"gu\", \"match\": \"**.experts.gate_up_proj\", \"split\": \"heads_axis\","
+			   " \"heads\": \"2 * I\", \"axis\": 1, \"segments\": [\"I\", \"I\"]}";
+	const char *plain = "{\"name\": \"gu\", \"match\": \"**.experts.gate_up_proj\", \"split\": \"heads_axis\","
+			    " \"heads\": \"2 * I\", \"segments\": [\"I\", \"I\"]}";
+	const want saved[] = {{"m.experts.gate_up_proj", ST_BF16, 3, {4, 12, 8}, 1, 1, 12, 1, 0, 1}};
+	const want published[] = {{"m.experts.gate_up_proj", ST_BF16, 3, {4, 8, 12}, 1, 2, 12, 1, 0, 1}};
+	const want square[] = {{"m.experts.gate_up_proj", ST_BF16, 3, {4, 12, 12}, 1, 1, 12, 1, 0, 1}};
+	const want neither[] = {{"m.experts.gate_up_proj", ST_BF16, 3, {4, 8, 10}, 1, 1, 12, 1, 0, 1}};
+	tp_err e;
+	uint32_t ax = 99;
+	assert_int_equal(resolved_axis(pref, saved, &ax, &e), 0);
+	assert_int_equal(ax, 1);
+	assert_int_equal(resolved_axis(pref, published, &ax, &e), 0);
+	assert_int_equal(ax, 2);
+	assert_int_equal(resolved_axis(pref, square, &ax, &e), 0);
+	assert_int_equal(ax, 1);
+	assert_int_equal(resolved_axis(plain, square, &ax, &e), -1);
+	assert_non_null(strstr(e.msg, "more than one axis has size 12 (heads)"));
+	assert_int_equal(resolved_axis(pref, neither, &ax, &e), -1);
+	assert_non_null(strstr(e.msg, "no axis has size 12 (heads)"));
+	tp_plan pl;
+	assert_int_equal(parse("{\"tpfs_plan\": 1, \"name\": \"k\", \"rules\": [{\"match\": \"x\", \"split\": \"heads_axis\","
+			       " \"heads\": \"2\", \"axis\": 0.5}]}", &pl, &e), -1);
+	assert_non_null(strstr(e.msg, "'axis' of split 'heads_axis' must be an integer"));
+}
+
 /* A tensor named like the module (a fused experts tensor [E, ...]) is the reference of the module's
  * role companions: a scale [E, 8] of a row-split [E, 6, 16] covers 2 of the 16 features per element. */
 static void test_bare_reference(void **state)
@@ -641,8 +694,8 @@ static void test_choice(void **state)
 		cJSON_Delete(c);
 	}
 	assert_int_equal(tp_plan_choose(NULL, "nosuch", &pl, origin, sizeof origin, &e), -1);
-	assert_non_null(strstr(e.msg, "--plan nosuch: no such built-in plan (built-in: deepseek, ernie4_5-moe, generic, gpt-oss, kda, llama, llama4, "
-				   "mixtral, phi3, qwen-moe, qwen3-next"));
+	assert_non_null(strstr(e.msg, "--plan nosuch: no such built-in plan (built-in: deepseek, ernie4_5-moe, generic, glm4v-moe, glm4v, gpt-oss, hunyuan-vl, jamba, kda, llama, llama4, "
+				   "mamba2, mixtral, phi3, qwen-moe, qwen3-next, qwen3-vl-moe"));
 }
 
 /* tp_model_open on a missing folder fails cleanly (the ASan build's leak check covers m->src) */
@@ -949,7 +1002,7 @@ int main(void)
 		cmocka_unit_test(test_llama),       cmocka_unit_test(test_qwen_moe),    cmocka_unit_test(test_deepseek),
 		cmocka_unit_test(test_kda),         cmocka_unit_test(test_qwen3_next),  cmocka_unit_test(test_generic),
 		cmocka_unit_test(test_quantized),   cmocka_unit_test(test_vocab),       cmocka_unit_test(test_kinds),
-		cmocka_unit_test(test_rule_errors), cmocka_unit_test(test_choice),      cmocka_unit_test(test_model_open_missing),
+		cmocka_unit_test(test_rule_errors), cmocka_unit_test(test_heads_axis_preferred), cmocka_unit_test(test_choice),      cmocka_unit_test(test_model_open_missing),
 		cmocka_unit_test(test_bare_reference), cmocka_unit_test(test_ep_resolve),  cmocka_unit_test(test_ep_declarations),
 		cmocka_unit_test(test_ep_builtins),
 	};
