@@ -253,6 +253,23 @@ family("sarvam_mla", "SarvamMLAConfig", _mla(), "DeepseekV3ForCausalLM", MLA, wr
 
 
 # --- mixture-of-experts families, more (issue 22) ---
+# dots1: GLM-4.5's names (per-expert experts, shared_experts, gate.e_score_correction_bias, q/k norms per head)
+family("dots1", "Dots1Config",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, moe_intermediate_size=IM, n_routed_experts=8,
+               num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1),
+       "Dots1ForCausalLM", GQA + [("moe_intermediate_size", "even")])
+_g4lite = _mla(mlp_layer_types=["dense", "sparse", "sparse"])
+del _g4lite["first_k_dense_replace"]
+family("glm4_moe_lite", "Glm4MoeLiteConfig", _g4lite, "Glm4MoeLiteForCausalLM", MLA, ts=(2, 3, 4),
+       wrong=r"layers\.0\.self_attn\.kv_b_proj\.weight$")
+# Mistral 4: MLA, experts saved fused (experts.gate_up_proj [E, 2I, D], experts.down_proj [E, D, I])
+family("mistral4", "Mistral4Config", _mla(), "Mistral4ForCausalLM", MLA, ts=(2, 3, 4),
+       wrong=r"layers\.1\.mlp\.experts\.gate_up_proj$", wrong_dim=1)
+# Phi-3.5-MoE: Mixtral's names, LayerNorms with biases, attention and lm_head biases
+family("phimoe", "PhimoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, num_local_experts=8,
+               num_experts_per_tok=2, attention_bias=True, lm_head_bias=True),
+       "PhimoeForCausalLM", GQA)
 
 
 
