@@ -272,6 +272,59 @@ family("phimoe", "PhimoeConfig",
        "PhimoeForCausalLM", GQA)
 
 
+def _gathered_qk_norms(model, T, r, allsum):
+    """OLMoE: q_norm [hidden_size] and k_norm [(hidden_size / H) * KV] are whole on every rank (the model
+    code sizes them so): gather q (k) from every rank, normalize the whole, keep this rank's slice."""
+    import torch
+    import torch.distributed as dist
+    for name, mod in model.named_modules():
+        if name.rsplit(".", 1)[-1] in ("q_norm", "k_norm"):
+            orig = mod.forward
+
+            def gathered(x, orig=orig):
+                x = x.contiguous()
+                parts = [torch.empty_like(x) for _ in range(T)]
+                dist.all_gather(parts, x)
+                w = x.shape[-1]
+                return orig(torch.cat(parts, dim=-1))[..., r * w:(r + 1) * w]
+            mod.forward = gathered
+
+
+family("olmoe", "OlmoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_experts=8, num_experts_per_tok=2),
+       "OlmoeForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.k_proj\.weight$", patch=_gathered_qk_norms)
+# FlexOlmo: OLMo-2's post-norms, q_norm [H*hd] / k_norm [KV*hd] split with their heads (variance all-reduced)
+family("flex_olmo", "FlexOlmoConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_experts=8, num_experts_per_tok=2),
+       "FlexOlmoForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
+
+
+def _granite_shared_rows(model, T, r, allsum):
+    """Granite MoE's shared MLP: output_linear is row-parallel (the generic hooks know it as down_proj only)."""
+    import torch.nn.functional as F
+    for name, mod in model.named_modules():
+        if name.endswith("shared_mlp.output_linear"):
+            mod.forward = lambda x, mod=mod: allsum(F.linear(x, mod.weight))
+
+
+_granite_moe = dict(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_local_experts=8,
+                    num_experts_per_tok=2, embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.1,
+                    logits_scaling=4.0)
+family("granitemoe", "GraniteMoeConfig", _common(**_granite_moe), "GraniteMoeForCausalLM", GQA,
+       wrong=r"layers\.1\.block_sparse_moe\.experts\.gate_up_proj$", wrong_dim=1)
+family("granitemoeshared", "GraniteMoeSharedConfig", _common(**_granite_moe, shared_intermediate_size=IM),
+       "GraniteMoeSharedForCausalLM", GQA + [("shared_intermediate_size", "even")],
+       wrong=r"layers\.0\.shared_mlp\.input_linear\.weight$", patch=_granite_shared_rows)
+family("granitemoe_swa", "GraniteMoeSWAConfig",
+       _common(**_granite_moe, shared_intermediate_size=IM, sliding_window=8,
+               layer_types=["sliding_attention", "full_attention"]),
+       "GraniteMoeSWAForCausalLM", GQA + [("shared_intermediate_size", "even")],
+       wrong=r"layers\.0\.self_attn\.sinks$", patch=_granite_shared_rows)
+family("hunyuan_v1_moe", "HunYuanMoEV1Config",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, num_experts=8, moe_topk=2),
+       "HunYuanMoEV1ForCausalLM", GQA)
+
+
 
 # --- SSM hybrids and vision-language families (issue 22) ---
 
