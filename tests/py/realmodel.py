@@ -297,6 +297,9 @@ family("olmoe", "OlmoeConfig",
 family("flex_olmo", "FlexOlmoConfig",
        _common(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_experts=8, num_experts_per_tok=2),
        "FlexOlmoForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
+# Phi-3 with fewer KV heads than T at T=4 (4 heads, 2 KV heads): the fused qkv_proj's K and V blocks in replicated groups
+family("phi3_gqa", "Phi3Config", _common(num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2),
+       "Phi3ForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.qkv_proj\.weight$")
 
 
 def _granite_shared_rows(model, T, r, allsum):
