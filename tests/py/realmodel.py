@@ -297,6 +297,29 @@ family("olmoe", "OlmoeConfig",
 family("flex_olmo", "FlexOlmoConfig",
        _common(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_experts=8, num_experts_per_tok=2),
        "FlexOlmoForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
+
+
+def _lightning_norm(model, T, r, allsum):
+    """MiniMax-Text-01's lightning attention: self_attn.norm normalizes over all heads; each rank holds its
+    heads' channels, so the sum of squares and the count are all-reduced (the final model.norm is whole)."""
+    import torch
+    for name, mod in model.named_modules():
+        if name.endswith("self_attn.norm"):
+            w, eps = mod.weight.shape[0], mod.variance_epsilon
+
+            def gnorm(x, mod=mod, w=w, eps=eps):  # in float32, as MiniMaxRMSNorm
+                x32 = x.to(torch.float32)
+                ss = allsum(x32.pow(2).sum(-1, keepdim=True))
+                n = allsum(torch.tensor([float(w)]))
+                return mod.weight * (x32 * torch.rsqrt(ss / n + eps)).to(x.dtype)
+            mod.forward = gnorm
+
+
+family("minimax", "MiniMaxConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, intermediate_size=IM, num_local_experts=8,
+               num_experts_per_tok=2, block_size=8,
+               layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"]),
+       "MiniMaxForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.qkv_proj\.weight$", patch=_lightning_norm)
 # Phi-3 with fewer KV heads than T at T=4 (4 heads, 2 KV heads): the fused qkv_proj's K and V blocks in replicated groups
 family("phi3_gqa", "Phi3Config", _common(num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2),
        "Phi3ForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.qkv_proj\.weight$")
