@@ -297,6 +297,21 @@ family("olmoe", "OlmoeConfig",
 family("flex_olmo", "FlexOlmoConfig",
        _common(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_experts=8, num_experts_per_tok=2),
        "FlexOlmoForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
+# K-EXAONE: EXAONE 4's attention (no head_dim in its config: the width comes from hidden / heads), DeepSeek-style experts
+family("exaone_moe", "ExaoneMoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, moe_intermediate_size=IM, num_experts=8, num_experts_per_tok=2,
+               num_shared_experts=1, sliding_window=8, sliding_window_pattern=2,
+               mlp_layer_types=["dense", "sparse", "sparse", "sparse"]),
+       "ExaoneMoeForCausalLM", GQA + [("moe_intermediate_size", "even")])
+family("solar_open", "SolarOpenConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, moe_intermediate_size=IM, n_routed_experts=8,
+               num_experts_per_tok=2, n_shared_experts=1, n_group=1, topk_group=1),
+       "SolarOpenForCausalLM", GQA + [("moe_intermediate_size", "even")])
+family("afmoe", "AfmoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, moe_intermediate_size=IM, num_experts=8,
+               num_experts_per_tok=2, num_shared_experts=2, num_dense_layers=1, global_attn_every_n_layers=2,
+               sliding_window=8),
+       "AfmoeForCausalLM", GQA + [("moe_intermediate_size", "even")], wrong=r"layers\.0\.self_attn\.gate_proj\.weight$")
 
 
 def _lightning_norm(model, T, r, allsum):
