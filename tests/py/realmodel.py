@@ -297,6 +297,19 @@ family("olmoe", "OlmoeConfig",
 family("flex_olmo", "FlexOlmoConfig",
        _common(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_experts=8, num_experts_per_tok=2),
        "FlexOlmoForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
+family("hy_v3", "HYV3Config",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, moe_intermediate_size=IM, num_experts=8,
+               num_experts_per_tok=2, num_shared_experts=1, mlp_layer_types=["dense", "sparse"]),
+       "HYV3ForCausalLM", GQA + [("moe_intermediate_size", "even")])
+# MiMo-V2-Flash: v_head_dim < head_dim, sliding layers with 2x the KV heads and sinks (saved as attention_sink_bias)
+family("mimo_v2_flash", "MiMoV2FlashConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=24, v_head_dim=16, moe_intermediate_size=IM,
+               n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, sliding_window=8,
+               layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+               mlp_layer_types=["dense", "sparse", "sparse", "sparse"]),
+       "MiMoV2FlashForCausalLM", [("num_attention_heads", "even"), ("num_key_value_heads", "even"),
+                                  ("intermediate_size", "even"), ("moe_intermediate_size", "even")],
+       wrong=r"layers\.1\.self_attn\.sinks$")
 # K-EXAONE: EXAONE 4's attention (no head_dim in its config: the width comes from hidden / heads), DeepSeek-style experts
 family("exaone_moe", "ExaoneMoeConfig",
        _common(num_key_value_heads=4, num_hidden_layers=4, moe_intermediate_size=IM, num_experts=8, num_experts_per_tok=2,
