@@ -297,6 +297,14 @@ family("olmoe", "OlmoeConfig",
 family("flex_olmo", "FlexOlmoConfig",
        _common(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_experts=8, num_experts_per_tok=2),
        "FlexOlmoForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
+# Cohere 2 MoE: a dense prefix layer on its own intermediate size, shared experts averaged with the routed ones
+family("cohere2_moe", "Cohere2MoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, intermediate_size=IM, num_experts=8,
+               num_experts_per_tok=2, num_shared_experts=1, prefix_dense_intermediate_size=I, sliding_window=8,
+               logit_scale=0.5, tie_word_embeddings=True, layer_types=["sliding_attention", "full_attention"] * 2,
+               mlp_layer_types=["dense", "sparse", "sparse", "sparse"]),
+       "Cohere2MoeForCausalLM", GQA + [("prefix_dense_intermediate_size", "even")],
+       wrong=r"layers\.0\.mlp\.gate_proj\.weight$")
 family("hy_v3", "HYV3Config",
        _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, moe_intermediate_size=IM, num_experts=8,
                num_experts_per_tok=2, num_shared_experts=1, mlp_layer_types=["dense", "sparse"]),
