@@ -297,6 +297,9 @@ family("olmoe", "OlmoeConfig",
 family("flex_olmo", "FlexOlmoConfig",
        _common(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_experts=8, num_experts_per_tok=2),
        "FlexOlmoForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
+# A.X-K1: DeepSeek-V3 with a post_mlp_layernorm on the MoE output (after the experts' all-reduce)
+family("axk1", "AXK1Config", _mla(mlp_layer_types=["dense", "sparse", "sparse"]), "AXK1ForCausalLM", MLA,
+       ts=(2, 3, 4), wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
 # Cohere 2 MoE: a dense prefix layer on its own intermediate size, shared experts averaged with the routed ones
 family("cohere2_moe", "Cohere2MoeConfig",
        _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, intermediate_size=IM, num_experts=8,
