@@ -297,6 +297,33 @@ family("olmoe", "OlmoeConfig",
 family("flex_olmo", "FlexOlmoConfig",
        _common(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_experts=8, num_experts_per_tok=2),
        "FlexOlmoForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
+
+
+def _dsv4_rows(model, T, r, allsum):
+    """DeepSeek-V4: the grouped output projection's o_b_proj is row-parallel over the rank's groups; the
+    embedding and head are whole, so the generic vocab-parallel hooks are undone."""
+    import torch.nn.functional as F
+    for name, mod in model.named_modules():
+        if name.endswith("self_attn.o_b_proj"):
+            mod.forward = lambda x, mod=mod: allsum(F.linear(x, mod.weight))
+        elif name.endswith(("embed_tokens", "lm_head")) and "forward" in mod.__dict__:
+            del mod.forward  # whole vocabulary on every rank (the hash router's tid2eid needs it): the plain forward
+
+
+# DeepSeek-V4: one shared KV head, query heads split with their sinks, the grouped output projection by groups,
+# hyper-connections, compressor and indexer whole; sliding, compressed-sparse and heavily-compressed layers, hash and
+# top-k routing
+family("deepseek_v4", "DeepseekV4Config",
+       _common(num_key_value_heads=1, num_hidden_layers=4, head_dim=16, q_lora_rank=32, moe_intermediate_size=IM,
+               n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, o_groups=4, o_lora_rank=16,
+               index_n_heads=4, index_head_dim=16, index_topk=4, hc_mult=2, sliding_window=8,
+               compress_rates={"compressed_sparse_attention": 2, "heavily_compressed_attention": 4},
+               layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
+                            "compressed_sparse_attention"],
+               mlp_layer_types=["hash_moe", "hash_moe", "moe", "moe"]),
+       "DeepseekV4ForCausalLM", [("num_attention_heads", "even"), ("o_groups", "even"),
+                                 ("moe_intermediate_size", "even"), ("vocab_size", "same_as:vocab_size")],
+       wrong=r"layers\.0\.self_attn\.o_a_proj\.weight$", patch=_dsv4_rows)
 # A.X-K1: DeepSeek-V3 with a post_mlp_layernorm on the MoE output (after the experts' all-reduce)
 family("axk1", "AXK1Config", _mla(mlp_layer_types=["dense", "sparse", "sparse"]), "AXK1ForCausalLM", MLA,
        ts=(2, 3, 4), wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
@@ -450,7 +477,8 @@ def local_config(fam, cfg, T, r):
             _set(out, path, _get(out, text + kind[8:]))
         else:
             _set(out, path, local_count(_get(cfg, path), T, r, kind))
-    _set(out, text + "vocab_size", local_count(_get(cfg, text + "vocab_size"), T, r, "even"))
+    if text + "vocab_size" not in paths:  # a family that lists it keeps the vocabulary whole (deepseek_v4)
+        _set(out, text + "vocab_size", local_count(_get(cfg, text + "vocab_size"), T, r, "even"))
     return out
 
 
