@@ -299,6 +299,26 @@ family("flex_olmo", "FlexOlmoConfig",
        "FlexOlmoForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
 
 
+def _longcat_identity_once(model, T, r, allsum):
+    """LongCat-Flash: the zero-computation experts return their (replicated) input times the routing weight
+    inside the experts module, whose output is all-reduced: only rank 0 adds that share."""
+    import torch
+    for name, mod in model.named_modules():
+        if name.endswith("experts.identity_expert") and r != 0:
+            mod.forward = lambda x: torch.zeros_like(x)
+
+
+_longcat = _mla(num_layers=2, ffn_hidden_size=I, expert_ffn_hidden_size=IM, n_routed_experts=8, zero_expert_num=2,
+                moe_topk=2, routed_scaling_factor=1.0, head_dim=8)
+for _k in ("num_hidden_layers", "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "intermediate_size",
+           "num_experts_per_tok"):
+    _longcat.pop(_k, None)
+family("longcat_flash", "LongcatFlashConfig", _longcat, "LongcatFlashForCausalLM",
+       [("num_attention_heads", "uneven"), ("num_key_value_heads", "same_as:num_attention_heads"),
+        ("ffn_hidden_size", "even"), ("expert_ffn_hidden_size", "even")],
+       wrong=r"layers\.0\.self_attn\.1\.kv_b_proj\.weight$", patch=_longcat_identity_once)
+
+
 def _dsv4_rows(model, T, r, allsum):
     """DeepSeek-V4: the grouped output projection's o_b_proj is row-parallel over the rank's groups; the
     embedding and head are whole, so the generic vocab-parallel hooks are undone."""
