@@ -297,6 +297,13 @@ family("olmoe", "OlmoeConfig",
 family("flex_olmo", "FlexOlmoConfig",
        _common(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_experts=8, num_experts_per_tok=2),
        "FlexOlmoForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
+# Sarvam MoE: GLM-4.5's model code (Glm4MoeForCausalLM) on its own names: a fused attention.query_key_value, 2 KV
+# heads (replicated groups at T=4), attention.dense, query/key_layernorm, word_embeddings, gate.expert_bias
+family("sarvam_moe", "SarvamMoEConfig",
+       _common(num_key_value_heads=2, num_hidden_layers=2, head_dim=16, moe_intermediate_size=IM, n_routed_experts=8,
+               num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1),
+       "Glm4MoeForCausalLM", GQA + [("moe_intermediate_size", "even")],
+       wrong=r"layers\.0\.self_attn\.k_proj\.weight$")
 
 
 def _longcat_identity_once(model, T, r, allsum):

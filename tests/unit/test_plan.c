@@ -642,7 +642,7 @@ static void test_choice(void **state)
 	}
 	assert_int_equal(tp_plan_choose(NULL, "nosuch", &pl, origin, sizeof origin, &e), -1);
 	assert_non_null(strstr(e.msg, "--plan nosuch: no such built-in plan (built-in: cohere2-moe, deepseek-v4, deepseek, ernie4_5-moe, exaone-moe, generic, gpt-oss, granitemoe, "
-				   "hunyuan-moe, kda, laguna, llama, llama4, longcat, mimo-v2, mixtral, olmoe, phi3, qwen-moe, qwen3-next"));
+				   "hunyuan-moe, kda, laguna, llama, llama4, longcat, mimo-v2, mixtral, olmoe, phi3, qwen-moe, qwen3-next, sarvam-moe"));
 }
 
 /* tp_model_open on a missing folder fails cleanly (the ASan build's leak check covers m->src) */
