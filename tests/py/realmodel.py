@@ -330,6 +330,195 @@ family("gemma4_text", "Gemma4TextConfig", _common(**_dense, global_head_dim=32, 
 
 
 # --- mixture-of-experts families, more (issue 22) ---
+# dots1: GLM-4.5's names (per-expert experts, shared_experts, gate.e_score_correction_bias, q/k norms per head)
+family("dots1", "Dots1Config",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, moe_intermediate_size=IM, n_routed_experts=8,
+               num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1),
+       "Dots1ForCausalLM", GQA + [("moe_intermediate_size", "even")])
+_g4lite = _mla(mlp_layer_types=["dense", "sparse", "sparse"])
+del _g4lite["first_k_dense_replace"]
+family("glm4_moe_lite", "Glm4MoeLiteConfig", _g4lite, "Glm4MoeLiteForCausalLM", MLA, ts=(2, 3, 4),
+       wrong=r"layers\.0\.self_attn\.kv_b_proj\.weight$")
+# Mistral 4: MLA, experts saved fused (experts.gate_up_proj [E, 2I, D], experts.down_proj [E, D, I])
+family("mistral4", "Mistral4Config", _mla(), "Mistral4ForCausalLM", MLA, ts=(2, 3, 4),
+       wrong=r"layers\.1\.mlp\.experts\.gate_up_proj$", wrong_dim=1)
+# Phi-3.5-MoE: Mixtral's names, LayerNorms with biases, attention and lm_head biases
+family("phimoe", "PhimoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, num_local_experts=8,
+               num_experts_per_tok=2, attention_bias=True, lm_head_bias=True),
+       "PhimoeForCausalLM", GQA)
+
+
+def _gathered_qk_norms(model, T, r, allsum):
+    """OLMoE: q_norm [hidden_size] and k_norm [(hidden_size / H) * KV] are whole on every rank (the model
+    code sizes them so): gather q (k) from every rank, normalize the whole, keep this rank's slice."""
+    import torch
+    import torch.distributed as dist
+    for name, mod in model.named_modules():
+        if name.rsplit(".", 1)[-1] in ("q_norm", "k_norm"):
+            orig = mod.forward
+
+            def gathered(x, orig=orig):
+                x = x.contiguous()
+                parts = [torch.empty_like(x) for _ in range(T)]
+                dist.all_gather(parts, x)
+                w = x.shape[-1]
+                return orig(torch.cat(parts, dim=-1))[..., r * w:(r + 1) * w]
+            mod.forward = gathered
+
+
+family("olmoe", "OlmoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_experts=8, num_experts_per_tok=2),
+       "OlmoeForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.k_proj\.weight$", patch=_gathered_qk_norms)
+# FlexOlmo: OLMo-2's post-norms, q_norm [H*hd] / k_norm [KV*hd] split with their heads (variance all-reduced)
+family("flex_olmo", "FlexOlmoConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_experts=8, num_experts_per_tok=2),
+       "FlexOlmoForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.q_norm\.weight$", global_norms=("q_norm", "k_norm"))
+# Sarvam MoE: GLM-4.5's model code (Glm4MoeForCausalLM) on its own names: a fused attention.query_key_value, 2 KV
+# heads (replicated groups at T=4), attention.dense, query/key_layernorm, word_embeddings, gate.expert_bias
+family("sarvam_moe", "SarvamMoEConfig",
+       _common(num_key_value_heads=2, num_hidden_layers=2, head_dim=16, moe_intermediate_size=IM, n_routed_experts=8,
+               num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1),
+       "Glm4MoeForCausalLM", GQA + [("moe_intermediate_size", "even")],
+       wrong=r"layers\.0\.self_attn\.k_proj\.weight$")
+
+
+def _longcat_identity_once(model, T, r, allsum):
+    """LongCat-Flash: the zero-computation experts return their (replicated) input times the routing weight
+    inside the experts module, whose output is all-reduced: only rank 0 adds that share."""
+    import torch
+    for name, mod in model.named_modules():
+        if name.endswith("experts.identity_expert") and r != 0:
+            mod.forward = lambda x: torch.zeros_like(x)
+
+
+_longcat = _mla(num_layers=2, ffn_hidden_size=I, expert_ffn_hidden_size=IM, n_routed_experts=8, zero_expert_num=2,
+                moe_topk=2, routed_scaling_factor=1.0, head_dim=8)
+for _k in ("num_hidden_layers", "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "intermediate_size",
+           "num_experts_per_tok"):
+    _longcat.pop(_k, None)
+family("longcat_flash", "LongcatFlashConfig", _longcat, "LongcatFlashForCausalLM",
+       [("num_attention_heads", "uneven"), ("num_key_value_heads", "same_as:num_attention_heads"),
+        ("ffn_hidden_size", "even"), ("expert_ffn_hidden_size", "even")],
+       wrong=r"layers\.0\.self_attn\.1\.kv_b_proj\.weight$", patch=_longcat_identity_once)
+
+
+def _dsv4_rows(model, T, r, allsum):
+    """DeepSeek-V4: the grouped output projection's o_b_proj is row-parallel over the rank's groups; the
+    embedding and head are whole, so the generic vocab-parallel hooks are undone."""
+    import torch.nn.functional as F
+    for name, mod in model.named_modules():
+        if name.endswith("self_attn.o_b_proj"):
+            mod.forward = lambda x, mod=mod: allsum(F.linear(x, mod.weight))
+        elif name.endswith(("embed_tokens", "lm_head")) and "forward" in mod.__dict__:
+            del mod.forward  # whole vocabulary on every rank (the hash router's tid2eid needs it): the plain forward
+
+
+# DeepSeek-V4: one shared KV head, query heads split with their sinks, the grouped output projection by groups,
+# hyper-connections, compressor and indexer whole; sliding, compressed-sparse and heavily-compressed layers, hash and
+# top-k routing
+family("deepseek_v4", "DeepseekV4Config",
+       _common(num_key_value_heads=1, num_hidden_layers=4, head_dim=16, q_lora_rank=32, moe_intermediate_size=IM,
+               n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, o_groups=4, o_lora_rank=16,
+               index_n_heads=4, index_head_dim=16, index_topk=4, hc_mult=2, sliding_window=8,
+               compress_rates={"compressed_sparse_attention": 2, "heavily_compressed_attention": 4},
+               layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
+                            "compressed_sparse_attention"],
+               mlp_layer_types=["hash_moe", "hash_moe", "moe", "moe"]),
+       "DeepseekV4ForCausalLM", [("num_attention_heads", "even"), ("o_groups", "even"),
+                                 ("moe_intermediate_size", "even"), ("vocab_size", "same_as:vocab_size")],
+       wrong=r"layers\.0\.self_attn\.o_a_proj\.weight$", patch=_dsv4_rows)
+# A.X-K1: DeepSeek-V3 with a post_mlp_layernorm on the MoE output (after the experts' all-reduce)
+family("axk1", "AXK1Config", _mla(mlp_layer_types=["dense", "sparse", "sparse"]), "AXK1ForCausalLM", MLA,
+       ts=(2, 3, 4), wrong=r"layers\.0\.self_attn\.q_b_proj\.weight$")
+# Cohere 2 MoE: a dense prefix layer on its own intermediate size, shared experts averaged with the routed ones
+family("cohere2_moe", "Cohere2MoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, intermediate_size=IM, num_experts=8,
+               num_experts_per_tok=2, num_shared_experts=1, prefix_dense_intermediate_size=I, sliding_window=8,
+               logit_scale=0.5, tie_word_embeddings=True, layer_types=["sliding_attention", "full_attention"] * 2,
+               mlp_layer_types=["dense", "sparse", "sparse", "sparse"]),
+       "Cohere2MoeForCausalLM", GQA + [("prefix_dense_intermediate_size", "even")],
+       wrong=r"layers\.0\.mlp\.gate_proj\.weight$")
+family("hy_v3", "HYV3Config",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, moe_intermediate_size=IM, num_experts=8,
+               num_experts_per_tok=2, num_shared_experts=1, mlp_layer_types=["dense", "sparse"]),
+       "HYV3ForCausalLM", GQA + [("moe_intermediate_size", "even")])
+# MiMo-V2-Flash: v_head_dim < head_dim, sliding layers with 2x the KV heads and sinks (saved as attention_sink_bias)
+family("mimo_v2_flash", "MiMoV2FlashConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=24, v_head_dim=16, moe_intermediate_size=IM,
+               n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, sliding_window=8,
+               layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+               mlp_layer_types=["dense", "sparse", "sparse", "sparse"]),
+       "MiMoV2FlashForCausalLM", [("num_attention_heads", "even"), ("num_key_value_heads", "even"),
+                                  ("intermediate_size", "even"), ("moe_intermediate_size", "even")],
+       wrong=r"layers\.1\.self_attn\.sinks$")
+# K-EXAONE: EXAONE 4's attention (no head_dim in its config: the width comes from hidden / heads), DeepSeek-style experts
+family("exaone_moe", "ExaoneMoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, moe_intermediate_size=IM, num_experts=8, num_experts_per_tok=2,
+               num_shared_experts=1, sliding_window=8, sliding_window_pattern=2,
+               mlp_layer_types=["dense", "sparse", "sparse", "sparse"]),
+       "ExaoneMoeForCausalLM", GQA + [("moe_intermediate_size", "even")])
+family("solar_open", "SolarOpenConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, moe_intermediate_size=IM, n_routed_experts=8,
+               num_experts_per_tok=2, n_shared_experts=1, n_group=1, topk_group=1),
+       "SolarOpenForCausalLM", GQA + [("moe_intermediate_size", "even")])
+family("afmoe", "AfmoeConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, moe_intermediate_size=IM, num_experts=8,
+               num_experts_per_tok=2, num_shared_experts=2, num_dense_layers=1, global_attn_every_n_layers=2,
+               sliding_window=8),
+       "AfmoeForCausalLM", GQA + [("moe_intermediate_size", "even")], wrong=r"layers\.0\.self_attn\.gate_proj\.weight$")
+
+
+def _lightning_norm(model, T, r, allsum):
+    """MiniMax-Text-01's lightning attention: self_attn.norm normalizes over all heads; each rank holds its
+    heads' channels, so the sum of squares and the count are all-reduced (the final model.norm is whole)."""
+    import torch
+    for name, mod in model.named_modules():
+        if name.endswith("self_attn.norm"):
+            w, eps = mod.weight.shape[0], mod.variance_epsilon
+
+            def gnorm(x, mod=mod, w=w, eps=eps):  # in float32, as MiniMaxRMSNorm
+                x32 = x.to(torch.float32)
+                ss = allsum(x32.pow(2).sum(-1, keepdim=True))
+                n = allsum(torch.tensor([float(w)]))
+                return mod.weight * (x32 * torch.rsqrt(ss / n + eps)).to(x.dtype)
+            mod.forward = gnorm
+
+
+family("minimax", "MiniMaxConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, intermediate_size=IM, num_local_experts=8,
+               num_experts_per_tok=2, block_size=8,
+               layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"]),
+       "MiniMaxForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.qkv_proj\.weight$", patch=_lightning_norm)
+# Phi-3 with fewer KV heads than T at T=4 (4 heads, 2 KV heads): the fused qkv_proj's K and V blocks in replicated groups
+family("phi3_gqa", "Phi3Config", _common(num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2),
+       "Phi3ForCausalLM", GQA, wrong=r"layers\.0\.self_attn\.qkv_proj\.weight$")
+
+
+def _granite_shared_rows(model, T, r, allsum):
+    """Granite MoE's shared MLP: output_linear is row-parallel (the generic hooks know it as down_proj only)."""
+    import torch.nn.functional as F
+    for name, mod in model.named_modules():
+        if name.endswith("shared_mlp.output_linear"):
+            mod.forward = lambda x, mod=mod: allsum(F.linear(x, mod.weight))
+
+
+_granite_moe = dict(num_key_value_heads=4, num_hidden_layers=2, intermediate_size=IM, num_local_experts=8,
+                    num_experts_per_tok=2, embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.1,
+                    logits_scaling=4.0)
+family("granitemoe", "GraniteMoeConfig", _common(**_granite_moe), "GraniteMoeForCausalLM", GQA,
+       wrong=r"layers\.1\.block_sparse_moe\.experts\.gate_up_proj$", wrong_dim=1)
+family("granitemoeshared", "GraniteMoeSharedConfig", _common(**_granite_moe, shared_intermediate_size=IM),
+       "GraniteMoeSharedForCausalLM", GQA + [("shared_intermediate_size", "even")],
+       wrong=r"layers\.0\.shared_mlp\.input_linear\.weight$", patch=_granite_shared_rows)
+family("granitemoe_swa", "GraniteMoeSWAConfig",
+       _common(**_granite_moe, shared_intermediate_size=IM, sliding_window=8,
+               layer_types=["sliding_attention", "full_attention"]),
+       "GraniteMoeSWAForCausalLM", GQA + [("shared_intermediate_size", "even")],
+       wrong=r"layers\.0\.self_attn\.sinks$", patch=_granite_shared_rows)
+family("hunyuan_v1_moe", "HunYuanMoEV1Config",
+       _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM, num_experts=8, moe_topk=2),
+       "HunYuanMoEV1ForCausalLM", GQA)
 
 
 
@@ -608,7 +797,8 @@ def local_config(fam, cfg, T, r):
             _set(out, path, _get(out, text + kind[8:]))
         else:
             _set(out, path, local_count(_get(cfg, path), T, r, kind))
-    _set(out, text + "vocab_size", local_count(_get(cfg, text + "vocab_size"), T, r, "even"))
+    if text + "vocab_size" not in paths:  # a family that lists it keeps the vocabulary whole (deepseek_v4)
+        _set(out, text + "vocab_size", local_count(_get(cfg, text + "vocab_size"), T, r, "even"))
     return out
 
 
