@@ -30,7 +30,8 @@ MNT/rank{r} strictly into the local-size model of realmodel.local_config (the ra
 computed from the family's rules, not read from tpfs), realmodel.tp_patch adds that family's TP
 hooks, and the logits come from realmodel.logits, in float64 (realmodel.DTYPE), over gloo on
 CPU; the unsplit model is realmodel.load of the source folder with the global config. Either way
-the script prints the next tokens of both and the worst relative logit difference.
+the script prints the next tokens of both and the worst relative logit difference. --realmodel
+runs a family that both tables have realmodel's way.
 
 The functions are importable (tests/py/test_rank_folders.py uses them).
 """
@@ -486,12 +487,21 @@ def main():
                          "from_pretrained and the four additions; or one of tests/py/realmodel.py's FAMILIES "
                          "(%s), run with realmodel's config, strict loading and TP hooks, in float64"
                     % (", ".join(sorted(FAMILIES)), ", ".join(extra) or "not found"))
+    ap.add_argument("--realmodel", action="store_true",
+                    help="run a family of both tables realmodel's way (its tiny model gives varied tokens where "
+                         "this script's own may repeat one)")
     ap.add_argument("--src", help="an existing checkpoint folder (default: a tiny random one of --family)")
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--plan", help="a plan for tpfs mount (--plan NAME|FILE)")
     ap.add_argument("--tpfs", default=os.environ.get("TPFS_BIN") or shutil.which("tpfs") or "build/src/tpfs")
     a = ap.parse_args()
+    if a.tokens < 1:
+        ap.error("--tokens: at least 1")
+    if a.realmodel and not (RM and a.family in RM.FAMILIES):
+        ap.error("--realmodel: %s is not a family of tests/py/realmodel.py" % a.family)
+    if a.realmodel:
+        extra.append(a.family)
     if a.family in extra and a.tp not in RM.FAMILIES[a.family]["ts"]:
         ap.error("tests/py/realmodel.py proves %s at T in %s, not %d" % (a.family, RM.FAMILIES[a.family]["ts"], a.tp))
     tmp = tempfile.mkdtemp(prefix="tpfs-example-")
