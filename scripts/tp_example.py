@@ -22,6 +22,17 @@ prints the next tokens of the unsplit model and of the ranks together:
 
     python scripts/tp_example.py --family llama --tp 2 [--tokens 8] [--tpfs build/src/tpfs]
 
+Every family that tests/py/realmodel.py proves is a --family too, without a second table here: a
+family not in this script's FAMILIES is taken from realmodel.FAMILIES (imported from tests/py,
+found relative to this file, put on sys.path). Such a family runs realmodel's way rather than
+with the four additions above: realmodel.build writes the tiny checkpoint, each rank loads
+MNT/rank{r} strictly into the local-size model of realmodel.local_config (the rank's counts,
+computed from the family's rules, not read from tpfs), realmodel.tp_patch adds that family's TP
+hooks, and the logits come from realmodel.logits, in float64 (realmodel.DTYPE), over gloo on
+CPU; the unsplit model is realmodel.load of the source folder with the global config. Either way
+the script prints the next tokens of both and the worst relative logit difference. --realmodel
+runs a family that both tables have realmodel's way.
+
 The functions are importable (tests/py/test_rank_folders.py uses them).
 """
 import argparse
@@ -389,17 +400,114 @@ def tpfs_mount(tpfs, src, tp, *extra):
             os.rmdir(mnt)
 
 
+# ---- the families of tests/py/realmodel.py ----
+
+def realmodel():
+    """tests/py/realmodel.py as a module (tests/py, relative to this file, appended to sys.path),
+    or None where this script runs outside a tpfs checkout."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests", "py")
+    if not os.path.isfile(os.path.join(here, "realmodel.py")):
+        return None
+    if os.path.realpath(here) not in map(os.path.realpath, sys.path):
+        sys.path.append(here)
+    import realmodel as RM
+    return RM
+
+
+def _realmodel_worker(rank, world, port, mnt, src, family, prompt, n, results):
+    """Rank `rank` of a realmodel family: loads MNT/rank{rank} under the rank's local config, adds
+    the family's TP hooks, decodes n tokens greedily (every rank runs every step; the hooks'
+    collectives meet), and rank 0 puts (tokens, each step's logits) on results."""
+    RM = realmodel()
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    fam = RM.FAMILIES[family]
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    model = RM.load(fam, os.path.join(mnt, "rank%d" % rank), RM.local_config(fam, cfg, world, rank))
+    RM.tp_patch(fam, model, world, rank)
+    logits = []
+
+    def step(ids):
+        with torch.no_grad():
+            out = RM.logits(fam, model, torch.tensor([ids]))[0].cpu()
+        logits.append(out)
+        return out
+    toks = greedy(step, prompt, n)
+    if rank == 0:
+        results.put((toks, [x.numpy() for x in logits]))
+    finish()
+
+
+def _run_realmodel(a, RM, tmp):
+    """--family F of realmodel.FAMILIES: (model label, model_type, prompt, unsplit tokens, TP tokens,
+    unsplit step logits, TP step logits as numpy), as main prints them."""
+    fam = RM.FAMILIES[a.family]
+    src = a.src or os.path.join(tmp, a.family)
+    if not a.src:
+        RM.build(a.family, src)
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    vocab = RM.text_of(cfg)["vocab_size"]
+    # ids 0..2 are pad, bos and eos in realmodel's configs
+    prompt = [int(x) for x in torch.randint(3, vocab, (6,), generator=torch.Generator().manual_seed(1))]
+    full = RM.load(fam, src, cfg)
+    ref = []
+
+    def step(ids):
+        with torch.no_grad():
+            out = RM.logits(fam, full, torch.tensor([ids]))[0]
+        ref.append(out)
+        return out
+    want = greedy(step, prompt, a.tokens)
+    with tpfs_mount(a.tpfs, src, a.tp, *(["--plan", a.plan] if a.plan else [])) as mnt:
+        ctx = torch.multiprocessing.get_context("spawn")
+        results = ctx.SimpleQueue()
+        pc = torch.multiprocessing.start_processes(_realmodel_worker, nprocs=a.tp, start_method="spawn", join=False,
+                                                   args=(a.tp, free_port(), mnt, src, a.family, prompt, a.tokens,
+                                                         results))
+        got = None
+        while not pc.join(timeout=0.1):  # a rank that fails ends the others (join raises with its error)
+            if got is None and not results.empty():
+                got = results.get()  # read while the ranks run: the logits are more than a pipe holds
+        if got is None:
+            got = results.get()
+    kind = "%s; tests/py/realmodel.py, %s" % (cfg.get("model_type"), str(RM.DTYPE()).split(".")[-1])
+    return a.family if not a.src else src, kind, prompt, want, got[0], ref, got[1]
+
+
 def main():
+    RM = realmodel()
+    extra = sorted(set(RM.FAMILIES) - set(FAMILIES)) if RM else []
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--family", default="llama", choices=sorted(FAMILIES))
+    ap.add_argument("--family", default="llama", choices=sorted(set(FAMILIES) | set(extra)), metavar="F",
+                    help="the model family (default llama): one of this script's FAMILIES (%s), run with "
+                         "from_pretrained and the four additions; or one of tests/py/realmodel.py's FAMILIES "
+                         "(%s), run with realmodel's config, strict loading and TP hooks, in float64"
+                    % (", ".join(sorted(FAMILIES)), ", ".join(extra) or "not found"))
+    ap.add_argument("--realmodel", action="store_true",
+                    help="run a family of both tables realmodel's way (its tiny model gives varied tokens where "
+                         "this script's own may repeat one)")
     ap.add_argument("--src", help="an existing checkpoint folder (default: a tiny random one of --family)")
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--plan", help="a plan for tpfs mount (--plan NAME|FILE)")
     ap.add_argument("--tpfs", default=os.environ.get("TPFS_BIN") or shutil.which("tpfs") or "build/src/tpfs")
     a = ap.parse_args()
+    if a.tokens < 1:
+        ap.error("--tokens: at least 1")
+    if a.realmodel and not (RM and a.family in RM.FAMILIES):
+        ap.error("--realmodel: %s is not a family of tests/py/realmodel.py" % a.family)
+    if a.realmodel:
+        extra.append(a.family)
+    if a.family in extra and a.tp not in RM.FAMILIES[a.family]["ts"]:
+        ap.error("tests/py/realmodel.py proves %s at T in %s, not %d" % (a.family, RM.FAMILIES[a.family]["ts"], a.tp))
     tmp = tempfile.mkdtemp(prefix="tpfs-example-")
     try:
+        if a.family in extra:
+            return report(a.tp, *_run_realmodel(a, RM, tmp))
         src = a.src or make_checkpoint(a.family, os.path.join(tmp, a.family))
         with open(os.path.join(src, "config.json")) as f:
             cfg = json.load(f)
@@ -423,20 +531,26 @@ def main():
             got, tp = results.get()  # read before joining: the logits are more than a pipe holds
             while not pc.join():
                 pass
-        # every step's logits of every position, where both ran on the same prefix (the tokens agreed so far)
-        same = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), len(want))
-        worst = max(float((torch.from_numpy(t) - r).abs().max() / r.abs().max())
-                    for t, r in zip(tp[:same + 1], ref[:same + 1]))
-        print("model:              %s (%s)" % (a.family if not a.src else src, cfg.get("model_type")))
-        print("prompt:             %s" % prompt)
-        print("unsplit next tokens: %s" % want)
-        print("TP=%d next tokens:   %s" % (a.tp, got))
-        print("worst relative logit difference: %.2e (over %d steps, every position; relative to the largest logit)"
-              % (worst, min(same + 1, len(want))))
-        print("same" if got == want else "DIFFERENT")
-        return 0 if got == want else 1
+        return report(a.tp, a.family if not a.src else src, cfg.get("model_type"), prompt, want, got, ref, tp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def report(T, label, model_type, prompt, want, got, ref, tp):
+    """Prints the run's lines; returns 0 when the TP tokens are the unsplit ones, else 1. ref, tp:
+    each step's logits (tensors, numpy arrays) of the unsplit model and of the ranks."""
+    # every step's logits of every position, where both ran on the same prefix (the tokens agreed so far)
+    same = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), len(want))
+    worst = max(float((torch.from_numpy(t) - r).abs().max() / r.abs().max())
+                for t, r in zip(tp[:same + 1], ref[:same + 1]))
+    print("model:              %s (%s)" % (label, model_type))
+    print("prompt:             %s" % prompt)
+    print("unsplit next tokens: %s" % want)
+    print("TP=%d next tokens:   %s" % (T, got))
+    print("worst relative logit difference: %.2e (over %d steps, every position; relative to the largest logit)"
+          % (worst, min(same + 1, len(want))))
+    print("same" if got == want else "DIFFERENT")
+    return 0 if got == want else 1
 
 
 if __name__ == "__main__":
