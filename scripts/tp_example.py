@@ -363,6 +363,21 @@ def run_ranks(world, jobs, dtype=torch.float32, timeout=600):
     return out
 
 
+def spawn_ranks(worker, world, args):
+    """Spawns world ranks of worker(rank, world, port, *args, results) and returns the one result
+    rank 0 puts on results, read while the ranks run (the logits are more than a pipe holds). A
+    rank that fails ends the others: join raises with its error."""
+    ctx = torch.multiprocessing.get_context("spawn")
+    results = ctx.SimpleQueue()
+    pc = torch.multiprocessing.start_processes(worker, nprocs=world, start_method="spawn", join=False,
+                                               args=(world, free_port()) + tuple(args) + (results,))
+    got = None
+    while not pc.join(timeout=0.1):
+        if got is None and not results.empty():
+            got = results.get()
+    return results.get() if got is None else got
+
+
 def free_port():
     with contextlib.closing(socket.socket()) as s:
         s.bind(("127.0.0.1", 0))
@@ -463,17 +478,7 @@ def _run_realmodel(a, RM, tmp):
         return out
     want = greedy(step, prompt, a.tokens)
     with tpfs_mount(a.tpfs, src, a.tp, *(["--plan", a.plan] if a.plan else [])) as mnt:
-        ctx = torch.multiprocessing.get_context("spawn")
-        results = ctx.SimpleQueue()
-        pc = torch.multiprocessing.start_processes(_realmodel_worker, nprocs=a.tp, start_method="spawn", join=False,
-                                                   args=(a.tp, free_port(), mnt, src, a.family, prompt, a.tokens,
-                                                         results))
-        got = None
-        while not pc.join(timeout=0.1):  # a rank that fails ends the others (join raises with its error)
-            if got is None and not results.empty():
-                got = results.get()  # read while the ranks run: the logits are more than a pipe holds
-        if got is None:
-            got = results.get()
+        got = spawn_ranks(_realmodel_worker, a.tp, (mnt, src, a.family, prompt, a.tokens))
     kind = "%s; tests/py/realmodel.py, %s" % (cfg.get("model_type"), str(RM.DTYPE()).split(".")[-1])
     return a.family if not a.src else src, kind, prompt, want, got[0], ref, got[1]
 
@@ -524,13 +529,7 @@ def main():
             return out
         want = greedy(step, prompt, a.tokens)
         with tpfs_mount(a.tpfs, src, a.tp, *(["--plan", a.plan] if a.plan else [])) as mnt:
-            ctx = torch.multiprocessing.get_context("spawn")
-            results = ctx.SimpleQueue()
-            pc = torch.multiprocessing.start_processes(_example_worker, nprocs=a.tp, start_method="spawn", join=False,
-                                                       args=(a.tp, free_port(), mnt, vocab, prompt, a.tokens, results))
-            got, tp = results.get()  # read before joining: the logits are more than a pipe holds
-            while not pc.join():
-                pass
+            got, tp = spawn_ranks(_example_worker, a.tp, (mnt, vocab, prompt, a.tokens))
         return report(a.tp, a.family if not a.src else src, cfg.get("model_type"), prompt, want, got, ref, tp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
