@@ -31,51 +31,44 @@ def register():
     d = os.environ.get("TPFS_VLLM_KEYS")
     if not d:
         return
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
     from vllm.model_executor.model_loader.sharded_state_loader import ShardedStateLoader
     if getattr(ShardedStateLoader, "_tpfs_probe", False):
         return
-    orig = ShardedStateLoader.load_weights
-
-    def load_weights(self, model, model_config):
-        from vllm.distributed import get_tensor_model_parallel_rank
-        sd = ShardedStateLoader._filter_subtensors(model.state_dict())
-        keys = {k: [list(t.shape), str(t.dtype).replace("torch.", "")] for k, t in sd.items()}
-        path = os.path.join(d, "rank%d.json" % get_tensor_model_parallel_rank())
-        with open(path + ".tmp", "w") as f:
-            json.dump(keys, f)
-        os.replace(path + ".tmp", path)
-        return orig(self, model, model_config)
-
-    ShardedStateLoader.load_weights = load_weights
     ShardedStateLoader._tpfs_probe = True
 
-    # the weights each loader leaves in the model (before process_weights_after_loading packs
-    # them): a digest per tensor of _filter_subtensors(model.state_dict()), for both loaders
-    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
-
-    def digests(model, tag):
+    def dump(model, name):
+        """D/name{rank}.json from _filter_subtensors(model.state_dict()): "rank", each key's shape and
+        dtype; "weights-rank", a digest of each tensor's bytes."""
         import hashlib
         import torch
         from vllm.distributed import get_tensor_model_parallel_rank
         sd = ShardedStateLoader._filter_subtensors(model.state_dict())
-        out = {k: hashlib.sha1(t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes()).hexdigest()
-               for k, t in sd.items()}
-        path = os.path.join(d, "weights-rank%d.json" % get_tensor_model_parallel_rank())
+        if name == "rank":
+            out = {k: [list(t.shape), str(t.dtype).replace("torch.", "")] for k, t in sd.items()}
+        else:
+            out = {k: hashlib.sha1(t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
+                   .hexdigest() for k, t in sd.items()}
+        path = os.path.join(d, "%s%d.json" % (name, get_tensor_model_parallel_rank()))
         with open(path + ".tmp", "w") as f:
             json.dump(out, f)
         os.replace(path + ".tmp", path)
 
-    def wrap(cls):
+    def wrap(cls, keys):
+        """cls.load_weights, recording the key set it fills (keys: before loading, which fails on a
+        wrong one) and the weights it leaves (after; before process_weights_after_loading packs them)."""
         inner = cls.load_weights
 
-        def lw(self, model, model_config):
+        def load_weights(self, model, model_config):
+            if keys:
+                dump(model, "rank")
             r = inner(self, model, model_config)
-            digests(model, cls.__name__)
+            dump(model, "weights-rank")
             return r
-        cls.load_weights = lw
+        cls.load_weights = load_weights
 
-    wrap(DefaultModelLoader)
-    wrap(ShardedStateLoader)
+    wrap(ShardedStateLoader, True)
+    wrap(DefaultModelLoader, False)
 '''
 
 
@@ -123,6 +116,17 @@ def run_job(job, keys_dir):
         gc.collect()
 
 
+def per_rank(d, name, tp):
+    """{rank: what the probe wrote in D/name{rank}.json}, for the ranks that wrote one."""
+    out = {}
+    for r in range(tp):
+        p = os.path.join(d, "%s%d.json" % (name, r))
+        if os.path.exists(p):
+            with open(p) as f:
+                out[str(r)] = json.load(f)
+    return out
+
+
 def main():
     with open(sys.argv[1]) as f:
         jobs = json.load(f)
@@ -137,18 +141,8 @@ def main():
             res["error"] = traceback.format_exc()[-4000:]
             print("job %s failed:\n%s" % (job["name"], res["error"]), file=sys.stderr, flush=True)
         if job.get("keys"):
-            res["keys"] = {}
-            for r in range(job["tp"]):
-                p = os.path.join(keys_dir, "rank%d.json" % r)
-                if os.path.exists(p):
-                    with open(p) as f:
-                        res["keys"][str(r)] = json.load(f)
-        res["weights"] = {}
-        for r in range(job["tp"]):
-            p = os.path.join(keys_dir, "weights-rank%d.json" % r)
-            if os.path.exists(p):
-                with open(p) as f:
-                    res["weights"][str(r)] = json.load(f)
+            res["keys"] = per_rank(keys_dir, "rank", job["tp"])
+        res["weights"] = per_rank(keys_dir, "weights-rank", job["tp"])
         shutil.rmtree(keys_dir, ignore_errors=True)
         results[job["name"]] = res
         with open(sys.argv[2], "w") as f:

@@ -79,103 +79,67 @@ def cut_vocab(x, T, r, pad):
 
 L = r"model\.layers\.\d+\."
 # (regex on the source name, cut): the first match wins; no match is an error (a tensor this
-# reference does not know). "whole" = replicated.
+# reference does not know). "whole" = replicated. Built from the pieces the families share.
+EMBED = [(r"(lm_head|model\.embed_tokens)\.weight", "vocab")]  # VocabParallelEmbedding / ParallelLMHead
+ATTN = [  # QKVParallelLinear (q heads split, KV heads in replicated groups), RowParallelLinear o_proj
+    (L + r"self_attn\.q_proj\.(weight|bias)", "column"),  # qwen3_next: q and its output gate, whole heads
+    (L + r"self_attn\.[kv]_proj\.(weight|bias)", "kv"),
+    (L + r"self_attn\.o_proj\.weight", "row"),
+    (L + r"self_attn\.o_proj\.bias", "whole"),
+    (L + r"self_attn\.[qk]_norm\.weight", "whole"),
+]
+DENSE = [  # MergedColumnParallelLinear gate_up, RowParallelLinear down (dense layers of MoE models too)
+    (L + r"mlp\.(gate|up)_proj\.weight", "column"),
+    (L + r"mlp\.down_proj\.weight", "row"),
+]
+NORMS = [
+    (L + r"(input|post_attention|pre_feedforward|post_feedforward)_layernorm\.weight", "whole"),  # gemma3: 4
+    (r"model\.norm\.weight", "whole"),
+    (L + r"self_attn\.rotary_emb\.inv_freq", "whole"),
+]
+
+
+def experts(names):
+    """FusedMoE.weight_loader per expert (w1/w3 rows, w2 columns) and the shared experts, whose
+    modules match `names` (a regex alternative), as MergedColumnParallelLinear / RowParallelLinear."""
+    return [(L + r"mlp\.(%s)\.(gate|up)_proj\.weight" % names, "column"),
+            (L + r"mlp\.(%s)\.down_proj\.weight" % names, "row")]
+
+
 CUTS = {
-    "llama": [
-        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
-        (L + r"self_attn\.q_proj\.(weight|bias)", "column"),
-        (L + r"self_attn\.[kv]_proj\.(weight|bias)", "kv"),
-        (L + r"self_attn\.o_proj\.weight", "row"),
-        (L + r"self_attn\.o_proj\.bias", "whole"),
-        (L + r"self_attn\.[qk]_norm\.weight", "whole"),
-        (L + r"mlp\.(gate|up)_proj\.weight", "column"),
-        (L + r"mlp\.down_proj\.weight", "row"),
-        (L + r"(input|post_attention|pre_feedforward|post_feedforward)_layernorm\.weight", "whole"),  # gemma3
-        (r"model\.norm\.weight", "whole"),
-        (L + r"self_attn\.rotary_emb\.inv_freq", "whole"),
-    ],
-    "mixtral": [  # models/mixtral.py: FusedMoE with ckpt_names (w1, w2, w3): w1/w3 rows, w2 columns
-        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
-        (L + r"self_attn\.q_proj\.weight", "column"),
-        (L + r"self_attn\.[kv]_proj\.weight", "kv"),
-        (L + r"self_attn\.o_proj\.weight", "row"),
+    "llama": EMBED + ATTN + DENSE + NORMS,
+    "mixtral": EMBED + ATTN + [  # models/mixtral.py: FusedMoE with ckpt_names (w1, w2, w3)
         (L + r"block_sparse_moe\.experts\.\d+\.w[13]\.weight", "column"),
         (L + r"block_sparse_moe\.experts\.\d+\.w2\.weight", "row"),
         (L + r"block_sparse_moe\.gate\.weight", "whole"),
-        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
-        (r"model\.norm\.weight", "whole"),
-    ],
-    "glm4_moe": [  # models/glm4_moe.py: llama attention (biases, q/k norms), FusedMoE, shared experts
-        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
-        (L + r"self_attn\.q_proj\.(weight|bias)", "column"),
-        (L + r"self_attn\.[kv]_proj\.(weight|bias)", "kv"),
-        (L + r"self_attn\.o_proj\.weight", "row"),
-        (L + r"self_attn\.[qk]_norm\.weight", "whole"),
-        (L + r"mlp\.(experts\.\d+|shared_experts)\.(gate|up)_proj\.weight", "column"),
-        (L + r"mlp\.(experts\.\d+|shared_experts)\.down_proj\.weight", "row"),
+    ] + NORMS,
+    "moe": EMBED + ATTN + experts(r"experts\.\d+|shared_expert") + [  # qwen3_moe, qwen2_moe
+        (L + r"mlp\.(gate|shared_expert_gate)\.weight", "whole"),  # ReplicatedLinear router, [1, H] gate
+    ] + DENSE + NORMS,
+    "glm4_moe": EMBED + ATTN + experts(r"experts\.\d+|shared_experts") + [  # models/glm4_moe.py
         (L + r"mlp\.gate\.(weight|e_score_correction_bias)", "whole"),  # GateLinear: replicated
-        (L + r"mlp\.(gate|up)_proj\.weight", "column"),
-        (L + r"mlp\.down_proj\.weight", "row"),
-        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
-        (r"model\.norm\.weight", "whole"),
-    ],
-    "deepseek_v3": [  # models/deepseek_v2.py DeepseekV2MLAAttention: the a-projections replicated
-        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
+    ] + DENSE + NORMS,
+    "deepseek_v3": EMBED + [  # models/deepseek_v2.py DeepseekV2MLAAttention: the a-projections replicated
         (L + r"self_attn\.(q_a_proj|kv_a_proj_with_mqa)\.weight", "whole"),  # fused_qkv_a_proj: ReplicatedLinear
         (L + r"self_attn\.(q_a|kv_a)_layernorm\.weight", "whole"),
         (L + r"self_attn\.(q_b_proj|kv_b_proj)\.weight", "column"),  # ColumnParallelLinear: whole heads
         (L + r"self_attn\.o_proj\.weight", "row"),
-        (L + r"mlp\.(experts\.\d+|shared_experts)\.(gate|up)_proj\.weight", "column"),
-        (L + r"mlp\.(experts\.\d+|shared_experts)\.down_proj\.weight", "row"),
         (L + r"mlp\.gate\.(weight|e_score_correction_bias)", "whole"),
-        (L + r"mlp\.(gate|up)_proj\.weight", "column"),
-        (L + r"mlp\.down_proj\.weight", "row"),
-        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
-        (r"model\.norm\.weight", "whole"),
-    ],
-    "qwen3_next": [  # models/qwen3_next.py, layers/mamba/gdn/qwen_gdn_linear_attn.py
-        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
-        (L + r"self_attn\.q_proj\.weight", "column"),  # q and its output gate, whole heads
-        (L + r"self_attn\.[kv]_proj\.weight", "kv"),
-        (L + r"self_attn\.o_proj\.weight", "row"),
-        (L + r"self_attn\.[qk]_norm\.weight", "whole"),
+    ] + experts(r"experts\.\d+|shared_experts") + DENSE + NORMS,
+    "qwen3_next": EMBED + ATTN + [  # models/qwen3_next.py, layers/mamba/gdn/qwen_gdn_linear_attn.py
         (L + r"linear_attn\.in_proj_(qkvz|ba)\.weight", "column"),  # one output shard: contiguous rows
         (L + r"linear_attn\.conv1d\.weight", "gdn_conv"),  # mamba_v2_sharded_weight_loader: [q | k | v]
         (L + r"linear_attn\.(dt_bias|A_log)", "column"),  # sharded_weight_loader(0)
         (L + r"linear_attn\.norm\.weight", "whole"),
         (L + r"linear_attn\.out_proj\.weight", "row"),
-        (L + r"mlp\.(experts\.\d+|shared_expert)\.(gate|up)_proj\.weight", "column"),
-        (L + r"mlp\.(experts\.\d+|shared_expert)\.down_proj\.weight", "row"),
         (L + r"mlp\.(gate|shared_expert_gate)\.weight", "whole"),
-        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
-        (r"model\.norm\.weight", "whole"),
-    ],
-    "phi3": [  # models/phi3.py (llama.py): fused checkpoint tensors loaded with loaded_shard_id None
-        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
+    ] + experts(r"experts\.\d+|shared_expert") + NORMS,
+    "phi3": EMBED + [  # models/phi3.py (llama.py): fused checkpoint tensors loaded with loaded_shard_id None
         (L + r"self_attn\.qkv_proj\.weight", "qkv_fused"),
         (L + r"self_attn\.o_proj\.weight", "row"),
         (L + r"mlp\.gate_up_proj\.weight", "halves"),
         (L + r"mlp\.down_proj\.weight", "row"),
-        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
-        (r"model\.norm\.weight", "whole"),
-    ],
-    "moe": [  # qwen3_moe, qwen2_moe: FusedMoE.weight_loader (w1/w3 rows, w2 columns per expert)
-        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
-        (L + r"self_attn\.q_proj\.(weight|bias)", "column"),
-        (L + r"self_attn\.[kv]_proj\.(weight|bias)", "kv"),
-        (L + r"self_attn\.o_proj\.weight", "row"),
-        (L + r"self_attn\.[qk]_norm\.weight", "whole"),
-        (L + r"mlp\.experts\.\d+\.(gate|up)_proj\.weight", "column"),
-        (L + r"mlp\.experts\.\d+\.down_proj\.weight", "row"),
-        (L + r"mlp\.gate\.weight", "whole"),  # ReplicatedLinear router
-        (L + r"mlp\.shared_expert\.(gate|up)_proj\.weight", "column"),
-        (L + r"mlp\.shared_expert\.down_proj\.weight", "row"),
-        (L + r"mlp\.shared_expert_gate\.weight", "whole"),  # ReplicatedLinear [1, H]
-        (L + r"mlp\.(gate|up)_proj\.weight", "column"),  # dense layers (mlp_only_layers)
-        (L + r"mlp\.down_proj\.weight", "row"),
-        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
-        (r"model\.norm\.weight", "whole"),
-    ],
+    ] + NORMS,
 }
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "qwen3_moe": "moe", "qwen2_moe": "moe", "mixtral": "mixtral", "phi3": "phi3",
