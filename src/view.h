@@ -59,10 +59,11 @@ typedef struct tp_view {
 	uint64_t pad_vocab;    /* the vocabulary padded to a multiple of this before it is split */
 	const struct cJSON *defaults; /* "defaults": config.json keys' values where config.json has none
 	                              * (the config class's defaults, e.g. Gemma 3's tie), or NULL */
-	const char *drop_prefix;      /* "drop_layers": {"prefix": P, "from": KEY}: source tensors named */
-	const char *drop_key;         /* P<N>.<...> with N >= config.json's KEY are not served (layers */
-	uint64_t drop_from;           /* the engine does not build: DeepSeek's MTP layer); the caller
-	                               * sets drop_from from KEY (UINT64_MAX: none) */
+	/* "drop_layers": {"prefix": P, "from": KEY}: source tensors named P<N>.<...> with N >=
+	 * config.json's KEY are not served (layers the engine does not build: DeepSeek's MTP layer).
+	 * The caller sets drop_from from KEY before resolving (UINT64_MAX: none). */
+	const char *drop_prefix, *drop_key;
+	uint64_t drop_from;
 	int keep_rest;
 	tp_ventry *e;
 	size_t ne;
