@@ -5,10 +5,18 @@ reads every source safetensors file twice (native, cached), drops rank 0's cache
 rank files once through the daemon (first read) and twice more from the page cache (re-read),
 and prints the throughputs and the re-read / native ratio. No request reaches the daemon on a
 re-read: what it measures is the kernel's FUSE page cache against the source's.
+
+As root it also prints the sizes of the page-cache folios that hold the first source file and the
+first rank file (mapped, touched, then looked up in /proc/self/pagemap and /proc/kpageflags): the
+per-folio cost of a cached read() is the gap, and a kernel that gives FUSE files large folios shows
+it here first.
 """
 import argparse
+import collections
 import glob
+import mmap
 import os
+import struct
 import sys
 import time
 
@@ -40,6 +48,44 @@ def drop(files):
         os.close(fd)
 
 
+def folio_sizes(path, limit=256 << 20):
+    """{folio size in KiB: count} of the page-cache folios holding the first `limit` bytes of path
+    (root: /proc/kpageflags). Touches every page through a shared mapping first, which finds the
+    folios a read() left or makes them as a page fault would."""
+    page = mmap.PAGESIZE
+    with open(path, "rb") as f:
+        size = min(os.fstat(f.fileno()).st_size, limit) // page * page
+        m = mmap.mmap(f.fileno(), size, mmap.MAP_SHARED, mmap.PROT_READ)
+    n = size // page
+    for i in range(n):
+        m[i * page]
+    start = None
+    real = os.path.realpath(path)
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if line.rstrip().endswith(real):
+                start = int(line.split("-")[0], 16)
+                break
+    out, run = collections.Counter(), 0
+    with open("/proc/self/pagemap", "rb") as pm, open("/proc/kpageflags", "rb") as kf:
+        pm.seek(start // page * 8)
+        for e in struct.unpack("%dQ" % n, pm.read(8 * n)):
+            if not e >> 63:
+                continue
+            kf.seek((e & ((1 << 55) - 1)) * 8)
+            flags = struct.unpack("Q", kf.read(8))[0]
+            if flags >> 16 & 1 and not flags >> 15 & 1:  # a tail page: the same folio as the last
+                run += 1
+                continue
+            if run:
+                out[run * page >> 10] += 1
+            run = 1
+    if run:
+        out[run * page >> 10] += 1
+    m.close()
+    return dict(sorted(out.items()))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("src")
@@ -56,6 +102,10 @@ def main():
             again = max(gbps(rank) for _ in range(2))
             print("rep %d: native %.2f GB/s, first read %.2f GB/s, re-read %.2f GB/s (%.2fx native)"
                   % (rep + 1, nat, first, again, again / nat), flush=True)
+        if os.geteuid() == 0:
+            for what, p in (("source", src[0]), ("rank file", rank[0])):
+                print("page-cache folios of the %s %s (KiB: count): %s"
+                      % (what, os.path.basename(p), folio_sizes(p)), flush=True)
 
 
 if __name__ == "__main__":

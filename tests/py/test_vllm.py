@@ -37,7 +37,7 @@ VIEWS = os.path.join(HERE, "..", "..", "views", "vllm")
 # the tie, q/k/v biases, q/k norms and KV heads fewer than T
 CASES = [("llama", "llama"), ("qwen2", "llama"), ("qwen3_moe", "qwen3_moe"), ("qwen2_moe", "qwen2_moe"),
          ("mixtral", "mixtral"), ("phi3", "phi3"), ("gemma3", "gemma3"), ("glm4_moe", "glm4_moe"),
-         ("deepseek_v3", "deepseek_v3"), ("qwen3_next", "qwen3_next")]
+         ("deepseek_v3", "deepseek_v3"), ("kimi_k2", "deepseek_v3"), ("qwen3_next", "qwen3_next")]
 # TPFS_VLLM_CASES=a,b runs those families only (the sanitized build runs a few: what it adds is the
 # daemon under ASan/UBSan, which every family's reads exercise alike; the normal build runs all)
 if os.environ.get("TPFS_VLLM_CASES"):
@@ -47,7 +47,7 @@ TP1 = "llama"  # also at TP=1: tokens of sharded_state on a --tp 1 view equal th
 # vLLM's CPU run of these is not deterministic: two default-loader starts on the same SRC give other
 # tokens (deepseek_v3, MLA: [[217, 435, 435, ...]] then [[217, 978, 393, ...]]), so their tokens and
 # logprobs are printed, not required; the weights each loader leaves in the model are (as for all)
-NONDETERMINISTIC = {"deepseek_v3"}
+NONDETERMINISTIC = {"deepseek_v3", "kimi_k2"}
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]  # ids on both ranks' vocab shards
 WRONG = "llama"  # the family whose view is broken on purpose
 

@@ -6,7 +6,7 @@ each rank holds 512 rows, rank 1's last 24 zero), KV heads fewer than T=2 where 
 weights drawn wider than the default init so that greedy tokens are not decided by ties.
 
 make(family, out) writes OUT/config.json, generation_config.json and model.safetensors (deepseek_v3:
-also an MTP layer in model-mtp.safetensors, with an index).
+also an MTP layer in model-mtp.safetensors, with an index; kimi_k2: its config.json retyped).
 """
 import sys
 
@@ -59,6 +59,9 @@ FAMILIES = {
         first_k_dense_replace=1, n_group=1, topk_group=1, topk_method="noaux_tc", kv_lora_rank=512,
         q_lora_rank=96, qk_rope_head_dim=64, qk_nope_head_dim=64, v_head_dim=64, tie_word_embeddings=False,
         pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    # Kimi K2: DeepSeek-V3's model under model_type "kimi_k2" (vLLM maps it to DeepseekV3Config; no MTP layer,
+    # as in the published checkpoint); config.json is rewritten after saving (transformers has no such type)
+    "kimi_k2": lambda: FAMILIES["deepseek_v3"](),
     # Gated DeltaNet as the CPU backend runs it: bf16, linear head dims 128
     "qwen3_next": lambda: tf.Qwen3NextConfig(
         hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
@@ -68,6 +71,9 @@ FAMILIES = {
         linear_value_head_dim=128, linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"],
         tie_word_embeddings=False),
 }
+
+# config.json keys rewritten after save_pretrained (families transformers knows under another type)
+RETYPE = {"kimi_k2": {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}}
 
 
 def add_mtp(out, n_layers):
@@ -101,6 +107,14 @@ def make(family, out, seed=0):
     model.save_pretrained(out)
     if family == "deepseek_v3":
         add_mtp(out, cfg.num_hidden_layers)
+    if family in RETYPE:
+        import json
+        import os
+        with open(os.path.join(out, "config.json")) as f:
+            c = json.load(f)
+        c.update(RETYPE[family])
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(c, f, indent=2)
     return out
 
 
