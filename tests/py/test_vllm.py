@@ -12,7 +12,10 @@ load_format="sharded_state" on the served folder. Checked:
 - where the files come from the mount, they equal the independent reference (vllm_view_ref.py) byte
   for byte;
 - a deliberately wrong view (k and v swapped in qkv_proj, built by the reference) loads (same
-  shapes) but fails the token/logprob check: the check can fail.
+  shapes) but fails the token/logprob check: the check can fail;
+- KEY_CASES, families vLLM builds but cannot run on CPU (DSA: sparse attention): vLLM is made to build
+  them as on CUDA (vllm_check.py's "impersonate"), both loaders load, and the key set and the weights
+  they leave are checked; no tokens.
 All vLLM runs are jobs of one vllm_check.py process (each vLLM start costs 40-100 s on two cores).
 
 SERVED_BY says where the served folders come from: "mount" (tpfs --view vllm, the real target) or
@@ -38,11 +41,16 @@ VIEWS = os.path.join(HERE, "..", "..", "views", "vllm")
 CASES = [("llama", "llama"), ("qwen2", "llama"), ("qwen3_moe", "qwen3_moe"), ("qwen2_moe", "qwen2_moe"),
          ("mixtral", "mixtral"), ("phi3", "phi3"), ("gemma3", "gemma3"), ("glm4_moe", "glm4_moe"),
          ("deepseek_v3", "deepseek_v3"), ("kimi_k2", "deepseek_v3"), ("qwen3_next", "qwen3_next")]
+# families vLLM can build but not run on CPU: (family, view, how vLLM is made to build them as on CUDA: a
+# vllm_check.py "impersonate" mode). For these the key set and the weights each loader leaves in vLLM's model
+# are checked (and the bytes against the reference), not tokens: both jobs fail after loading, by design
+KEY_CASES = [("deepseek_v32", "deepseek_v32", "cuda-dsa"), ("glm_moe_dsa", "deepseek_v32", "cuda-dsa")]
 # TPFS_VLLM_CASES=a,b runs those families only (the sanitized build runs a few: what it adds is the
 # daemon under ASan/UBSan, which every family's reads exercise alike; the normal build runs all)
 if os.environ.get("TPFS_VLLM_CASES"):
     _only = os.environ["TPFS_VLLM_CASES"].split(",")
     CASES = [c for c in CASES if c[0] in _only]
+    KEY_CASES = [c for c in KEY_CASES if c[0] in _only]
 TP1 = "llama"  # also at TP=1: tokens of sharded_state on a --tp 1 view equal the default loader's
 # vLLM's CPU run of these is not deterministic: two default-loader starts on the same SRC give other
 # tokens (deepseek_v3, MLA: [[217, 435, 435, ...]] then [[217, 978, 393, ...]]), so their tokens and
@@ -137,8 +145,28 @@ class ViewMount:
         return self.m.__exit__(et, ev, tb)
 
 
+def same_keys_and_weights(fails, fam, a, b, served):
+    """Checks the served key set (served: per rank {key: [shape, dtype]}) against the one vLLM's
+    sharded_state loader probed (b["keys"]), and the weights digests the default loader (a) and
+    sharded_state (b) left in vLLM's model. Returns (keys equal, weights equal, differing weight keys)."""
+    keys_ok = bool(b.get("keys")) and len(b["keys"]) == T
+    for r in range(T):
+        want, got = (b.get("keys") or {}).get(str(r)) or {}, served[r]
+        bad = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+        keys_ok = keys_ok and not bad
+        fails.check(not bad, "%s rank %d: served / vLLM's _filter_subtensors(model.state_dict()) differ: %s"
+                    % (fam, r, [(k, got.get(k), want.get(k)) for k in bad[:6]]))
+    wa, wb = a.get("weights") or {}, b.get("weights") or {}
+    w_ok = len(wa) == T and wa == wb
+    wbad = sorted(k for r in wa for k in set(wa[r]) | set(wb.get(r, {})) if wa[r].get(k) != wb.get(r, {}).get(k))
+    return keys_ok, w_ok, wbad
+
+
 def main():
     import torch
+    global CASES, KEY_CASES
+    if torch.cuda.device_count() >= T:  # vLLM on CUDA runs them: the full check, tokens included
+        CASES, KEY_CASES = CASES + [(fam, view) for fam, view, _ in KEY_CASES], []
     import tpfs_test
     import vllm_models
     import vllm_view_ref
@@ -175,6 +203,17 @@ def main():
                 jobs.append({"name": "%s/wrong" % fam, "model": os.path.join(work, "wrong", fam),
                              "load_format": "sharded_state", "tp": T, "prompts": PROMPTS, "max_tokens": 6,
                              "logprobs": 5, "keys": True})
+        for fam, view, imp in KEY_CASES:
+            src = vllm_models.make(fam, os.path.join(work, "src", fam))
+            ref = os.path.join(work, "ref", fam)
+            vllm_view_ref.write(src, vllm_view_ref.load_view(os.path.join(VIEWS, view + ".json")), T, ref)
+            served[fam] = stack.enter_context(ViewMount(src)) if SERVED_BY == "mount" else ref
+            if served[fam] != ref:
+                same_files(fails, fam, served[fam], ref)
+            for how, model in (("auto", src), ("sharded_state", served[fam])):
+                jobs.append({"name": "%s/%s" % (fam, how), "model": model, "load_format": how, "tp": T,
+                             "prompts": [[1, 2, 3]], "max_tokens": 1, "keys": how == "sharded_state",
+                             "impersonate": imp})
         with open(os.path.join(work, "jobs.json"), "w") as f:
             json.dump(jobs, f)
         env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0|1"),
@@ -190,8 +229,10 @@ def main():
         with open(os.path.join(work, "result.json")) as f:
             res = json.load(f)
         # the served key sets, read while the mounts still exist
-        skeys = {fam: [served_keys(served[fam], r) for r in range(T)] for fam, _ in CASES}
-        skeys[WRONG + "/wrong"] = [served_keys(os.path.join(work, "wrong", WRONG), r) for r in range(T)]
+        skeys = {fam: [served_keys(served[fam], r) for r in range(T)] for fam in [c[0] for c in CASES + KEY_CASES]}
+        wrong_case = [(WRONG + "/wrong", None)] if any(fam == WRONG for fam, _ in CASES) else []
+        for fam, _ in wrong_case:
+            skeys[fam] = [served_keys(os.path.join(work, "wrong", WRONG), r) for r in range(T)]
 
     def compare(a, b):
         """(tokens equal, logprobs bitwise equal, max |logprob difference| over the ids both have)."""
@@ -205,24 +246,15 @@ def main():
 
     print("%-11s %-14s %-14s %-13s %-15s %s" % ("family", "key set equal", "weights equal", "tokens equal",
                                                 "logprobs equal", "max diff"))
-    for fam, _ in CASES + [(WRONG + "/wrong", None)]:
+    for fam, _ in CASES + wrong_case:
         base = fam.split("/")[0]
         a, b = res.get(base + "/auto", {}), res.get(fam if "/" in fam else fam + "/sharded_state", {})
         for name, r in (("%s/auto" % base, a), (fam, b)):
             fails.check(r and not r.get("error"), "%s: vLLM failed: %s" % (name, (r or {}).get("error")))
         if not a.get("tokens") or not b.get("tokens"):
             continue
-        keys_ok = bool(b.get("keys")) and len(b["keys"]) == T
-        for r in range(T):
-            want, got = (b.get("keys") or {}).get(str(r)) or {}, skeys[fam][r]
-            bad = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
-            keys_ok = keys_ok and not bad
-            fails.check(not bad, "%s rank %d: served / vLLM's _filter_subtensors(model.state_dict()) differ: %s"
-                        % (fam, r, [(k, got.get(k), want.get(k)) for k in bad[:6]]))
+        keys_ok, w_ok, wbad = same_keys_and_weights(fails, fam, a, b, skeys[fam])
         tok, lp, diff = compare(a, b)
-        wa, wb = a.get("weights") or {}, b.get("weights") or {}
-        w_ok = len(wa) == T and wa == wb
-        wbad = sorted(k for r in wa for k in set(wa[r]) | set(wb.get(r, {})) if wa[r].get(k) != wb.get(r, {}).get(k))
         print("%-11s %-14s %-14s %-13s %-15s %.3g" % (fam, keys_ok, w_ok, tok, lp, diff), flush=True)
         if "/" in fam:
             fails.check(not (tok and lp), "%s: a view with k and v swapped gave the default loader's tokens and "
@@ -235,6 +267,13 @@ def main():
                 continue
             fails.check(tok, "%s: tokens %s, default loader %s" % (fam, b["tokens"], a["tokens"]))
             fails.check(lp, "%s: logprobs differ from the default loader's by up to %g" % (fam, diff))
+    for fam, _, imp in KEY_CASES:  # built as on CUDA, loaded, not run: key set and weights
+        a, b = res.get(fam + "/auto", {}), res.get(fam + "/sharded_state", {})
+        keys_ok, w_ok, wbad = same_keys_and_weights(fails, fam, a, b, skeys[fam])
+        print("%-11s %-14s %-14s %-13s %-15s %s" % (fam, keys_ok, w_ok, "not run", "not run", "(%s)" % imp), flush=True)
+        fails.check(w_ok, "%s: the weights sharded_state leaves in vLLM's model differ from the default loader's: %s "
+                          "(errors: %s / %s)" % (fam, wbad[:6] or "no digests", (a.get("error") or "")[-300:],
+                                                 (b.get("error") or "")[-300:]))
     if any(j["name"] == TP1 + "/tp1-auto" for j in jobs):
         a, b = res.get(TP1 + "/tp1-auto", {}), res.get(TP1 + "/tp1-sharded_state", {})
         fails.check(a.get("tokens") and not a.get("error") and not b.get("error"),

@@ -8,6 +8,8 @@ python vllm_check.py JOBS.json RESULT.json
   RESULT: {name: {"tokens": [[ids] per prompt], "logprobs": [[[[id, logprob] top-k] per step] per
            prompt], "keys": {rank: {key: [shape, dtype]}} or null, "weights": {rank: {key: sha1 of
            its bytes}} (what the loader left in the model), "error": text or null}}
+  A job's "impersonate": "cuda-dsa" builds a DSA model (DeepSeek-V3.2, GLM-5) as vLLM on CUDA does
+  (impersonate_cuda_dsa below): its key set and loaded weights are probed; it cannot generate.
 
 The key set is vLLM's own: a general plugin (entry point group vllm.general_plugins, loaded in every
 vLLM process, workers included) wraps ShardedStateLoader.load_weights so that, before loading, each
@@ -27,7 +29,32 @@ import traceback
 PROBE = '''
 import json, os
 
+def impersonate_cuda_dsa():
+    """Lets vLLM's CPU platform CONSTRUCT a DSA model as vLLM on CUDA builds it, so that its key set and
+    what each loader puts into it can be probed (it cannot run: its forward needs CUDA kernels). Two
+    changes, nothing else: the CPU platform, asked for a sparse MLA backend (which it refuses), answers
+    with its non-sparse MLA backend; and vllm.models.deepseek_v32's DeepseekV32ForCausalLM and
+    GlmMoeDsaForCausalLM are the CUDA class (nvidia/model.py) that its __init__ picks on CUDA, not
+    deepseek_v2's generic class that it picks on CPU."""
+    from vllm.platforms import cpu
+    if getattr(cpu.CpuPlatform, "_tpfs_impersonated", False):
+        return
+    cpu.CpuPlatform._tpfs_impersonated = True
+    inner = cpu.CpuPlatform.get_attn_backend_cls.__func__
+
+    def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
+        if attn_selector_config.use_sparse:
+            attn_selector_config = attn_selector_config._replace(use_sparse=False)
+        return inner(cls, selected_backend, attn_selector_config, num_heads=num_heads)
+    cpu.CpuPlatform.get_attn_backend_cls = classmethod(get_attn_backend_cls)
+    import vllm.models.deepseek_v32 as pkg
+    from vllm.models.deepseek_v32.nvidia import model as cuda_model
+    pkg.DeepseekV32ForCausalLM = cuda_model.DeepseekV32ForCausalLM
+    pkg.GlmMoeDsaForCausalLM = cuda_model.DeepseekV32ForCausalLM
+
 def register():
+    if os.environ.get("TPFS_VLLM_IMPERSONATE") == "cuda-dsa":
+        impersonate_cuda_dsa()
     d = os.environ.get("TPFS_VLLM_KEYS")
     if not d:
         return
@@ -92,6 +119,7 @@ def run_job(job, keys_dir):
     from vllm import LLM, SamplingParams
 
     os.environ["TPFS_VLLM_KEYS"] = keys_dir  # the weights' digests always; the key set for sharded_state
+    os.environ["TPFS_VLLM_IMPERSONATE"] = job.get("impersonate") or ""  # read by the workers it spawns
     llm = LLM(model=job["model"], load_format=job["load_format"], tensor_parallel_size=job["tp"],
               dtype=job.get("dtype", "bfloat16"), enforce_eager=True, skip_tokenizer_init=True,
               max_model_len=job.get("max_model_len", 256), max_num_seqs=4, seed=0,

@@ -16,6 +16,14 @@ import transformers as tf
 COMMON = dict(hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256,
               num_attention_heads=2, head_dim=64, initializer_range=0.1, rms_norm_eps=1e-6)
 
+# DeepSeek-style MLA + MoE as the CPU backend runs it (kv_lora_rank 512, qk_rope_head_dim 64), noaux_tc for the bias
+_MLA = dict(hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
+            num_key_value_heads=2, initializer_range=0.1, rms_norm_eps=1e-6, intermediate_size=256,
+            moe_intermediate_size=64, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+            first_k_dense_replace=1, n_group=1, topk_group=1, topk_method="noaux_tc", kv_lora_rank=512,
+            q_lora_rank=96, qk_rope_head_dim=64, qk_nope_head_dim=64, v_head_dim=64, tie_word_embeddings=False,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
 FAMILIES = {
     # untied, one KV head (fewer than T: replicated on both ranks)
     "llama": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
@@ -52,16 +60,17 @@ FAMILIES = {
                                          attention_bias=True, tie_word_embeddings=False,
                                          pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
     # MLA as the CPU backend runs it (kv_lora_rank 512, qk_rope_head_dim 64), noaux_tc for the bias
-    "deepseek_v3": lambda: tf.DeepseekV3Config(
-        hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
-        num_key_value_heads=2, initializer_range=0.1, rms_norm_eps=1e-6, intermediate_size=256,
-        moe_intermediate_size=64, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
-        first_k_dense_replace=1, n_group=1, topk_group=1, topk_method="noaux_tc", kv_lora_rank=512,
-        q_lora_rank=96, qk_rope_head_dim=64, qk_nope_head_dim=64, v_head_dim=64, tie_word_embeddings=False,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "deepseek_v3": lambda: tf.DeepseekV3Config(**_MLA),
     # Kimi K2: DeepSeek-V3's model under model_type "kimi_k2" (vLLM maps it to DeepseekV3Config; no MTP layer,
     # as in the published checkpoint); config.json is rewritten after saving (transformers has no such type)
     "kimi_k2": lambda: FAMILIES["deepseek_v3"](),
+    # DeepSeek-V3.2 / GLM-5 (DSA): MLA as above plus the lightning indexer (wq_b, wk, k_norm, weights_proj);
+    # vLLM cannot run these on CPU: test_vllm.py checks their key set and loaded weights only (KEY_CASES).
+    # glm_moe_dsa's config has no topk_method: vLLM then holds no e_score_correction_bias (the view serves none)
+    "deepseek_v32": lambda: tf.DeepseekV32Config(index_topk=16, index_head_dim=128, index_n_heads=2, **_MLA),
+    "glm_moe_dsa": lambda: tf.GlmMoeDsaConfig(index_topk=16, index_head_dim=128, index_n_heads=2,
+                                              mlp_layer_types=["dense", "sparse"], indexer_types=["full", "full"],
+                                              **{k: v for k, v in _MLA.items() if k != "topk_method"}),
     # Gated DeltaNet as the CPU backend runs it: bf16, linear head dims 128
     "qwen3_next": lambda: tf.Qwen3NextConfig(
         hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
@@ -74,6 +83,9 @@ FAMILIES = {
 
 # config.json keys rewritten after save_pretrained (families transformers knows under another type)
 RETYPE = {"kimi_k2": {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}}
+# tensors saved in bf16 where transformers writes float32 (its keep-in-fp32 router): the published DeepSeek-V3.2
+# and GLM-5 checkpoints hold the router weight in bf16, as vLLM's CUDA class does (its bias stays float32)
+BF16 = {"deepseek_v32": r"\.mlp\.gate\.weight$", "glm_moe_dsa": r"\.mlp\.gate\.weight$"}
 
 
 def add_mtp(out, n_layers):
@@ -107,6 +119,14 @@ def make(family, out, seed=0):
     model.save_pretrained(out)
     if family == "deepseek_v3":
         add_mtp(out, cfg.num_hidden_layers)
+    if family in BF16:
+        import os
+        import re
+        from safetensors.torch import load_file, save_file
+        p = os.path.join(out, "model.safetensors")
+        sd = load_file(p)
+        save_file({k: v.to(torch.bfloat16) if re.search(BF16[family], k) else v for k, v in sd.items()}, p,
+                  metadata={"format": "pt"})
     if family in RETYPE:
         import json
         import os

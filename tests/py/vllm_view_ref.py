@@ -126,6 +126,16 @@ CUTS = {
         (L + r"self_attn\.o_proj\.weight", "row"),
         (L + r"mlp\.gate\.(weight|e_score_correction_bias)", "whole"),
     ] + experts(r"experts\.\d+|shared_experts") + DENSE + NORMS,
+    "deepseek_v32": EMBED + [  # models/deepseek_v32/attention.py (the CUDA class): MLA as above, and the indexer
+        (L + r"self_attn\.(q_a_proj|kv_a_proj_with_mqa)\.weight", "whole"),  # fused_qkv_a_proj: replicated
+        (L + r"self_attn\.(q_a|kv_a)_layernorm\.weight", "whole"),
+        (L + r"self_attn\.(q_b_proj|kv_b_proj)\.weight", "column"),
+        (L + r"self_attn\.o_proj\.weight", "row"),
+        (L + r"self_attn\.indexer\.wq_b\.weight", "whole"),  # ReplicatedLinear
+        (L + r"self_attn\.indexer\.(wk|weights_proj)\.weight", "whole"),  # wk_weights_proj: disable_tp=True
+        (L + r"self_attn\.indexer\.k_norm\.(weight|bias)", "whole"),  # LayerNorm, float32
+        (L + r"mlp\.gate\.(weight|e_score_correction_bias)", "whole"),
+    ] + experts(r"experts\.\d+|shared_experts") + DENSE + NORMS,
     "qwen3_next": EMBED + ATTN + [  # models/qwen3_next.py, layers/mamba/gdn/qwen_gdn_linear_attn.py
         (L + r"linear_attn\.in_proj_(qkvz|ba)\.weight", "column"),  # one output shard: contiguous rows
         (L + r"linear_attn\.conv1d\.weight", "gdn_conv"),  # mamba_v2_sharded_weight_loader: [q | k | v]
@@ -143,7 +153,8 @@ CUTS = {
 }
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "qwen3_moe": "moe", "qwen2_moe": "moe", "mixtral": "mixtral", "phi3": "phi3",
-          "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "qwen3_next": "qwen3_next"}
+          "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3",
+          "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next"}
 
 
 def cut(family, cfg, name, x, T, r, pad):
@@ -197,8 +208,13 @@ def fill(t, b):
 
 def applies(entry, cfg, defaults=None):
     """Whether a view entry applies under config.json cfg: `when` K (or "!K") / `unless` K, where a key
-    config.json lacks takes the view's `defaults` (the config class's default), else false."""
+    config.json lacks takes the view's `defaults` (the config class's default), else false; K may be
+    KEY=VALUE, true where KEY's value is the string VALUE."""
     def val(k):
+        if "=" in k:
+            k, want = k.split("=", 1)
+            got = cfg.get(k, (defaults or {}).get(k))
+            return isinstance(got, str) and got == want
         return bool(cfg.get(k, (defaults or {}).get(k, False)))
     if "when" in entry:
         k = entry["when"]
