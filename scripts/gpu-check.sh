@@ -8,6 +8,11 @@
 #               test, the gather benchmark (CPU against CUDA, 2 B to 64 KiB runs, 1 MiB to 1 GiB
 #               spans, with the crossover), and a mount read with --gather cuda compared byte for
 #               byte with --gather cpu. Results go to $OUT (or build/gpu-check).
+#               Where python3 imports vLLM and at least two GPUs are present, also the vLLM view
+#               test at TP=2 on CUDA (tests/py/test_vllm.py): there the DSA families that the CPU
+#               backend cannot run (deepseek_v32, glm_moe_dsa) are run for tokens too. The lent
+#               H200 machine has one GPU and no vLLM (and vLLM's CUDA wheel is far over what a call
+#               carries), so this part runs on a user's machine, not there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--prepare" ]; then
@@ -58,5 +63,15 @@ print("mount --gather cuda equals --gather cpu:", ok)
 open(os.path.join(out, "mount.txt"), "w").write("equal: %s\n" % ok)
 sys.exit(0 if ok else 1)
 PY
+fi
+# the vLLM view on CUDA, where vLLM and two GPUs are there (not on the lent one-GPU machine)
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${gpus:-0}" -ge 2 ] && python3 -c 'import vllm' 2>/dev/null; then
+  py=$(python3 -c 'import sys; print(sys.prefix)')
+  TPFS_BIN="$PWD/build/src/tpfs" TPFS_VENV="$py" TPFS_VLLM_VENV="$py" \
+    python3 tests/py/test_vllm.py 2>&1 | tee "$out/vllm.txt" || rc=$?
+else
+  echo "vLLM view on CUDA: not run (GPUs: ${gpus:-0}; vLLM importable: $(python3 -c 'import vllm' 2>/dev/null && echo yes || echo no))" |
+    tee "$out/vllm.txt"
 fi
 exit $rc
