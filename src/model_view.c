@@ -65,22 +65,13 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 
 /* Whether config.json's key (at the top, or under a config prefix of the plan such as text_config)
  * is true (or a nonzero number). An absent key takes the view's "defaults", else it is false. */
-static int config_true(const tp_model *m, const char *cond)
+static int config_true(const tp_model *m, const char *key)
 {
-	char key[128];
-	const char *eq = strchr(cond, '='); /* "key=value": the key's string value is value */
-	size_t n = eq ? (size_t)(eq - cond) : strlen(cond);
-	if (n >= sizeof key)
-		return 0;
-	memcpy(key, cond, n);
-	key[n] = 0;
 	const cJSON *x = cJSON_GetObjectItemCaseSensitive(m->config, key);
 	for (int p = 0; !x && p < m->plan.nprefix; p++)
 		x = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->config, m->plan.prefix[p]), key);
 	if (!x && m->view) /* absent from config.json: the view's default, else false */
 		x = cJSON_GetObjectItemCaseSensitive(m->view->defaults, key);
-	if (eq)
-		return cJSON_IsString(x) && !strcmp(x->valuestring, eq + 1);
 	return cJSON_IsTrue(x) || (cJSON_IsNumber(x) && x->valuedouble != 0);
 }
 

@@ -41,17 +41,6 @@ static int check_template(const char *t, const char *origin, size_t k, tp_err *e
 	return 0;
 }
 
-/* Whether c is a condition: KEY, !KEY, KEY=VALUE or !KEY=VALUE, KEY non-empty and under 128 bytes. */
-static int condition_ok(const char *c)
-{
-	if (!c)
-		return 0;
-	c += c[0] == '!';
-	const char *eq = strchr(c, '=');
-	size_t n = eq ? (size_t)(eq - c) : strlen(c);
-	return n > 0 && n < 128;
-}
-
 static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
 {
 	static const char *keys[] = {"name", "cat", "from", "stack", "optional", "const", "per", "drop", "if_missing",
@@ -72,14 +61,12 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 	x->stack = str_of(o, "stack");
 	x->if_missing = str_of(o, "if_missing");
 	x->when = str_of(o, "when");
-	if (cJSON_GetObjectItemCaseSensitive(o, "when") && !condition_ok(x->when))
-		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"when\" is a config.json key, !key, key=value or !key=value",
-			       origin, k);
+	if (cJSON_GetObjectItemCaseSensitive(o, "when") && (!x->when || !x->when[0] || (x->when[0] == '!' && !x->when[1])))
+		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"when\" is a config.json key, or !key", origin, k);
 	const char *unless = str_of(o, "unless"); /* "unless": K is "when": "!K" */
 	if (cJSON_GetObjectItemCaseSensitive(o, "unless")) {
-		if (!condition_ok(unless) || unless[0] == '!' || x->when)
-			return tp_fail(e, TP_EINVAL,
-				       "%s: tensors[%zu]: \"unless\" is a config.json key or key=value (and not with \"when\")",
+		if (!unless || !unless[0] || unless[0] == '!' || x->when)
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"unless\" is a config.json key (and not with \"when\")",
 				       origin, k);
 		x->when = unless;
 		x->negate = 1;

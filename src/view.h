@@ -40,9 +40,8 @@ typedef struct tp_ventry {
 	const char *if_missing;/* the entry applies only where this source tensor (expanded) is absent */
 	int optional;          /* a binding whose other pieces are missing is skipped, not refused */
 	int to_f32;            /* "dtype": "F32": BF16 / F16 pieces served widened to F32 */
-	const char *when;      /* a config.json key ("!key": its negation), or "key=value" (the key's string
-	                        * value is value): the entry applies only where it is true (the caller
-	                        * decides, setting off) */
+	const char *when;      /* a config.json key ("!key": its negation): the entry applies only where it
+	                        * is true (the caller decides, setting off) */
 	int negate;            /* "unless": the entry applies where the key `when` names is false */
 	int off;               /* set by the caller from when: the entry is left out */
 	st_dtype cdtype;       /* CONST */

@@ -178,35 +178,6 @@ static void test_when(void **state)
 	fx_free(&f);
 }
 
-/* "when" / "unless" conditions: KEY, !KEY, KEY=VALUE; an empty key is refused. */
-static void test_conditions(void **state)
-{
-	(void)state;
-	const char *ok[] = {"\"when\": \"topk_method=noaux_tc\"", "\"when\": \"!topk_method=noaux_tc\"",
-			    "\"unless\": \"topk_method=noaux_tc\"", "\"when\": \"tie\""};
-	const char *bad[] = {"\"when\": \"=noaux_tc\"", "\"when\": \"!\"", "\"unless\": \"!tie\"",
-			     "\"when\": \"\""};
-	char text[512];
-	for (int k = 0; k < 8; k++) {
-		tp_view v;
-		tp_err e;
-		snprintf(text, sizeof text,
-			 "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"t\", \"plans\": [\"llama\"], "
-			 "\"tensors\": [{\"drop\": \"a\", %s}]}",
-			 k < 4 ? ok[k] : bad[k - 4]);
-		int rc = tp_view_parse(text, strlen(text), "t.json", &v, &e);
-		if (k < 4) {
-			if (rc < 0)
-				fail_msg("%s: %s", ok[k], e.msg);
-			assert_non_null(strstr(v.e[0].when, k == 3 ? "tie" : "topk_method=noaux_tc"));
-			tp_view_free(&v);
-		} else {
-			assert_int_equal(rc, -1);
-			assert_non_null(strstr(e.msg, "config.json key"));
-		}
-	}
-}
-
 static void test_stack(void **state)
 {
 	(void)state;
@@ -344,7 +315,7 @@ static void test_choose(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when), cmocka_unit_test(test_conditions),
+		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when),
 		cmocka_unit_test(test_stack),            cmocka_unit_test(test_parts_and_sources),
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
 	};
