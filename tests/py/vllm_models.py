@@ -66,11 +66,12 @@ FAMILIES = {
     "kimi_k2": lambda: FAMILIES["deepseek_v3"](),
     # DeepSeek-V3.2 / GLM-5 (DSA): MLA as above plus the lightning indexer (wq_b, wk, k_norm, weights_proj);
     # vLLM cannot run these on CPU: test_vllm.py checks their key set and loaded weights only (KEY_CASES).
-    # glm_moe_dsa's config has no topk_method: vLLM then holds no e_score_correction_bias (the view serves none)
+    # topk_method noaux_tc for both (_MLA): without it vLLM's CUDA class has no e_score_correction_bias and its
+    # own default loader fails on the checkpoint's (KeyError); sharded_state fails on the view's alike
     "deepseek_v32": lambda: tf.DeepseekV32Config(index_topk=16, index_head_dim=128, index_n_heads=2, **_MLA),
     "glm_moe_dsa": lambda: tf.GlmMoeDsaConfig(index_topk=16, index_head_dim=128, index_n_heads=2,
                                               mlp_layer_types=["dense", "sparse"], indexer_types=["full", "full"],
-                                              **{k: v for k, v in _MLA.items() if k != "topk_method"}),
+                                              **_MLA),
     # Gated DeltaNet as the CPU backend runs it: bf16, linear head dims 128
     "qwen3_next": lambda: tf.Qwen3NextConfig(
         hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,

@@ -208,13 +208,8 @@ def fill(t, b):
 
 def applies(entry, cfg, defaults=None):
     """Whether a view entry applies under config.json cfg: `when` K (or "!K") / `unless` K, where a key
-    config.json lacks takes the view's `defaults` (the config class's default), else false; K may be
-    KEY=VALUE, true where KEY's value is the string VALUE."""
+    config.json lacks takes the view's `defaults` (the config class's default), else false."""
     def val(k):
-        if "=" in k:
-            k, want = k.split("=", 1)
-            got = cfg.get(k, (defaults or {}).get(k))
-            return isinstance(got, str) and got == want
         return bool(cfg.get(k, (defaults or {}).get(k, False)))
     if "when" in entry:
         k = entry["when"]
