@@ -248,7 +248,7 @@ def applies(entry, cfg, defaults=None):
     """Whether a view entry applies under config.json cfg: `when` K (or "!K") / `unless` K, where a key
     config.json lacks takes the view's `defaults` (the config class's default), else false."""
     def val(k):
-        return bool(config_value(cfg, k, (defaults or {}).get(k, False)))
+        return bool(cfg.get(k, (defaults or {}).get(k, False)))
     if "when" in entry:
         k = entry["when"]
         if (not val(k[1:])) if k.startswith("!") else val(k):
