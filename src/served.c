@@ -119,6 +119,30 @@ static int add_piece(bld *b, const st_header *const *src, const tp_sdesc *d, uin
 	return 0;
 }
 
+/* st's shape as d->rs_shape says (see tp_sdesc: reshaped), its elements unchanged. */
+static int reshape(bld *b, const tp_sdesc *d, tp_stensor *st)
+{
+	uint64_t numel = 1, known = 1;
+	int free_dim = -1;
+	for (uint32_t a = 0; a < st->ndim; a++)
+		numel *= st->shape[a];
+	for (uint32_t a = 0; a < d->rs_ndim; a++) {
+		if (d->rs_shape[a] == -1 && free_dim < 0)
+			free_dim = (int)a;
+		else if (d->rs_shape[a] >= 1 && known <= numel / (uint64_t)d->rs_shape[a])
+			known *= (uint64_t)d->rs_shape[a];
+		else
+			known = 0;
+	}
+	if (d->rs_ndim > ST_MAX_DIMS || !known || (free_dim < 0 ? known != numel : numel % known))
+		return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': its %llu elements on rank %u do not fit the view's \"shape\"",
+			       b->fname, d->name, (unsigned long long)numel, b->S->rank);
+	st->ndim = d->rs_ndim;
+	for (uint32_t a = 0; a < d->rs_ndim; a++)
+		st->shape[a] = (int)a == free_dim ? numel / known : (uint64_t)d->rs_shape[a];
+	return 0;
+}
+
 /* Appends served tensor d (its parts after S's), or leaves it out when none of its pieces is on
  * this rank. */
 static int add_tensor(bld *b, const st_header *const *src, const tp_sdesc *d)
@@ -215,6 +239,8 @@ static int add_tensor(bld *b, const st_header *const *src, const tp_sdesc *d)
 			st.ndim = gndim;
 			memcpy(st.shape, gshape, sizeof st.shape);
 		}
+		if (d->rs_ndim && reshape(b, d, &st) < 0)
+			return -1;
 		if (d->to_f32 && st.dtype != ST_F32) { /* F32 pieces are served as they are */
 			if (st.dtype != ST_BF16 && st.dtype != ST_F16)
 				return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': its pieces are %s: only BF16 and F16 are widened to F32",

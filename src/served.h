@@ -48,6 +48,10 @@ typedef struct tp_pdesc {
  *   widened exactly (an engine that holds a parameter in F32 where checkpoints store BF16:
  *   vLLM's MoE routers, Qwen3-Next's A_log); F32 pieces are served as they are, other dtypes
  *   are refused.
+ * - reshaped: with rs_ndim > 0, the tensor (its bytes unchanged, row-major) is served with shape
+ *   rs_shape[0 .. rs_ndim), where one entry may be -1: what the others leave of its elements
+ *   (vLLM's KDA A_log, a [1, 1, heads/T, 1] parameter where GLM-5.3 checkpoints store [heads]).
+ *   A shape that does not hold the tensor's elements is refused.
  * name (and cbytes, copied at build) must outlive the served file. */
 typedef struct tp_sdesc {
 	const char *name;
@@ -56,6 +60,8 @@ typedef struct tp_sdesc {
 	uint32_t nstack;
 	const uint8_t *cbytes;
 	int to_f32;                   /* widened to F32 (see above) */
+	uint32_t rs_ndim;             /* reshaped (see above): 0, or the served shape's rank */
+	int64_t rs_shape[ST_MAX_DIMS];
 	st_dtype dtype;               /* constant only */
 	uint32_t ndim;                /* constant only */
 	uint64_t shape[ST_MAX_DIMS];  /* constant only */

@@ -44,7 +44,7 @@ static int check_template(const char *t, const char *origin, size_t k, tp_err *e
 static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
 {
 	static const char *keys[] = {"name", "cat", "from", "stack", "optional", "const", "per", "drop", "if_missing",
-				     "when", "unless", "dtype", "comment", NULL};
+				     "when", "unless", "dtype", "shape", "comment", NULL};
 	const cJSON *it;
 	if (!cJSON_IsObject(o))
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: an entry is an object", origin, k);
@@ -105,6 +105,22 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"dtype\" is \"F32\" (BF16 or F16 pieces served "
 				       "widened to F32, as the engine holds them)", origin, k);
 		x->to_f32 = 1;
+	}
+	const cJSON *shp = cJSON_GetObjectItemCaseSensitive(o, "shape");
+	if (shp) { /* served reshaped: vLLM's parameter shape where the checkpoint's differs, same bytes */
+		int n = cJSON_IsArray(shp) ? cJSON_GetArraySize(shp) : 0, frees = 0;
+		cJSON_ArrayForEach(it, shp)
+		{
+			double d = cJSON_IsNumber(it) ? it->valuedouble : 0;
+			if (d != (double)(int64_t)d || (d < 1 && d != -1) || d > 1e15)
+				n = 0;
+			frees += d == -1;
+			if (n > 0 && x->rs_ndim < ST_MAX_DIMS)
+				x->rs_shape[x->rs_ndim++] = (int64_t)d;
+		}
+		if (n < 1 || n > ST_MAX_DIMS || frees > 1)
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"shape\" is a list of 1 to %d dimensions, each >= 1 "
+				       "or one -1 (what the others leave)", origin, k, ST_MAX_DIMS);
 	}
 	if (from) {
 		x->cat[0] = from;

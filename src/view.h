@@ -40,6 +40,8 @@ typedef struct tp_ventry {
 	const char *if_missing;/* the entry applies only where this source tensor (expanded) is absent */
 	int optional;          /* a binding whose other pieces are missing is skipped, not refused */
 	int to_f32;            /* "dtype": "F32": BF16 / F16 pieces served widened to F32 */
+	uint32_t rs_ndim;      /* "shape": [d, ...] (one d may be -1): the served shape, same bytes */
+	int64_t rs_shape[ST_MAX_DIMS];
 	const char *when;      /* a config.json key ("!key": its negation): the entry applies only where it
 	                        * is true (the caller decides, setting off) */
 	int negate;            /* "unless": the entry applies where the key `when` names is false */

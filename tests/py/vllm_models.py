@@ -5,8 +5,8 @@ Each family is as small as vLLM's CPU backend allows: head_dim 64 (CPU attention
 each rank holds 512 rows, rank 1's last 24 zero), KV heads fewer than T=2 where the family allows,
 weights drawn wider than the default init so that greedy tokens are not decided by ties.
 
-make(family, out) writes OUT/config.json, generation_config.json and model.safetensors (deepseek_v3:
-also an MTP layer in model-mtp.safetensors, with an index; kimi_k2: its config.json retyped).
+make(family, out) writes OUT/config.json, generation_config.json and model.safetensors (deepseek_v3,
+glm5_next: also an MTP layer in model-mtp.safetensors, with an index; kimi_k2: its config.json retyped).
 """
 import sys
 
@@ -80,7 +80,36 @@ FAMILIES = {
         decoder_sparse_step=1, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=128,
         linear_value_head_dim=128, linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"],
         tie_word_embeddings=False),
+    # GLM-5.3 (Glm5NextForConditionalGeneration, as published): one KDA layer (linear head dim 128) and one
+    # MLA layer with the DSA indexer (NoPE: qk_rope_head_dim 0; kv_lora_rank 512, indexer head dim 128, as
+    # vLLM's kernels assume), a dense then a MoE layer (shared expert, noaux_tc router bias),
+    # hyper-connections (mhc, hc_mult 2), a one-block vision tower, and an MTP layer. The keys vLLM's
+    # Glm5Next model reads beyond Glm5NextTextConfig's fields (mhc, mla_use_nope, indexer_rope_interleave,
+    # topk_method, scoring_func, num_nextn_predict_layers) are set as a published config.json sets them.
+    # vLLM's CPU backend constructs it (with a non-sparse MLA backend) but cannot run it.
+    "glm5_next": lambda: tf.Glm5NextConfig(
+        text_config=dict(
+            hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256,
+            num_attention_heads=2, num_key_value_heads=2, initializer_range=0.1, rms_norm_eps=1e-6,
+            intermediate_size=256, moe_intermediate_size=64, n_routed_experts=4, num_experts_per_tok=2,
+            n_shared_experts=1, n_group=1, topk_group=1, kv_lora_rank=512, q_lora_rank=96, qk_rope_head_dim=0,
+            qk_nope_head_dim=64, v_head_dim=64, layer_types=["linear_attention", "indexed_attention"],
+            mlp_layer_types=["dense", "sparse"], index_topk=16, index_head_dim=128, index_n_heads=2,
+            index_kpool=4, linear_num_heads=2, linear_head_dim=128, linear_conv_kernel_dim=4, hc_mult=2,
+            mhc=True, mla_use_nope=True, indexer_rope_interleave=False, topk_method="noaux_tc",
+            scoring_func="sigmoid", num_nextn_predict_layers=1, tie_word_embeddings=False,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2),
+        vision_config=dict(depth=1, hidden_size=128, num_heads=2, intermediate_size=64, out_hidden_size=128,
+                           projection_intermediate_size=64, patch_size=14, spatial_merge_size=2,
+                           temporal_patch_size=2),
+        image_token_id=997, video_token_id=998, image_start_token_id=993, image_end_token_id=994,
+        video_start_token_id=995, video_end_token_id=996, tie_word_embeddings=False),
 }
+
+# the model class where it is not AutoModelForCausalLM's (a vision-language wrapper, saved whole)
+MODEL_CLS = {"glm5_next": "Glm5NextForConditionalGeneration"}
+# families saved with an MTP layer, and the prefix of their decoder layers
+MTP = {"deepseek_v3": "model.", "glm5_next": "model.language_model."}
 
 # config.json keys rewritten after save_pretrained (families transformers knows under another type)
 RETYPE = {"kimi_k2": {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}}
@@ -89,8 +118,9 @@ RETYPE = {"kimi_k2": {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForC
 BF16 = {"deepseek_v32": r"\.mlp\.gate\.weight$", "glm_moe_dsa": r"\.mlp\.gate\.weight$"}
 
 
-def add_mtp(out, n_layers):
-    """Appends a DeepSeek-style MTP layer, as published checkpoints hold it: layers.{n_layers}, a copy
+def add_mtp(out, n_layers, prefix="model."):
+    """Appends a DeepSeek-style MTP layer, as published checkpoints hold it: layers.{n_layers} (under
+    prefix, which also holds norm and embed_tokens), a copy
     of the last decoder layer plus eh_proj, enorm, hnorm, shared_head.{norm,head} and embed_tokens,
     in a second file with an index. vLLM's default loader skips it (its speculative-decoding model
     reads it); the view must not serve it (drop_layers)."""
@@ -98,10 +128,10 @@ def add_mtp(out, n_layers):
     import os
     from safetensors.torch import load_file, save_file
     main = load_file(os.path.join(out, "model.safetensors"))
-    last, new = "model.layers.%d." % (n_layers - 1), "model.layers.%d." % n_layers
+    last, new = prefix + "layers.%d." % (n_layers - 1), prefix + "layers.%d." % n_layers
     mtp = {new + k[len(last):]: v.clone() for k, v in main.items() if k.startswith(last)}
     g = torch.Generator().manual_seed(5)
-    H, V = main["model.norm.weight"].shape[0], main["model.embed_tokens.weight"].shape[0]
+    H, V = main[prefix + "norm.weight"].shape[0], main[prefix + "embed_tokens.weight"].shape[0]
     for k, shape in (("eh_proj.weight", (H, 2 * H)), ("enorm.weight", (H,)), ("hnorm.weight", (H,)),
                      ("shared_head.norm.weight", (H,)), ("shared_head.head.weight", (V, H)),
                      ("embed_tokens.weight", (V, H))):
@@ -116,10 +146,13 @@ def add_mtp(out, n_layers):
 def make(family, out, seed=0):
     torch.manual_seed(seed)
     cfg = FAMILIES[family]()
-    model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    if family in MODEL_CLS:
+        model = getattr(tf, MODEL_CLS[family])(cfg).to(torch.bfloat16)
+    else:
+        model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.save_pretrained(out)
-    if family == "deepseek_v3":
-        add_mtp(out, cfg.num_hidden_layers)
+    if family in MTP:
+        add_mtp(out, getattr(cfg, "text_config", cfg).num_hidden_layers, MTP[family])
     if family in BF16:
         import os
         import re

@@ -9,7 +9,8 @@ builds, with torch and safetensors only, what vLLM's sharded_state loader must r
    block of columns, q heads split evenly, KV heads in replicated groups when fewer than T
    (QKVParallelLinear: shard tp_rank // (T / kv_heads)), the vocabulary padded with zero rows to a
    multiple of the view's pad_vocab and then divided (VocabParallelEmbedding), the rest whole;
-2. the view's entries (cat, stack, from, const, drop, when/unless, keep_rest) are applied to those
+2. the view's entries (cat, stack, from, const, drop, when/unless, if_missing, dtype, shape, keep_rest,
+   drop_layers) are applied to those
    cuts, with the semantics written in views/vllm/README.md;
 3. the served tensors are written, grouped into parts by the sorted index of the source file of
    each tensor's first piece (constants go with their `per` tensor).
@@ -106,6 +107,41 @@ def experts(names):
             (L + r"mlp\.(%s)\.down_proj\.weight" % names, "row")]
 
 
+# GLM-5.3 (Glm5NextForConditionalGeneration: models/glm5next/common/{model,kda,attention,multimodal}.py),
+# its text tower under model.language_model., its vision tower under model.visual.
+LG = r"model\.language_model\.layers\.\d+\."
+GLM5_NEXT = [
+    (r"(lm_head|model\.language_model\.embed_tokens)\.weight", "vocab"),
+    (r"model\.language_model\.norm\.weight", "whole"),
+    (LG + r"(input|post_attention)_layernorm\.weight", "whole"),
+    (LG + r"hc_(attn|ffn)_(fn|base|scale)", "whole"),  # plain nn.Parameters: default_weight_loader
+    # KDA (kda.py): _Glm5NextMergedColumnParallelLinear in_proj_qkvbfg_a, shards q, k, v, b cut as
+    # MergedColumnParallelLinear cuts them, f_a and g_a (replicated_shard_ids 4, 5) loaded at tp_rank 0
+    # into a shard of their whole size: whole
+    (LG + r"self_attn\.[qkvb]_proj\.weight", "column"),
+    (LG + r"self_attn\.[fg]_a_proj\.weight", "whole"),
+    (LG + r"self_attn\.[fg]_b_proj\.weight", "column"),  # ColumnParallelLinear
+    (LG + r"self_attn\.[qkv]_conv1d\.weight", "column"),  # ColumnParallelLinear, output_dim 0
+    (LG + r"self_attn\.dt_bias", "column"),  # sharded_weight_loader(0)
+    (LG + r"self_attn\.A_log", "kda_a_log"),  # _a_log_weight_loader: view [1, 1, -1, 1], then axis 2
+    (LG + r"self_attn\.o_norm\.weight", "whole"),
+    (LG + r"self_attn\.o_proj\.weight", "row"),  # RowParallelLinear, in KDA and MLA layers alike
+    # MLA (attention.py Glm5NextMLAAttention): the a-projections replicated (fused_qkv_a_proj), q_b_proj and
+    # kv_b_proj ColumnParallelLinear; the indexer replicated (ReplicatedLinear wq_b, wk_weights_proj
+    # disable_tp, LayerNorm k_norm, the kpool parameters)
+    (LG + r"self_attn\.(q_a_proj|kv_a_proj_with_mqa)\.weight", "whole"),
+    (LG + r"self_attn\.(q_a|kv_a)_layernorm\.weight", "whole"),
+    (LG + r"self_attn\.(q_b_proj|kv_b_proj)\.weight", "column"),
+    (LG + r"self_attn\.indexer\..+", "whole"),
+    # MLP (model.py Glm5NextMLP, Glm5NextMoE: GateLinear router, FusedMoE experts, shared experts an MLP)
+    (LG + r"mlp\.((experts\.\d+|shared_experts)\.)?(gate|up)_proj\.weight", "column"),
+    (LG + r"mlp\.((experts\.\d+|shared_experts)\.)?down_proj\.weight", "row"),
+    (LG + r"mlp\.gate\.(weight|e_score_correction_bias)", "whole"),
+    # the vision tower (multimodal.py) under --mm-encoder-tp-mode data: every linear is built with
+    # disable_tp (is_vit_use_data_parallel), so every rank loads it whole
+    (r"model\.visual\..+", "whole"),
+]
+
 CUTS = {
     "llama": EMBED + ATTN + DENSE + NORMS,
     "mixtral": EMBED + ATTN + [  # models/mixtral.py: FusedMoE with ckpt_names (w1, w2, w3)
@@ -144,6 +180,7 @@ CUTS = {
         (L + r"linear_attn\.out_proj\.weight", "row"),
         (L + r"mlp\.(gate|shared_expert_gate)\.weight", "whole"),
     ] + experts(r"experts\.\d+|shared_expert") + NORMS,
+    "glm5_next": GLM5_NEXT,
     "phi3": EMBED + [  # models/phi3.py (llama.py): fused checkpoint tensors loaded with loaded_shard_id None
         (L + r"self_attn\.qkv_proj\.weight", "qkv_fused"),
         (L + r"self_attn\.o_proj\.weight", "row"),
@@ -154,7 +191,8 @@ CUTS = {
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "qwen3_moe": "moe", "qwen2_moe": "moe", "mixtral": "mixtral", "phi3": "phi3",
           "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3",
-          "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next"}
+          "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
+          "glm5_next": "glm5_next"}
 
 
 def cut(family, cfg, name, x, T, r, pad):
@@ -169,7 +207,10 @@ def cut(family, cfg, name, x, T, r, pad):
         return cut_column(x, T, r)
     if how == "row":
         return cut_row(x, T, r)
-    kv = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    if how == "kda_a_log":  # [H] viewed as [1, 1, H, 1], sharded_weight_loader(2): heads [r*H/T, ...)
+        return _chunk(x.reshape(1, 1, -1, 1) if x.ndim == 1 else x, 2, T, r)
+    if how in ("kv", "qkv_fused"):
+        kv = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
     if how == "kv":
         return cut_kv(x, T, r, kv)
     if how == "qkv_fused":  # QKVParallelLinear.weight_loader(loaded_shard_id=None): q | k | v, each cut
@@ -206,6 +247,14 @@ def fill(t, b):
     return re.sub(r"\{([a-z_]+)\}", lambda m: b[m.group(1)], t)
 
 
+def config_value(cfg, k, default=None):
+    """config.json's key k, at the top or, for a composite config (a vision-language model), under
+    text_config, where transformers keeps the text model's keys."""
+    if k in cfg:
+        return cfg[k]
+    return (cfg.get("text_config") or {}).get(k, default)
+
+
 def applies(entry, cfg, defaults=None):
     """Whether a view entry applies under config.json cfg: `when` K (or "!K") / `unless` K, where a key
     config.json lacks takes the view's `defaults` (the config class's default), else false."""
@@ -227,12 +276,13 @@ DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 def plan_view(view, cfg, names):
     """The served tensors: a list of (served name, recipe, first source name) where recipe is
-    ("cat", [names], dtype) / ("stack", [[names] per e], dtype) (dtype None: the pieces', or "F32":
-    widened) / ("const", dtype, value); and the source names used."""
+    ("cat", [names], dtype, shape) / ("stack", [[names] per e], dtype, shape) (dtype None: the pieces',
+    or "F32": widened; shape None: as made, or the served shape) / ("const", dtype, value); and the
+    source names used."""
     used, served = set(), []
     dl = view.get("drop_layers")
     if dl:  # layers from config[dl["from"]] on are not served
-        n0 = cfg[dl["from"]]
+        n0 = config_value(cfg, dl["from"])
         def dropped(n):
             i = n[len(dl["prefix"]):].split(".")[0] if n.startswith(dl["prefix"]) else ""
             return i.isdigit() and int(i) >= n0
@@ -260,6 +310,8 @@ def plan_view(view, cfg, names):
             seen.add(key)
             bindings.append(b)
         for b in bindings:
+            if "if_missing" in entry and fill(entry["if_missing"], b) in names:
+                continue  # the entry applies only where that source tensor is absent
             sname = fill(entry["name"], b)
             if "const" in entry:
                 served.append((sname, ("const", entry["const"]["dtype"], entry["const"]["value"]), fill(first, b)))
@@ -277,12 +329,17 @@ def plan_view(view, cfg, names):
                 if entry.get("optional"):
                     continue
                 raise ViewError("%s: piece %s is missing" % (sname, missing[0]))
+            twice = used & {p for g in groups for p in g}
+            if twice:
+                raise ViewError("%s: source tensor %s is used by two entries" % (sname, sorted(twice)[0]))
             used |= {p for g in groups for p in g}
             dt = entry.get("dtype")  # "F32": the pieces' values widened, as torch converts them
-            served.append((sname, ("stack", groups, dt) if stack else ("cat", groups[0], dt), groups[0][0]))
+            shape = entry.get("shape")  # the served shape (one -1), as torch reshapes
+            served.append((sname, ("stack", groups, dt, shape) if stack else ("cat", groups[0], dt, shape),
+                           groups[0][0]))
     rest = [n for n in sorted(names) if n not in used]
     if view.get("keep_rest", True):
-        served += [(n, ("cat", [n], None), n) for n in rest]
+        served += [(n, ("cat", [n], None, None), n) for n in rest]
     elif rest:
         raise ViewError("%s: no entry of view %s uses it" % (rest[0], view["name"]))
     dup = {s for s, _, _ in served if [x for x, _, _ in served].count(s) > 1}
@@ -327,6 +384,8 @@ def build(src, view, T, r, family=None):
             if t.dtype not in (torch.bfloat16, torch.float16):
                 raise ViewError("%s: %s pieces cannot be widened to %s" % (sname, t.dtype, recipe[2]))
             t = t.to(DTYPES[recipe[2]])
+        if recipe[0] != "const" and recipe[3]:
+            t = t.reshape(recipe[3])
         parts.setdefault(where[first], {})[sname] = t.contiguous()
     return parts
 

@@ -1511,6 +1511,26 @@ static void test_multi_source_refusals(void **state)
 	assert_int_equal(S.t[1].shape[2], 6);
 	assert_int_equal(S.data_size, 4 + 2 * 6 * 6 * 2);
 	tp_served_free(&S);
+	/* reshaped: a's [4, 6] (rank 1 of 2, cut by rows: [2, 6]) served as [1, 2, -1] = [1, 2, 6], same
+	 * bytes; [12] and [3, -1] do not hold rank 1's 12 elements */
+	tp_pdesc half = {0, ia, tp_spec_split(0, 4, 1)};
+	tp_sdesc rs = {.name = "A_log", .pieces = &half, .npieces = 1, .rs_ndim = 3, .rs_shape = {1, 2, -1}};
+	assert_int_equal(tp_served_build(hs, 1, &rs, 1, NULL, 0, NULL, 0, 2, 1, "rank.safetensors", &S, &e), 0);
+	assert_int_equal(S.t[0].ndim, 3);
+	assert_int_equal(S.t[0].shape[0], 1);
+	assert_int_equal(S.t[0].shape[1], 2);
+	assert_int_equal(S.t[0].shape[2], 6);
+	assert_int_equal(S.data_size, 2 * 6 * 2);
+	assert_int_equal(S.parts[0].size, 2 * 6 * 2); /* the cut's bytes, as without the shape */
+	assert_int_equal(S.parts[0].base, f.h.data_start + f.h.t[ia].begin);
+	tp_served_free(&S);
+	int64_t wrong[2][3] = {{24, 0, 0}, {5, -1, 0}};
+	for (int k = 0; k < 2; k++) {
+		rs.rs_ndim = k ? 2 : 1;
+		memcpy(rs.rs_shape, wrong[k], sizeof wrong[k]);
+		assert_int_equal(tp_served_build(hs, 1, &rs, 1, NULL, 0, NULL, 0, 2, 1, "rank.safetensors", &S, &e), -1);
+		assert_non_null(strstr(e.msg, "tensor 'A_log': its 12 elements on rank 1 do not fit the view's \"shape\""));
+	}
 	st_header_free(&f.h);
 	free(f.bytes);
 }

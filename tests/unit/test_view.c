@@ -288,6 +288,39 @@ static void test_refusals(void **state)
 	fx_free(&f);
 }
 
+/* "shape": parsed into the entry's served descriptions (served.c applies it: test_map), and its
+ * refusals: not a list, a dimension below 1 other than -1, two -1, a fraction, more than
+ * ST_MAX_DIMS. */
+static void test_shape(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "L.0.a:8 L.1.a:8");
+	tp_vplan p;
+	tp_err e;
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"shape\": [1, 1, -1, 1]}]", NULL, &p, &e),
+			 0);
+	const tp_sdesc *d = find(&p, "L.1.A", NULL);
+	assert_non_null(d);
+	assert_int_equal(d->rs_ndim, 4);
+	assert_int_equal(d->rs_shape[0], 1);
+	assert_int_equal(d->rs_shape[2], -1);
+	assert_int_equal(d->rs_shape[3], 1);
+	tp_vplan_free(&p);
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\"}]", NULL, &p, &e), 0);
+	assert_int_equal(find(&p, "L.0.A", NULL)->rs_ndim, 0); /* no "shape": the pieces' */
+	tp_vplan_free(&p);
+	const char *bad[] = {"2", "[]", "[0, 4]", "[-2, 4]", "[-1, -1]", "[1.5, 2]", "[\"4\"]", "[1, 1, 1, 1, 1, 1, 1, 1, 1]"};
+	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+		char t[256];
+		snprintf(t, sizeof t, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"shape\": %s}]", bad[k]);
+		assert_int_equal(resolve(&f, t, NULL, &p, &e), -2);
+		if (!strstr(e.msg, "\"shape\" is a list of 1 to 8 dimensions"))
+			fail_msg("shape %s: '%s'", bad[k], e.msg);
+	}
+	fx_free(&f);
+}
+
 static void test_choose(void **state)
 {
 	(void)state;
@@ -318,6 +351,7 @@ int main(void)
 		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when),
 		cmocka_unit_test(test_stack),            cmocka_unit_test(test_parts_and_sources),
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
+		cmocka_unit_test(test_shape),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
