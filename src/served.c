@@ -215,6 +215,14 @@ static int add_tensor(bld *b, const st_header *const *src, const tp_sdesc *d)
 			st.ndim = gndim;
 			memcpy(st.shape, gshape, sizeof st.shape);
 		}
+		if (d->flat) { /* the same elements in the same order: only the header changes */
+			uint64_t n = 1;
+			for (uint32_t a = 0; a < st.ndim; a++)
+				n *= st.shape[a];
+			memset(st.shape, 0, sizeof st.shape);
+			st.ndim = 1;
+			st.shape[0] = n;
+		}
 		if (d->to_f32 && st.dtype != ST_F32) { /* F32 pieces are served as they are */
 			if (st.dtype != ST_BF16 && st.dtype != ST_F16)
 				return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': its pieces are %s: only BF16 and F16 are widened to F32",

@@ -47,7 +47,10 @@ typedef struct tp_pdesc {
  * - widened: with to_f32 set, a tensor of BF16 or F16 pieces is served as F32, every value
  *   widened exactly (an engine that holds a parameter in F32 where checkpoints store BF16:
  *   vLLM's MoE routers, Qwen3-Next's A_log); F32 pieces are served as they are, other dtypes
- *   are refused.
+ *   are refused;
+ * - flat: with flat set, a tensor of pieces (concatenated, stacked, widened as above) is served
+ *   1-D: [the product of its local shape], the same bytes (an engine parameter of shape [H]
+ *   where checkpoints store [1, 1, H, 1]).
  * name (and cbytes, copied at build) must outlive the served file. */
 typedef struct tp_sdesc {
 	const char *name;
@@ -56,6 +59,7 @@ typedef struct tp_sdesc {
 	uint32_t nstack;
 	const uint8_t *cbytes;
 	int to_f32;                   /* widened to F32 (see above) */
+	int flat;                     /* served 1-D (see above) */
 	st_dtype dtype;               /* constant only */
 	uint32_t ndim;                /* constant only */
 	uint64_t shape[ST_MAX_DIMS];  /* constant only */

@@ -44,7 +44,7 @@ static int check_template(const char *t, const char *origin, size_t k, tp_err *e
 static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
 {
 	static const char *keys[] = {"name", "cat", "from", "stack", "optional", "const", "per", "drop", "if_missing",
-				     "when", "unless", "dtype", "comment", NULL};
+				     "when", "unless", "dtype", "flat", "comment", NULL};
 	const cJSON *it;
 	if (!cJSON_IsObject(o))
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: an entry is an object", origin, k);
@@ -99,6 +99,11 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 		return check_template(x->per, origin, k, e);
 	}
 	x->kind = TP_VE_CAT;
+	const cJSON *flat = cJSON_GetObjectItemCaseSensitive(o, "flat");
+	if (flat && !cJSON_IsBool(flat))
+		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"flat\" is true or false (true: served 1-D, the same "
+			       "elements in the same order)", origin, k);
+	x->flat = cJSON_IsTrue(flat);
 	if (cJSON_GetObjectItemCaseSensitive(o, "dtype")) { /* served as F32 where the pieces are BF16 or F16 */
 		const char *dt = str_of(o, "dtype");
 		if (!dt || strcmp(dt, "F32"))

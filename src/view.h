@@ -40,6 +40,8 @@ typedef struct tp_ventry {
 	const char *if_missing;/* the entry applies only where this source tensor (expanded) is absent */
 	int optional;          /* a binding whose other pieces are missing is skipped, not refused */
 	int to_f32;            /* "dtype": "F32": BF16 / F16 pieces served widened to F32 */
+	int flat;              /* "flat": true: served 1-D, its elements in the same order (an engine that
+	                        * holds [H] where checkpoints store [1, 1, H, 1]: Kimi Linear's A_log) */
 	const char *when;      /* a config.json key ("!key": its negation): the entry applies only where it
 	                        * is true (the caller decides, setting off) */
 	int negate;            /* "unless": the entry applies where the key `when` names is false */

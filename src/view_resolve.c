@@ -294,7 +294,8 @@ static int resolve_cat(vres *c, size_t k)
 			for (size_t j = 0; j < np; j++)
 				c->used[ix[j]] = 1;
 			tp_sdesc d = {.name = keep_name(c, ms[g].name), .pieces = pd, .npieces = x->ncat,
-				      .nstack = x->stack ? groups : 0, .to_f32 = x->to_f32};
+				      .nstack = x->stack ? groups : 0, .to_f32 = x->to_f32,
+				      .flat = x->flat};
 			rc = keep_block(c, pd);
 			pd = NULL;
 			if (rc == 0 && !d.name)

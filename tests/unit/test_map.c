@@ -1515,6 +1515,61 @@ static void test_multi_source_refusals(void **state)
 	free(f.bytes);
 }
 
+/* "flat" (tp_sdesc.flat): a tensor served 1-D is the same bytes as served in its own shape, only
+ * its header says [n]: Kimi Linear's A_log [1, 1, H, 1], cut by heads along axis 2, widened to F32
+ * and served as vLLM's [H/T], at T = 2 on both ranks. */
+static void test_flat(void **state)
+{
+	(void)state;
+	tcase cs[] = {{"A_log", ST_BF16, 4, {1, 1, 4, 1}, {0}}, {"w", ST_BF16, 2, {4, 6}, {0}}};
+	file f;
+	make_file(cs, 2, &f);
+	const st_header *hs[1] = {&f.h};
+	uint32_t ia = strcmp(f.h.t[0].name, "A_log") ? 1 : 0;
+	tp_pdesc pa = {0, ia, split(2, 4, 1, 0)}, pw = {0, 1 - ia, split(0, 4, 1, 0)};
+	for (uint32_t r = 0; r < 2; r++) {
+		tp_served S[2];
+		tp_err e;
+		for (int flat = 0; flat < 2; flat++) {
+			tp_sdesc d[2] = {{.name = "A_log", .pieces = &pa, .npieces = 1, .to_f32 = 1, .flat = flat},
+					 {.name = "w", .pieces = &pw, .npieces = 1, .flat = flat}};
+			if (tp_served_build(hs, 1, d, 2, NULL, 0, NULL, 0, 2, r, "rank.safetensors", &S[flat], &e) < 0)
+				fail_msg("r=%u flat=%d: %s", r, flat, e.msg);
+		}
+		const tp_stensor *a = &S[1].t[0], *w = &S[1].t[1]; /* the writer's order: F32 first */
+		assert_string_equal(a->name, "A_log");
+		assert_int_equal(a->dtype, ST_F32);
+		assert_int_equal(a->ndim, 1);
+		assert_int_equal(a->shape[0], 2);
+		assert_int_equal(w->ndim, 1);
+		assert_int_equal(w->shape[0], 2 * 6);
+		assert_int_equal(S[0].t[0].ndim, 4);
+		assert_int_equal(S[0].t[0].shape[2], 2);
+		assert_int_equal(S[0].data_size, S[1].data_size);
+		/* the data: the same runs of the same source bytes */
+		tp_run ra[16], rb[16];
+		uint64_t ca, cb;
+		size_t na = tp_served_map(&S[0], S[0].hdr_size, S[0].data_size, ra, 16, &ca);
+		size_t nb = tp_served_map(&S[1], S[1].hdr_size, S[1].data_size, rb, 16, &cb);
+		assert_int_equal(ca, S[0].data_size);
+		assert_int_equal(na, nb);
+		assert_int_equal(ca, cb);
+		for (size_t q = 0; q < na; q++) {
+			assert_int_equal(ra[q].kind, rb[q].kind);
+			assert_int_equal(ra[q].off, rb[q].off);
+			assert_int_equal(ra[q].len, rb[q].len);
+		}
+		char *h = malloc(S[1].hdr_size);
+		tp_served_header(&S[1], h);
+		assert_non_null(strstr(h + 8, "\"A_log\":{\"dtype\":\"F32\",\"shape\":[2]"));
+		free(h);
+		tp_served_free(&S[0]);
+		tp_served_free(&S[1]);
+	}
+	st_header_free(&f.h);
+	free(f.bytes);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1527,6 +1582,7 @@ int main(void)
 		cmocka_unit_test(test_multi_source_random),
 		cmocka_unit_test(test_multi_source_layout_case),
 		cmocka_unit_test(test_multi_source_refusals),
+		cmocka_unit_test(test_flat),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

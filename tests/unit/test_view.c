@@ -267,6 +267,14 @@ static void test_refusals(void **state)
 	/* parse errors */
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"L.{i}{j}\"}]", NULL, &p, &e), -2);
 	assert_non_null(strstr(e.msg, "side by side"));
+	/* "flat": true or false, handed to the served tensor */
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"flat\": 1}]", NULL, &p, &e), -2);
+	assert_non_null(strstr(e.msg, "\"flat\" is true or false"));
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"flat\": true}, {\"name\": \"b\", \"from\": \"L.1.q\"}]",
+				 NULL, &p, &e), 0);
+	assert_true(find(&p, "a", NULL)->flat);
+	assert_false(find(&p, "b", NULL)->flat);
+	tp_vplan_free(&p);
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"form\": \"embed\"}]", NULL, &p, &e), -2);
 	assert_non_null(strstr(e.msg, "unknown field 'form'"));
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"drop\": \"x\"}]", NULL, &p, &e), -2);
