@@ -4,7 +4,7 @@ sharded_state job the key set vLLM's loader expected on each rank.
 
 python vllm_check.py JOBS.json RESULT.json
   JOBS: [{"name", "model", "load_format": "auto" | "sharded_state", "tp", "dtype", "prompts": [[ids]],
-          "max_tokens", "keys": true|false}]
+          "max_tokens", "keys": true|false, "llm_args": {more keyword arguments of LLM(), optional}}]
   RESULT: {name: {"tokens": [[ids] per prompt], "logprobs": [[[[id, logprob] top-k] per step] per
            prompt], "keys": {rank: {key: [shape, dtype]}} or null, "weights": {rank: {key: sha1 of
            its bytes}} (what the loader left in the model), "error": text or null}}
@@ -95,7 +95,7 @@ def run_job(job, keys_dir):
     llm = LLM(model=job["model"], load_format=job["load_format"], tensor_parallel_size=job["tp"],
               dtype=job.get("dtype", "bfloat16"), enforce_eager=True, skip_tokenizer_init=True,
               max_model_len=job.get("max_model_len", 256), max_num_seqs=4, seed=0,
-              distributed_executor_backend="mp" if job["tp"] > 1 else None)
+              distributed_executor_backend="mp" if job["tp"] > 1 else None, **job.get("llm_args", {}))
     try:
         sp = SamplingParams(max_tokens=job.get("max_tokens", 8), temperature=0.0,
                             logprobs=job.get("logprobs", 5), detokenize=False, ignore_eos=True)
