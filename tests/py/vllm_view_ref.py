@@ -9,7 +9,7 @@ builds, with torch and safetensors only, what vLLM's sharded_state loader must r
    block of columns, q heads split evenly, KV heads in replicated groups when fewer than T
    (QKVParallelLinear: shard tp_rank // (T / kv_heads)), the vocabulary padded with zero rows to a
    multiple of the view's pad_vocab and then divided (VocabParallelEmbedding), the rest whole;
-2. the view's entries (cat, stack, from, const, drop, when/unless, keep_rest) are applied to those
+2. the view's entries (cat, stack, from, const, drop, when/unless, dtype, flat, keep_rest) are applied to those
    cuts, with the semantics written in views/vllm/README.md;
 3. the served tensors are written, grouped into parts by the sorted index of the source file of
    each tensor's first piece (constants go with their `per` tensor).
@@ -134,6 +134,33 @@ CUTS = {
         (L + r"linear_attn\.out_proj\.weight", "row"),
         (L + r"mlp\.(gate|shared_expert_gate)\.weight", "whole"),
     ] + experts(r"experts\.\d+|shared_expert") + NORMS,
+    # Kimi Linear (models/kimi_k3/nvidia/model.py KimiLinearModel.load_weights, its KimiMoE and KimiMLP;
+    # layers/mamba/gdn/kimi_gdn_linear_attn.py for the KDA layers; models/kimi_k3/nvidia/mla.py for MLA)
+    "kimi_linear": EMBED + [
+        # KDA: q, k, v, b are shards 0-3 of _KimiGDNMergedColumnParallelLinear in_proj_qkvgfab
+        # (MergedColumnParallelLinear rows); the MLA layers' q_proj is a ColumnParallelLinear
+        (L + r"self_attn\.[qkvb]_proj\.weight", "column"),
+        # shard 4 (f_a) is loaded as tp_rank 0 of a size x T shard: the whole weight on every rank
+        (L + r"self_attn\.f_a_proj\.weight", "whole"),
+        (L + r"self_attn\.[fg]_b_proj\.weight", "column"),  # ColumnParallelLinear
+        (L + r"self_attn\.g_a_proj\.weight", "whole"),  # ReplicatedLinear
+        (L + r"self_attn\.[qkv]_conv1d\.weight", "column"),  # _make_fused_conv1d_weight_loader: rows r*P/T
+        (L + r"self_attn\.dt_bias", "column"),  # sharded_weight_loader(0)
+        (L + r"self_attn\.A_log", "a_log"),  # a_log_weight_loader: [1, 1, H, 1] viewed as [H], then narrowed
+        (L + r"self_attn\.o_norm\.weight", "whole"),  # FusedRMSNormGated: default loader
+        # MLA without q_lora_rank: kv_a_proj_with_mqa ReplicatedLinear, kv_b_proj / g_proj ColumnParallelLinear
+        (L + r"self_attn\.kv_a_proj_with_mqa\.weight", "whole"),
+        (L + r"self_attn\.kv_a_layernorm\.weight", "whole"),
+        (L + r"self_attn\.(kv_b_proj|g_proj)\.weight", "column"),
+        (L + r"self_attn\.o_proj\.weight", "row"),  # both layer kinds: RowParallelLinear
+        # KimiMoE: FusedMoE per expert (w1 / w3 rows, w2 columns), KimiMLP shared experts, GateLinear and
+        # its e_score_correction_bias replicated
+        (L + r"block_sparse_moe\.experts\.\d+\.w[13]\.weight", "column"),
+        (L + r"block_sparse_moe\.experts\.\d+\.w2\.weight", "row"),
+        (L + r"block_sparse_moe\.gate\.(weight|e_score_correction_bias)", "whole"),
+        (L + r"block_sparse_moe\.(shared_experts\.)?(gate|up)_proj\.weight", "column"),  # also a dense layer
+        (L + r"block_sparse_moe\.(shared_experts\.)?down_proj\.weight", "row"),  # saved under block_sparse_moe
+    ] + DENSE + NORMS,
     "phi3": EMBED + [  # models/phi3.py (llama.py): fused checkpoint tensors loaded with loaded_shard_id None
         (L + r"self_attn\.qkv_proj\.weight", "qkv_fused"),
         (L + r"self_attn\.o_proj\.weight", "row"),
@@ -143,7 +170,8 @@ CUTS = {
 }
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "qwen3_moe": "moe", "qwen2_moe": "moe", "mixtral": "mixtral", "phi3": "phi3",
-          "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "qwen3_next": "qwen3_next"}
+          "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "qwen3_next": "qwen3_next",
+          "kimi_linear": "kimi_linear"}
 
 
 def cut(family, cfg, name, x, T, r, pad):
@@ -169,6 +197,8 @@ def cut(family, cfg, name, x, T, r, pad):
         kd = cfg["linear_num_key_heads"] * cfg["linear_key_head_dim"]
         vd = cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"]
         return torch.cat([cut_column(y, T, r) for y in x.split([kd, kd, vd], dim=0)], dim=0)
+    if how == "a_log":  # old [1, 1, H, 1] or current [H]: as [H], then H / T heads at tp_rank
+        return cut_column(x.reshape(x.shape[2]) if x.ndim == 4 else x, T, r)
     if how == "halves":  # MergedColumnParallelLinear.weight_loader(loaded_shard_id=None): gate | up, each cut
         g, u = x.chunk(2, dim=0)
         return torch.cat([cut_column(g, T, r), cut_column(u, T, r)], dim=0)
@@ -216,8 +246,8 @@ DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 def plan_view(view, cfg, names):
     """The served tensors: a list of (served name, recipe, first source name) where recipe is
-    ("cat", [names], dtype) / ("stack", [[names] per e], dtype) (dtype None: the pieces', or "F32":
-    widened) / ("const", dtype, value); and the source names used."""
+    ("cat", [names], dtype, flat) / ("stack", [[names] per e], dtype, flat) (dtype None: the pieces', or
+    "F32": widened; flat: served 1-D) / ("const", dtype, value); and the source names used."""
     used, served = set(), []
     dl = view.get("drop_layers")
     if dl:  # layers from config[dl["from"]] on are not served
@@ -268,10 +298,11 @@ def plan_view(view, cfg, names):
                 raise ViewError("%s: piece %s is missing" % (sname, missing[0]))
             used |= {p for g in groups for p in g}
             dt = entry.get("dtype")  # "F32": the pieces' values widened, as torch converts them
-            served.append((sname, ("stack", groups, dt) if stack else ("cat", groups[0], dt), groups[0][0]))
+            flat = bool(entry.get("flat"))  # served 1-D: the same elements in the same order
+            served.append((sname, ("stack", groups, dt, flat) if stack else ("cat", groups[0], dt, flat), groups[0][0]))
     rest = [n for n in sorted(names) if n not in used]
     if view.get("keep_rest", True):
-        served += [(n, ("cat", [n], None), n) for n in rest]
+        served += [(n, ("cat", [n], None, False), n) for n in rest]
     elif rest:
         raise ViewError("%s: no entry of view %s uses it" % (rest[0], view["name"]))
     dup = {s for s, _, _ in served if [x for x, _, _ in served].count(s) > 1}
@@ -316,6 +347,8 @@ def build(src, view, T, r, family=None):
             if t.dtype not in (torch.bfloat16, torch.float16):
                 raise ViewError("%s: %s pieces cannot be widened to %s" % (sname, t.dtype, recipe[2]))
             t = t.to(DTYPES[recipe[2]])
+        if recipe[0] != "const" and recipe[3]:
+            t = t.reshape(-1)
         parts.setdefault(where[first], {})[sname] = t.contiguous()
     return parts
 
