@@ -198,8 +198,8 @@ with tt.Mount(src, 2, "--view", wrong) as m:
             "the wrong view serves exactly the swapped order")
 
 # 6. refusals
-ds = os.path.join(work, "kimi_linear")
-fixtures.make("kimi_linear", ds)
+ds = os.path.join(work, "qwen3_5")  # plan qwen3-next, whose one view (qwen3_next) does not list qwen3_5
+fixtures.make("qwen3_5", ds)
 os.mkdir(os.path.join(work, "m6"))
 p = tt.tpfs("mount", ds, os.path.join(work, "m6"), "--tp", "2", "--view", "vllm")
 F.check(p.returncode == 1 and "no vllm view for plan" in p.stderr and "hf view" in p.stderr,

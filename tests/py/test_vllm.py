@@ -13,9 +13,10 @@ load_format="sharded_state" on the served folder. Checked:
   for byte;
 - a deliberately wrong view (k and v swapped in qkv_proj, built by the reference) loads (same
   shapes) but fails the token/logprob check: the check can fail;
-- KEY_CASES, families vLLM builds but cannot run on CPU (DSA: sparse attention): vLLM is made to build
-  them as on CUDA (vllm_check.py's "impersonate"), both loaders load, and the key set and the weights
-  they leave are checked; no tokens.
+- KEY_CASES, families vLLM builds but cannot run on CPU (sparse attention, the CPU MLA backend's
+  block sizes): vLLM builds them (as on CUDA, with vllm_check.py's "impersonate" where the CPU
+  platform would build another class or refuse to build), both loaders load, the key set and the
+  weights they leave are checked, and each job must then stop with the expected refusal; no tokens.
 All vLLM runs are jobs of one vllm_check.py process (each vLLM start costs 40-100 s on two cores).
 
 SERVED_BY says where the served folders come from: "mount" (tpfs --view vllm, the real target) or
@@ -41,10 +42,21 @@ VIEWS = os.path.join(HERE, "..", "..", "views", "vllm")
 CASES = [("llama", "llama"), ("qwen2", "llama"), ("qwen3_moe", "qwen3_moe"), ("qwen2_moe", "qwen2_moe"),
          ("mixtral", "mixtral"), ("phi3", "phi3"), ("gemma3", "gemma3"), ("glm4_moe", "glm4_moe"),
          ("deepseek_v3", "deepseek_v3"), ("kimi_k2", "deepseek_v3"), ("qwen3_next", "qwen3_next")]
-# families vLLM can build but not run on CPU: (family, view, how vLLM is made to build them as on CUDA: a
-# vllm_check.py "impersonate" mode). For these the key set and the weights each loader leaves in vLLM's model
-# are checked (and the bytes against the reference), not tokens: both jobs fail after loading, by design
-KEY_CASES = [("deepseek_v32", "deepseek_v32", "cuda-dsa"), ("glm_moe_dsa", "deepseek_v32", "cuda-dsa")]
+# families vLLM builds and loads but cannot run on CPU: family -> (view, vllm_check.py "impersonate" mode that
+# makes the CPU platform build the model as CUDA does, or None; more LLM() arguments; the refusal every job
+# must stop with after loading, from vLLM's log). The key set and the weights each loader leaves in vLLM's
+# model are checked (and the bytes against the reference), not tokens.
+# - DSA: on CPU vLLM refuses sparse attention and builds deepseek_v2's class, not CUDA's (other names)
+# - kimi_linear: models/kimi_k3 builds the CUDA class on CPU; prefix caching off (on, the hybrid's
+#   mamba_block_size is refused on CPU before the model is built); VLLM_KIMI_K3_GEMM_AR=0 (below)
+# - glm5_next: the vision tower whole (--mm-encoder-tp-mode data: the plan does not cut it)
+_DSA_STOP = "No common block size for 16 (DEEPSEEK_V32_INDEXER: [64]; CPU_MLA: [16])"
+KEY_CASES = [("deepseek_v32", "deepseek_v32", "cuda-dsa", {}, _DSA_STOP),
+             ("glm_moe_dsa", "deepseek_v32", "cuda-dsa", {}, _DSA_STOP),
+             ("kimi_linear", "kimi_linear", None, {"enable_prefix_caching": False},
+              "Aligned KV cache block size 128 is not supported by attention backend(s): CPU_MLA"),
+             ("glm5_next", "glm5_next", "cuda-dsa", {"enable_prefix_caching": False, "mm_encoder_tp_mode": "data"},
+              "GLM5_STOP")]
 # TPFS_VLLM_CASES=a,b runs those families only (the sanitized build runs a few: what it adds is the
 # daemon under ASan/UBSan, which every family's reads exercise alike; the normal build runs all)
 if os.environ.get("TPFS_VLLM_CASES"):
@@ -56,6 +68,7 @@ TP1 = "llama"  # also at TP=1: tokens of sharded_state on a --tp 1 view equal th
 # tokens (deepseek_v3, MLA: [[217, 435, 435, ...]] then [[217, 978, 393, ...]]), so their tokens and
 # logprobs are printed, not required; the weights each loader leaves in the model are (as for all)
 NONDETERMINISTIC = {"deepseek_v3", "kimi_k2"}
+ENGINE = {}  # more LLM() arguments for a CASES family's jobs
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]  # ids on both ranks' vocab shards
 WRONG = "llama"  # the family whose view is broken on purpose
 
@@ -166,7 +179,7 @@ def main():
     import torch
     global CASES, KEY_CASES
     if torch.cuda.device_count() >= T:  # vLLM on CUDA runs them: the full check, tokens included
-        CASES, KEY_CASES = CASES + [(fam, view) for fam, view, _ in KEY_CASES], []
+        CASES, KEY_CASES = CASES + [(fam, view) for fam, view, *_ in KEY_CASES], []
     import tpfs_test
     import vllm_models
     import vllm_view_ref
@@ -188,7 +201,8 @@ def main():
                 same_files(fails, fam, served[fam], ref)
             for how, model in (("auto", src), ("sharded_state", served[fam])):
                 jobs.append({"name": "%s/%s" % (fam, how), "model": model, "load_format": how, "tp": T,
-                             "prompts": PROMPTS, "max_tokens": 6, "logprobs": 5, "keys": how == "sharded_state"})
+                             "prompts": PROMPTS, "max_tokens": 6, "logprobs": 5, "keys": how == "sharded_state",
+                             "engine": dict(ENGINE.get(fam, {}))})
             if fam == TP1 and SERVED_BY == "mount":
                 one = stack.enter_context(ViewMount(src, 1))
                 for how, model in (("auto", src), ("sharded_state", one)):
@@ -203,7 +217,7 @@ def main():
                 jobs.append({"name": "%s/wrong" % fam, "model": os.path.join(work, "wrong", fam),
                              "load_format": "sharded_state", "tp": T, "prompts": PROMPTS, "max_tokens": 6,
                              "logprobs": 5, "keys": True})
-        for fam, view, imp in KEY_CASES:
+        for fam, view, imp, engine, _ in KEY_CASES:
             src = vllm_models.make(fam, os.path.join(work, "src", fam))
             ref = os.path.join(work, "ref", fam)
             vllm_view_ref.write(src, vllm_view_ref.load_view(os.path.join(VIEWS, view + ".json")), T, ref)
@@ -213,11 +227,12 @@ def main():
             for how, model in (("auto", src), ("sharded_state", served[fam])):
                 jobs.append({"name": "%s/%s" % (fam, how), "model": model, "load_format": how, "tp": T,
                              "prompts": [[1, 2, 3]], "max_tokens": 1, "keys": how == "sharded_state",
-                             "impersonate": imp})
+                             "impersonate": imp, "engine": engine})
         with open(os.path.join(work, "jobs.json"), "w") as f:
             json.dump(jobs, f)
+        # VLLM_KIMI_K3_GEMM_AR=0: Kimi Linear's model (models/kimi_k3) otherwise imports cutlass while it is built
         env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0|1"),
-                   VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
+                   VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), VLLM_KIMI_K3_GEMM_AR="0")
         log = os.path.join(work, "vllm.log")
         t1 = time.time()
         with open(log, "w") as lf:
@@ -228,6 +243,8 @@ def main():
         fails.check(p.returncode == 0, "vllm_check.py exited %d (log %s)" % (p.returncode, log))
         with open(os.path.join(work, "result.json")) as f:
             res = json.load(f)
+        with open(log, errors="replace") as f:
+            vlog = f.read()
         # the served key sets, read while the mounts still exist
         skeys = {fam: [served_keys(served[fam], r) for r in range(T)] for fam in [c[0] for c in CASES + KEY_CASES]}
         wrong_case = [(WRONG + "/wrong", None)] if any(fam == WRONG for fam, _ in CASES) else []
@@ -267,10 +284,16 @@ def main():
                 continue
             fails.check(tok, "%s: tokens %s, default loader %s" % (fam, b["tokens"], a["tokens"]))
             fails.check(lp, "%s: logprobs differ from the default loader's by up to %g" % (fam, diff))
-    for fam, _, imp in KEY_CASES:  # built as on CUDA, loaded, not run: key set and weights
+    for fam, _, imp, _, stop in KEY_CASES:  # built (as on CUDA), loaded, not run: key set and weights
         a, b = res.get(fam + "/auto", {}), res.get(fam + "/sharded_state", {})
+        for name, r in (("%s/auto" % fam, a), ("%s/sharded_state" % fam, b)):
+            # the job's own error is the engine's; the workers' cause, after loading, is in vLLM's log
+            fails.check(r and "Engine core initialization failed" in (r.get("error") or "") and stop in vlog,
+                        "%s: vLLM should have stopped after loading with '%s' (its CPU backend does not run "
+                        "it): %s" % (name, stop, ((r or {}).get("error") or "")[-300:]))
         keys_ok, w_ok, wbad = same_keys_and_weights(fails, fam, a, b, skeys[fam])
-        print("%-11s %-14s %-14s %-13s %-15s %s" % (fam, keys_ok, w_ok, "not run", "not run", "(%s)" % imp), flush=True)
+        print("%-11s %-14s %-14s %-13s %-15s %s" % (fam, keys_ok, w_ok, "not run", "not run",
+                                                    "(built as on CUDA)" if imp else ""), flush=True)
         fails.check(w_ok, "%s: the weights sharded_state leaves in vLLM's model differ from the default loader's: %s "
                           "(errors: %s / %s)" % (fam, wbad[:6] or "no digests", (a.get("error") or "")[-300:],
                                                  (b.get("error") or "")[-300:]))

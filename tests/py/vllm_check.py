@@ -30,12 +30,16 @@ PROBE = '''
 import json, os
 
 def impersonate_cuda_dsa():
-    """Lets vLLM's CPU platform CONSTRUCT a DSA model as vLLM on CUDA builds it, so that its key set and
-    what each loader puts into it can be probed (it cannot run: its forward needs CUDA kernels). Two
-    changes, nothing else: the CPU platform, asked for a sparse MLA backend (which it refuses), answers
-    with its non-sparse MLA backend; and vllm.models.deepseek_v32's DeepseekV32ForCausalLM and
-    GlmMoeDsaForCausalLM are the CUDA class (nvidia/model.py) that its __init__ picks on CUDA, not
-    deepseek_v2's generic class that it picks on CPU."""
+    """Lets vLLM's CPU platform CONSTRUCT a DSA model (DeepSeek-V3.2, GLM-5, GLM-5.3) as vLLM on CUDA
+    builds it, so that its key set and what each loader puts into it can be probed (it cannot run:
+    its forward needs CUDA kernels). The changes, nothing else: the CPU platform, asked for a sparse
+    MLA backend (which it refuses), answers with its non-sparse MLA backend (the backend picks
+    MLAAttention's impl, which is no module: the parameters are those CUDA builds);
+    vllm.models.deepseek_v32's DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM are the CUDA class
+    (nvidia/model.py) that its __init__ picks on CUDA, not deepseek_v2's generic class that it picks
+    on CPU (vllm.models.glm5next builds one class everywhere); and, for a multimodal model started
+    without a tokenizer (skip_tokenizer_init), the front end's processor is let start and the encoder
+    budget is given 16 tokens an item (it sizes caches, not modules)."""
     from vllm.platforms import cpu
     if getattr(cpu.CpuPlatform, "_tpfs_impersonated", False):
         return
@@ -51,6 +55,10 @@ def impersonate_cuda_dsa():
     from vllm.models.deepseek_v32.nvidia import model as cuda_model
     pkg.DeepseekV32ForCausalLM = cuda_model.DeepseekV32ForCausalLM
     pkg.GlmMoeDsaForCausalLM = cuda_model.DeepseekV32ForCausalLM
+    from vllm.multimodal import encoder_budget
+    from vllm.multimodal.processing import processor
+    processor.BaseMultiModalProcessor.requires_tokenizer = False
+    encoder_budget.get_mm_max_toks_per_item = lambda proc, mm_counts, cache: {m: 16 for m in mm_counts}
 
 def register():
     if os.environ.get("TPFS_VLLM_IMPERSONATE") == "cuda-dsa":
@@ -120,6 +128,9 @@ def run_job(job, keys_dir):
 
     os.environ["TPFS_VLLM_KEYS"] = keys_dir  # the weights' digests always; the key set for sharded_state
     os.environ["TPFS_VLLM_IMPERSONATE"] = job.get("impersonate") or ""  # read by the workers it spawns
+    if job.get("impersonate") == "cuda-dsa":  # and here, where the front end runs (vLLM loads plugins once)
+        import tpfs_vllm_probe
+        tpfs_vllm_probe.impersonate_cuda_dsa()
     llm = LLM(model=job["model"], load_format=job["load_format"], tensor_parallel_size=job["tp"],
               dtype=job.get("dtype", "bfloat16"), enforce_eager=True, skip_tokenizer_init=True,
               max_model_len=job.get("max_model_len", 256), max_num_seqs=4, seed=0,

@@ -104,6 +104,20 @@ FAMILIES = {
                            temporal_patch_size=2),
         image_token_id=997, video_token_id=998, image_start_token_id=993, image_end_token_id=994,
         video_start_token_id=995, video_end_token_id=996, tie_word_embeddings=False),
+    # Kimi Linear as the CPU backend constructs it (KDA bf16 with head dim 128; MLA kv_lora_rank 512,
+    # qk_rope_head_dim 64, NoPE, no q_lora_rank): KDA layers 0-1, MLA layer 2, layer 0 dense, 1-2 MoE with a
+    # shared expert and the router bias; moe_intermediate_size 512 so that vLLM's KimiMoE does not pad the
+    # experts at TP=2 (it pads where moe_intermediate_size / T < 256). Saved in the published form
+    # (kimi_published): vLLM reads only that config (linear_attn_config, mla_use_nope).
+    "kimi_linear": lambda: tf.KimiLinearConfig(
+        hidden_size=128, num_hidden_layers=3, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
+        num_key_value_heads=2, initializer_range=0.1, rms_norm_eps=1e-6, intermediate_size=256,
+        moe_intermediate_size=512, num_local_experts=4, num_experts_per_tok=2, n_shared_experts=1, n_group=1,
+        topk_group=1, routed_scaling_factor=1.0, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
+        qk_nope_head_dim=64, v_head_dim=64, linear_num_heads=2, linear_head_dim=128, linear_conv_kernel_dim=4,
+        layer_types=["linear_attention", "linear_attention", "full_attention"],
+        mlp_layer_types=["dense", "sparse", "sparse"], tie_word_embeddings=False,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2),
 }
 
 # the model class where it is not AutoModelForCausalLM's (a vision-language wrapper, saved whole)
@@ -143,6 +157,39 @@ def add_mtp(out, n_layers, prefix="model."):
         json.dump({"metadata": {}, "weight_map": wm}, f)
 
 
+def kimi_published(out):
+    """Kimi Linear as the published checkpoints hold it (the original remote code's form, the only one vLLM's
+    KimiLinearConfig reads): config.json with linear_attn_config (1-based kda_layers / full_attn_layers),
+    mla_use_nope and first_k_dense_replace; the dense layers' MLP under mlp. (transformers' save_pretrained
+    writes every layer's under block_sparse_moe., which vLLM's default loader cannot place); the router
+    weight in the model's dtype (the remote code's KimiMoEGate: a plain Parameter; transformers holds it in
+    F32, vLLM's GateLinear in the model dtype)."""
+    import json
+    import os
+    from safetensors.torch import load_file, save_file
+    with open(os.path.join(out, "config.json")) as f:
+        c = json.load(f)
+    types, mlp = c.pop("layer_types"), c.pop("mlp_layer_types")
+    c["linear_attn_config"] = {"num_heads": c.pop("linear_num_heads"), "head_dim": c.pop("linear_head_dim"),
+                               "short_conv_kernel_size": c.pop("linear_conv_kernel_dim"),
+                               "kda_layers": [i + 1 for i, t in enumerate(types) if t == "linear_attention"],
+                               "full_attn_layers": [i + 1 for i, t in enumerate(types) if t != "linear_attention"]}
+    c.update(mla_use_nope=True, first_k_dense_replace=mlp.index("sparse"), moe_layer_freq=1,
+             max_position_embeddings=c.get("model_max_length", 4096))
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    path = os.path.join(out, "model.safetensors")
+    t = load_file(path)
+    dense = tuple("model.layers.%d.block_sparse_moe." % i for i, m in enumerate(mlp) if m == "dense")
+    t = {("model.layers.%s.mlp." % k.split(".")[2] + k.split(".block_sparse_moe.", 1)[1])
+         if k.startswith(dense) else k: v for k, v in t.items()}
+    t = {k: v.to(torch.bfloat16) if k.endswith("block_sparse_moe.gate.weight") else v for k, v in t.items()}
+    save_file(t, path, metadata={"format": "pt"})
+
+
+POSTSAVE = {"kimi_linear": kimi_published}
+
+
 def make(family, out, seed=0):
     torch.manual_seed(seed)
     cfg = FAMILIES[family]()
@@ -169,6 +216,8 @@ def make(family, out, seed=0):
         c.update(RETYPE[family])
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump(c, f, indent=2)
+    if family in POSTSAVE:
+        POSTSAVE[family](out)
     return out
 
 

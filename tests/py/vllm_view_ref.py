@@ -181,6 +181,33 @@ CUTS = {
         (L + r"mlp\.(gate|shared_expert_gate)\.weight", "whole"),
     ] + experts(r"experts\.\d+|shared_expert") + NORMS,
     "glm5_next": GLM5_NEXT,
+    # Kimi Linear (models/kimi_k3/nvidia/model.py KimiLinearModel.load_weights, its KimiMoE and KimiMLP;
+    # layers/mamba/gdn/kimi_gdn_linear_attn.py for the KDA layers; models/kimi_k3/nvidia/mla.py for MLA)
+    "kimi_linear": EMBED + [
+        # KDA: q, k, v, b are shards 0-3 of _KimiGDNMergedColumnParallelLinear in_proj_qkvgfab
+        # (MergedColumnParallelLinear rows); the MLA layers' q_proj is a ColumnParallelLinear
+        (L + r"self_attn\.[qkvb]_proj\.weight", "column"),
+        # shard 4 (f_a) is loaded as tp_rank 0 of a size x T shard: the whole weight on every rank
+        (L + r"self_attn\.f_a_proj\.weight", "whole"),
+        (L + r"self_attn\.[fg]_b_proj\.weight", "column"),  # ColumnParallelLinear
+        (L + r"self_attn\.g_a_proj\.weight", "whole"),  # ReplicatedLinear
+        (L + r"self_attn\.[qkv]_conv1d\.weight", "column"),  # _make_fused_conv1d_weight_loader: rows r*P/T
+        (L + r"self_attn\.dt_bias", "column"),  # sharded_weight_loader(0)
+        (L + r"self_attn\.A_log", "a_log"),  # a_log_weight_loader: [1, 1, H, 1] viewed as [H], then narrowed
+        (L + r"self_attn\.o_norm\.weight", "whole"),  # FusedRMSNormGated: default loader
+        # MLA without q_lora_rank: kv_a_proj_with_mqa ReplicatedLinear, kv_b_proj / g_proj ColumnParallelLinear
+        (L + r"self_attn\.kv_a_proj_with_mqa\.weight", "whole"),
+        (L + r"self_attn\.kv_a_layernorm\.weight", "whole"),
+        (L + r"self_attn\.(kv_b_proj|g_proj)\.weight", "column"),
+        (L + r"self_attn\.o_proj\.weight", "row"),  # both layer kinds: RowParallelLinear
+        # KimiMoE: FusedMoE per expert (w1 / w3 rows, w2 columns), KimiMLP shared experts, GateLinear and
+        # its e_score_correction_bias replicated
+        (L + r"block_sparse_moe\.experts\.\d+\.w[13]\.weight", "column"),
+        (L + r"block_sparse_moe\.experts\.\d+\.w2\.weight", "row"),
+        (L + r"block_sparse_moe\.gate\.(weight|e_score_correction_bias)", "whole"),
+        (L + r"block_sparse_moe\.(shared_experts\.)?(gate|up)_proj\.weight", "column"),  # also a dense layer
+        (L + r"block_sparse_moe\.(shared_experts\.)?down_proj\.weight", "row"),  # saved under block_sparse_moe
+    ] + DENSE + NORMS,
     "phi3": EMBED + [  # models/phi3.py (llama.py): fused checkpoint tensors loaded with loaded_shard_id None
         (L + r"self_attn\.qkv_proj\.weight", "qkv_fused"),
         (L + r"self_attn\.o_proj\.weight", "row"),
@@ -192,7 +219,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           "qwen3_moe": "moe", "qwen2_moe": "moe", "mixtral": "mixtral", "phi3": "phi3",
           "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
-          "glm5_next": "glm5_next"}
+          "glm5_next": "glm5_next", "kimi_linear": "kimi_linear"}
 
 
 def cut(family, cfg, name, x, T, r, pad):
@@ -221,6 +248,8 @@ def cut(family, cfg, name, x, T, r, pad):
         kd = cfg["linear_num_key_heads"] * cfg["linear_key_head_dim"]
         vd = cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"]
         return torch.cat([cut_column(y, T, r) for y in x.split([kd, kd, vd], dim=0)], dim=0)
+    if how == "a_log":  # old [1, 1, H, 1] or current [H]: as [H], then H / T heads at tp_rank
+        return cut_column(x.reshape(x.shape[2]) if x.ndim == 4 else x, T, r)
     if how == "halves":  # MergedColumnParallelLinear.weight_loader(loaded_shard_id=None): gate | up, each cut
         g, u = x.chunk(2, dim=0)
         return torch.cat([cut_column(g, T, r), cut_column(u, T, r)], dim=0)

@@ -330,8 +330,12 @@ static void test_choose(void **state)
 	assert_string_equal(v.name, "llama");
 	assert_int_equal(v.pad_vocab, 64);
 	tp_view_free(&v);
-	assert_int_equal(tp_view_choose("vllm", NULL, 0, "kda", "kimi_linear", &v, &e), -1);
-	assert_non_null(strstr(e.msg, "no vllm view for plan 'kda'"));
+	assert_int_equal(tp_view_choose("vllm", NULL, 0, "kda", "kimi_linear", &v, &e), 0);
+	assert_string_equal(v.name, "kimi_linear");
+	tp_view_free(&v);
+	/* a plan whose views list other model types */
+	assert_int_equal(tp_view_choose("vllm", NULL, 0, "qwen3-next", "qwen3_5", &v, &e), -1);
+	assert_non_null(strstr(e.msg, "no vllm view for plan 'qwen3-next' with model_type 'qwen3_5'"));
 	assert_non_null(strstr(e.msg, "hf view"));
 	assert_int_equal(tp_view_choose("sglang", NULL, 0, "llama", "llama", &v, &e), -1);
 	assert_non_null(strstr(e.msg, "no view for that engine"));
