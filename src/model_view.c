@@ -128,6 +128,21 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 		}
 		m->view->drop_from = (uint64_t)x->valuedouble;
 	}
+	const cJSON *it;
+	cJSON_ArrayForEach(it, m->view->refuse) /* "refuse": layouts the engine holds otherwise */
+	{
+		const char *cond = cJSON_GetObjectItemCaseSensitive(it, "if")->valuestring;
+		tp_expr_ctx c = m->cfg;
+		tp_expr_bind(&c, "T", m->T);
+		int hit = tp_expr_cond(&c, cond, e);
+		if (hit != 0) {
+			free(src);
+			if (hit < 0)
+				return -1;
+			return tp_fail(e, TP_EPLAN, "%s refuses this checkpoint at T=%u: %s (%s; %s)", m->view->origin, m->T,
+				       cJSON_GetObjectItemCaseSensitive(it, "reason")->valuestring, cond, tp_expr_used(&c));
+		}
+	}
 	int rc = tp_view_resolve(m->view, src, ns, &m->vplan, e);
 	free(src);
 	if (rc < 0)

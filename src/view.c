@@ -170,7 +170,8 @@ static int str_list(const cJSON *a, const char **out, uint32_t cap, uint32_t *n)
 int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, tp_err *e)
 {
 	static const char *keys[] = {"tpfs_view", "engine", "name", "proven", "plans", "model_types", "pad_vocab",
-				     "keep_rest", "tensors", "description", "comment", "defaults", "drop_layers", NULL};
+				     "keep_rest", "tensors", "description", "comment", "defaults", "drop_layers", "refuse",
+				     NULL};
 	memset(v, 0, sizeof *v);
 	tp_fmt(v->origin, sizeof v->origin, "%s", origin);
 	v->json = tp_json_parse(origin, text, len, e);
@@ -198,11 +199,15 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 		tp_fail(e, TP_EINVAL, "%s: \"tpfs_view\": 1, \"engine\" and \"name\" are required", origin);
 		goto bad;
 	}
-	const char *proven[1];
+	const char *proven[4]; /* the engine versions it was proven against: the first is shown */
 	uint32_t np = 0;
-	if (cJSON_GetObjectItemCaseSensitive(o, "proven") &&
-	    str_list(cJSON_GetObjectItemCaseSensitive(o, "proven"), proven, 1, &np) == 0 && np)
-		v->proven = proven[0];
+	if (cJSON_GetObjectItemCaseSensitive(o, "proven")) {
+		if (str_list(cJSON_GetObjectItemCaseSensitive(o, "proven"), proven, 4, &np) < 0) {
+			tp_fail(e, TP_EINVAL, "%s: \"proven\": a list of at most 4 strings", origin);
+			goto bad;
+		}
+		v->proven = np ? proven[0] : NULL;
+	}
 	if (str_list(cJSON_GetObjectItemCaseSensitive(o, "plans"), v->plans, 16, &v->nplans) < 0 || !v->nplans) {
 		tp_fail(e, TP_EINVAL, "%s: \"plans\": the plans the view applies to (at most 16 names)", origin);
 		goto bad;
@@ -230,6 +235,18 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 		    cJSON_GetArraySize(dl) != 2) {
 			tp_fail(e, TP_EINVAL, "%s: \"drop_layers\" is {\"prefix\": \"model.layers.\", \"from\": a config.json "
 				"key}: layers from that index on are not served", origin);
+			goto bad;
+		}
+	}
+	v->refuse = cJSON_GetObjectItemCaseSensitive(o, "refuse");
+	if (v->refuse) {
+		int okr = cJSON_IsArray(v->refuse);
+		cJSON_ArrayForEach(it, v->refuse)
+		okr = okr && cJSON_IsObject(it) && cJSON_GetArraySize(it) == 2 &&
+		      cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, "if")) &&
+		      cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, "reason"));
+		if (!okr) {
+			tp_fail(e, TP_EINVAL, "%s: \"refuse\": a list of {\"if\": expression, \"reason\": text}", origin);
 			goto bad;
 		}
 	}

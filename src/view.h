@@ -61,6 +61,10 @@ typedef struct tp_view {
 	uint64_t pad_vocab;    /* the vocabulary padded to a multiple of this before it is split */
 	const struct cJSON *defaults; /* "defaults": config.json keys' values where config.json has none
 	                              * (the config class's defaults, e.g. Gemma 3's tie), or NULL */
+	/* "refuse": [{"if": EXPR, "reason": TEXT}]: checkpoints the engine would hold in another layout
+	 * than the view makes (a plan expression over config.json and T; the caller evaluates them and
+	 * refuses the mount with the reason where one is true), or NULL */
+	const struct cJSON *refuse;
 	/* "drop_layers": {"prefix": P, "from": KEY}: source tensors named P<N>.<...> with N >=
 	 * config.json's KEY are not served (layers the engine does not build: DeepSeek's MTP layer).
 	 * The caller sets drop_from from KEY before resolving (UINT64_MAX: none). */

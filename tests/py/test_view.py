@@ -198,6 +198,12 @@ with tt.Mount(src, 2, "--view", wrong) as m:
             "the wrong view serves exactly the swapped order")
 
 # 6. refusals
+kl = os.path.join(work, "kimi_linear")  # experts of 16 rows: vLLM pads a rank's shard to 256, the view would not
+kcfg, _ = fixtures.make("kimi_linear", kl)
+p = tt.tpfs("plan", kl, "--tp", "2", "--view", "vllm")
+F.check(p.returncode == 1 and "refuses this checkpoint at T=2" in p.stderr and "pads each rank's expert shard"
+        in p.stderr and "moe_intermediate_size=%d" % kcfg["moe_intermediate_size"] in p.stderr,
+        "kimi_linear with moe_intermediate_size / T < 256 is refused under --view vllm (%s)" % p.stderr.strip()[:400])
 ds = os.path.join(work, "qwen3_5")  # plan qwen3-next, whose one view (qwen3_next) does not list qwen3_5
 fixtures.make("qwen3_5", ds)
 os.mkdir(os.path.join(work, "m6"))

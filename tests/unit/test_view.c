@@ -178,6 +178,35 @@ static void test_when(void **state)
 	fx_free(&f);
 }
 
+/* "refuse" is a list of {"if", "reason"}; "proven" a list of at most 4 strings. */
+static void test_refuse_proven_parse(void **state)
+{
+	(void)state;
+	const char *cases[] = {"\"refuse\": [{\"if\": \"T > 1\", \"reason\": \"r\"}]", /* ok */
+			       "\"refuse\": [{\"if\": \"T > 1\"}]", "\"refuse\": {\"if\": \"T\", \"reason\": \"r\"}",
+			       "\"refuse\": [{\"if\": 1, \"reason\": \"r\"}]",
+			       "\"refuse\": [{\"if\": \"T\", \"reason\": \"r\", \"x\": 1}]",
+			       "\"proven\": [\"a\", \"b\", \"c\", \"d\", \"e\"]", "\"proven\": [1]"};
+	char text[512];
+	for (int k = 0; k < 7; k++) {
+		tp_view v;
+		tp_err e;
+		snprintf(text, sizeof text,
+			 "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"t\", \"plans\": [\"llama\"], %s, "
+			 "\"tensors\": []}",
+			 cases[k]);
+		int rc = tp_view_parse(text, strlen(text), "t.json", &v, &e);
+		if (k == 0) {
+			assert_int_equal(rc, 0);
+			assert_non_null(v.refuse);
+			tp_view_free(&v);
+		} else {
+			assert_int_equal(rc, -1);
+			assert_non_null(strstr(e.msg, k < 5 ? "\"refuse\": a list of" : "\"proven\": a list of"));
+		}
+	}
+}
+
 static void test_stack(void **state)
 {
 	(void)state;
@@ -352,7 +381,7 @@ static void test_choose(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when),
+		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when), cmocka_unit_test(test_refuse_proven_parse),
 		cmocka_unit_test(test_stack),            cmocka_unit_test(test_parts_and_sources),
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
 		cmocka_unit_test(test_shape),
