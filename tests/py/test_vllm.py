@@ -41,7 +41,8 @@ VIEWS = os.path.join(HERE, "..", "..", "views", "vllm")
 # the tie, q/k/v biases, q/k norms and KV heads fewer than T
 CASES = [("llama", "llama"), ("qwen2", "llama"), ("qwen3_moe", "qwen3_moe"), ("qwen2_moe", "qwen2_moe"),
          ("mixtral", "mixtral"), ("phi3", "phi3"), ("gemma3", "gemma3"), ("glm4_moe", "glm4_moe"),
-         ("deepseek_v3", "deepseek_v3"), ("kimi_k2", "deepseek_v3"), ("qwen3_next", "qwen3_next")]
+         ("deepseek_v3", "deepseek_v3"), ("kimi_k2", "deepseek_v3"), ("qwen3_next", "qwen3_next"),
+         ("granite", "llama"), ("exaone4", "llama"), ("glm4", "llama"), ("apertus", "llama")]
 # families vLLM builds and loads but cannot run on CPU: family -> (view, vllm_check.py "impersonate" mode that
 # makes the CPU platform build the model as CUDA does, or None; more LLM() arguments; the refusal every job
 # must stop with after loading, from vLLM's log). The key set and the weights each loader leaves in vLLM's
@@ -51,12 +52,12 @@ CASES = [("llama", "llama"), ("qwen2", "llama"), ("qwen3_moe", "qwen3_moe"), ("q
 #   mamba_block_size is refused on CPU before the model is built); VLLM_KIMI_K3_GEMM_AR=0 (below)
 # - glm5_next: the vision tower whole (--mm-encoder-tp-mode data: the plan does not cut it)
 _DSA_STOP = "No common block size for 16 (DEEPSEEK_V32_INDEXER: [64]; CPU_MLA: [16])"
+_MLA_STOP = "Aligned KV cache block size 128 is not supported by attention backend(s): CPU_MLA"  # hybrids
 KEY_CASES = [("deepseek_v32", "deepseek_v32", "cuda-dsa", {}, _DSA_STOP),
              ("glm_moe_dsa", "deepseek_v32", "cuda-dsa", {}, _DSA_STOP),
-             ("kimi_linear", "kimi_linear", None, {"enable_prefix_caching": False},
-              "Aligned KV cache block size 128 is not supported by attention backend(s): CPU_MLA"),
+             ("kimi_linear", "kimi_linear", None, {"enable_prefix_caching": False}, _MLA_STOP),
              ("glm5_next", "glm5_next", "cuda-dsa", {"enable_prefix_caching": False, "mm_encoder_tp_mode": "data"},
-              "GLM5_STOP")]
+              _MLA_STOP)]
 # TPFS_VLLM_CASES=a,b runs those families only (the sanitized build runs a few: what it adds is the
 # daemon under ASan/UBSan, which every family's reads exercise alike; the normal build runs all)
 if os.environ.get("TPFS_VLLM_CASES"):

@@ -53,6 +53,20 @@ FAMILIES = {
     "gemma3": lambda: tf.Gemma3TextConfig(num_key_value_heads=1, intermediate_size=256, query_pre_attn_scalar=64,
                                           sliding_window=16, layer_types=["sliding_attention", "full_attention"],
                                           pad_token_id=0, bos_token_id=2, eos_token_id=1, **COMMON),
+    # llama's vLLM names, each with what it adds: Granite's multipliers (embedding, residual, attention,
+    # logits: config only); EXAONE 4's q/k norms, post-feedforward norms and sliding layers; GLM-4's
+    # gate_up_proj fused in the checkpoint (cut per half), q/k/v biases and sandwich norms; Apertus's
+    # xIELU parameters per layer (alpha_p, alpha_n, beta, eps: whole) and no gate
+    "granite": lambda: tf.GraniteConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                        embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.1,
+                                        logits_scaling=2.0, **COMMON),
+    "exaone4": lambda: tf.Exaone4Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                        sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                        **COMMON),
+    "glm4": lambda: tf.Glm4Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                  pad_token_id=0, **COMMON),
+    "apertus": lambda: tf.ApertusConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                        **COMMON),
     # shared experts, router bias, partial rotary, a first dense layer
     "glm4_moe": lambda: tf.Glm4MoeConfig(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
                                          n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,

@@ -144,6 +144,12 @@ GLM5_NEXT = [
 
 CUTS = {
     "llama": EMBED + ATTN + DENSE + NORMS,
+    # the families holding llama's names with more (models/exaone4.py, glm4.py, apertus.py, granite.py)
+    "llama_more": EMBED + ATTN + DENSE + NORMS + [
+        (L + r"mlp\.gate_up_proj\.weight", "halves"),  # glm4: fused in the checkpoint, loaded_shard_id None
+        (L + r"(post_self_attn|post_mlp|attention|feedforward)_layernorm\.weight", "whole"),  # glm4, apertus
+        (L + r"mlp\.act_fn\.(alpha_p|alpha_n|beta|eps)", "whole"),  # apertus: XIELU's parameters, replicated
+    ],
     "mixtral": EMBED + ATTN + [  # models/mixtral.py: FusedMoE with ckpt_names (w1, w2, w3)
         (L + r"block_sparse_moe\.experts\.\d+\.w[13]\.weight", "column"),
         (L + r"block_sparse_moe\.experts\.\d+\.w2\.weight", "row"),
@@ -216,6 +222,7 @@ CUTS = {
     ] + NORMS,
 }
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
+          "granite": "llama_more", "exaone4": "llama_more", "glm4": "llama_more", "apertus": "llama_more",
           "qwen3_moe": "moe", "qwen2_moe": "moe", "mixtral": "mixtral", "phi3": "phi3",
           "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
@@ -405,8 +412,8 @@ def build(src, view, T, r, family=None):
     for sname, recipe, first in plan_view(view, cfg, set(where)):
         if recipe[0] == "const":
             t = torch.tensor(recipe[2], dtype=DTYPES[recipe[1]])
-        elif recipe[0] == "cat":
-            t = torch.cat([piece(n) for n in recipe[1]], 0)
+        elif recipe[0] == "cat":  # one piece as it is (a 0-d tensor cannot be concatenated)
+            t = piece(recipe[1][0]) if len(recipe[1]) == 1 else torch.cat([piece(n) for n in recipe[1]], 0)
         else:
             t = torch.stack([torch.cat([piece(n) for n in g], 0) for g in recipe[1]], 0)
         if recipe[0] != "const" and recipe[2] and t.dtype != DTYPES[recipe[2]]:
