@@ -42,7 +42,8 @@ VIEWS = os.path.join(HERE, "..", "..", "views", "vllm")
 CASES = [("llama", "llama"), ("qwen2", "llama"), ("qwen3_moe", "qwen3_moe"), ("qwen2_moe", "qwen2_moe"),
          ("mixtral", "mixtral"), ("phi3", "phi3"), ("gemma3", "gemma3"), ("glm4_moe", "glm4_moe"),
          ("deepseek_v3", "deepseek_v3"), ("kimi_k2", "deepseek_v3"), ("qwen3_next", "qwen3_next"),
-         ("granite", "llama"), ("exaone4", "llama"), ("glm4", "llama"), ("apertus", "llama")]
+         ("granite", "llama"), ("exaone4", "llama"), ("glm4", "llama"), ("apertus", "llama"), ("ernie4_5", "llama"),
+         ("cohere", "cohere")]
 # families vLLM builds and loads but cannot run on CPU: family -> (view, vllm_check.py "impersonate" mode that
 # makes the CPU platform build the model as CUDA does, or None; more LLM() arguments; the refusal every job
 # must stop with after loading, from vLLM's log). The key set and the weights each loader leaves in vLLM's

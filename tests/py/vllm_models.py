@@ -65,6 +65,11 @@ FAMILIES = {
                                         **COMMON),
     "glm4": lambda: tf.Glm4Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
                                   pad_token_id=0, **COMMON),
+    # ERNIE 4.5 (dense): llama's names; Cohere: LayerNorms, tied, and no lm_head in vLLM (logits from the embedding)
+    "ernie4_5": lambda: tf.Ernie4_5Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                          **COMMON),
+    "cohere": lambda: tf.CohereConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=True,
+                                      **{k: v for k, v in COMMON.items() if k != "rms_norm_eps"}),
     "apertus": lambda: tf.ApertusConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
                                         **COMMON),
     # shared experts, router bias, partial rotary, a first dense layer
