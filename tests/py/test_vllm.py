@@ -137,6 +137,11 @@ def same_files(fails, what, served, ref):
     """Each rank's served tensors equal the reference's: names, dtypes, shapes and bytes."""
     import torch
     for r in range(T):
+        parts = [{k: f for f in sorted(os.listdir(d)) if f.startswith("model-rank-%d-part-" % r)
+                  for k in header(os.path.join(d, f))} for d in (served, ref)]
+        fails.check(parts[0] == parts[1], "%s rank %d: tensors in other part files than the reference's: %s"
+                    % (what, r, sorted((k, parts[0].get(k), parts[1].get(k)) for k in set(parts[0]) | set(parts[1])
+                                       if parts[0].get(k) != parts[1].get(k))[:4]))
         a, b = rank_tensors(served, r), rank_tensors(ref, r)
         fails.check(sorted(a) == sorted(b), "%s rank %d: keys served or in the reference only: %s"
                     % (what, r, sorted(set(a) ^ set(b))[:5]))

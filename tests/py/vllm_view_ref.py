@@ -12,8 +12,9 @@ builds, with torch and safetensors only, what vLLM's sharded_state loader must r
 2. the view's entries (cat, stack, from, const, drop, when/unless, if_missing, dtype, shape, keep_rest,
    drop_layers) are applied to those
    cuts, with the semantics written in views/vllm/README.md;
-3. the served tensors are written, grouped into parts by the sorted index of the source file of
-   each tensor's first piece (constants go with their `per` tensor).
+3. the served tensors are written, grouped into parts by the source file of each tensor's first
+   piece (constants go with their `per` tensor), the parts numbered 0, 1, ... in source-file name
+   order over the files that give a tensor.
 
 Usage: python vllm_view_ref.py SRC VIEW.json TP OUT [RANKS] writes OUT/model-rank-*.safetensors and
 copies SRC's other files (config.json, tokenizer, ...) beside them, as the mount would show them.
@@ -435,8 +436,9 @@ def write(src, view, T, out, ranks=None, family=None):
         if os.path.isfile(p) and not f.endswith(".safetensors") and f != "model.safetensors.index.json":
             shutil.copy(p, os.path.join(out, f))
     for r in (range(T) if ranks is None else ranks):
-        for p, tensors in build(src, view, T, r, family).items():
-            save_file(tensors, os.path.join(out, "model-rank-%d-part-%d.safetensors" % (r, p)))
+        built = build(src, view, T, r, family)  # {source file index: tensors}; parts numbered densely
+        for p, f in enumerate(sorted(built)):
+            save_file(built[f], os.path.join(out, "model-rank-%d-part-%d.safetensors" % (r, p)))
 
 
 def load_view(path):
