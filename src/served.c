@@ -122,11 +122,11 @@ static int add_piece(bld *b, const st_header *const *src, const tp_sdesc *d, uin
 /* st's shape as d->rs_shape says (see tp_sdesc: reshaped), its elements unchanged. */
 static int reshape(bld *b, const tp_sdesc *d, tp_stensor *st)
 {
-	uint64_t numel = 1, known = 1;
+	uint64_t numel = 1, known = d->rs_ndim <= ST_MAX_DIMS; /* a longer shape is refused below */
 	int free_dim = -1;
 	for (uint32_t a = 0; a < st->ndim; a++)
 		numel *= st->shape[a];
-	for (uint32_t a = 0; a < d->rs_ndim; a++) {
+	for (uint32_t a = 0; known && a < d->rs_ndim; a++) {
 		if (d->rs_shape[a] == -1 && free_dim < 0)
 			free_dim = (int)a;
 		else if (d->rs_shape[a] >= 1 && known <= numel / (uint64_t)d->rs_shape[a])
@@ -134,7 +134,7 @@ static int reshape(bld *b, const tp_sdesc *d, tp_stensor *st)
 		else
 			known = 0;
 	}
-	if (d->rs_ndim > ST_MAX_DIMS || !known || (free_dim < 0 ? known != numel : numel % known))
+	if (!known || (free_dim < 0 ? known != numel : numel % known))
 		return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': its %llu elements on rank %u do not fit the view's \"shape\"",
 			       b->fname, d->name, (unsigned long long)numel, b->S->rank);
 	st->ndim = d->rs_ndim;
