@@ -8,6 +8,9 @@ weights drawn wider than the default init so that greedy tokens are not decided 
 make(family, out) writes OUT/config.json, generation_config.json and model.safetensors (deepseek_v3,
 glm5_next: also an MTP layer in model-mtp.safetensors, with an index; kimi_k2: its config.json retyped).
 """
+import json
+import os
+import re
 import sys
 
 import torch
@@ -148,7 +151,26 @@ MTP = {"deepseek_v3": "model.", "glm5_next": "model.language_model."}
 RETYPE = {"kimi_k2": {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}}
 # tensors saved in bf16 where transformers writes float32 (its keep-in-fp32 router): the published DeepSeek-V3.2
 # and GLM-5 checkpoints hold the router weight in bf16, as vLLM's CUDA class does (its bias stays float32)
-BF16 = {"deepseek_v32": r"\.mlp\.gate\.weight$", "glm_moe_dsa": r"\.mlp\.gate\.weight$"}
+# (Kimi Linear's too: the remote code's KimiMoEGate is a plain Parameter in the model's dtype, and vLLM's GateLinear
+# holds it so)
+BF16 = {"deepseek_v32": r"\.mlp\.gate\.weight$", "glm_moe_dsa": r"\.mlp\.gate\.weight$",
+        "kimi_linear": r"block_sparse_moe\.gate\.weight$"}
+
+
+def edit_config(out, fn):
+    """Rewrites OUT/config.json with fn(config) applied (fn edits the dict in place)."""
+    with open(os.path.join(out, "config.json")) as f:
+        c = json.load(f)
+    fn(c)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+
+
+def edit_tensors(out, fn):
+    """Rewrites OUT/model.safetensors as fn(its tensors) returns them."""
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(out, "model.safetensors")
+    save_file(fn(load_file(path)), path, metadata={"format": "pt"})
 
 
 def add_mtp(out, n_layers, prefix="model."):
@@ -157,8 +179,6 @@ def add_mtp(out, n_layers, prefix="model."):
     of the last decoder layer plus eh_proj, enorm, hnorm, shared_head.{norm,head} and embed_tokens,
     in a second file with an index. vLLM's default loader skips it (its speculative-decoding model
     reads it); the view must not serve it (drop_layers)."""
-    import json
-    import os
     from safetensors.torch import load_file, save_file
     main = load_file(os.path.join(out, "model.safetensors"))
     last, new = prefix + "layers.%d." % (n_layers - 1), prefix + "layers.%d." % n_layers
@@ -180,30 +200,24 @@ def kimi_published(out):
     """Kimi Linear as the published checkpoints hold it (the original remote code's form, the only one vLLM's
     KimiLinearConfig reads): config.json with linear_attn_config (1-based kda_layers / full_attn_layers),
     mla_use_nope and first_k_dense_replace; the dense layers' MLP under mlp. (transformers' save_pretrained
-    writes every layer's under block_sparse_moe., which vLLM's default loader cannot place); the router
-    weight in the model's dtype (the remote code's KimiMoEGate: a plain Parameter; transformers holds it in
-    F32, vLLM's GateLinear in the model dtype)."""
-    import json
-    import os
-    from safetensors.torch import load_file, save_file
-    with open(os.path.join(out, "config.json")) as f:
-        c = json.load(f)
-    types, mlp = c.pop("layer_types"), c.pop("mlp_layer_types")
-    c["linear_attn_config"] = {"num_heads": c.pop("linear_num_heads"), "head_dim": c.pop("linear_head_dim"),
-                               "short_conv_kernel_size": c.pop("linear_conv_kernel_dim"),
-                               "kda_layers": [i + 1 for i, t in enumerate(types) if t == "linear_attention"],
-                               "full_attn_layers": [i + 1 for i, t in enumerate(types) if t != "linear_attention"]}
-    c.update(mla_use_nope=True, first_k_dense_replace=mlp.index("sparse"), moe_layer_freq=1,
-             max_position_embeddings=c.get("model_max_length", 4096))
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(c, f, indent=2)
-    path = os.path.join(out, "model.safetensors")
-    t = load_file(path)
+    writes every layer's under block_sparse_moe., which vLLM's default loader cannot place). The router
+    weight is made bf16 by make() (BF16)."""
+    mlp = []
+
+    def published(c):
+        types = c.pop("layer_types")
+        mlp.extend(c.pop("mlp_layer_types"))
+        c["linear_attn_config"] = {"num_heads": c.pop("linear_num_heads"), "head_dim": c.pop("linear_head_dim"),
+                                   "short_conv_kernel_size": c.pop("linear_conv_kernel_dim"),
+                                   "kda_layers": [i + 1 for i, t in enumerate(types) if t == "linear_attention"],
+                                   "full_attn_layers": [i + 1 for i, t in enumerate(types)
+                                                        if t != "linear_attention"]}
+        c.update(mla_use_nope=True, first_k_dense_replace=mlp.index("sparse"), moe_layer_freq=1,
+                 max_position_embeddings=c.get("model_max_length", 4096))
+    edit_config(out, published)
     dense = tuple("model.layers.%d.block_sparse_moe." % i for i, m in enumerate(mlp) if m == "dense")
-    t = {("model.layers.%s.mlp." % k.split(".")[2] + k.split(".block_sparse_moe.", 1)[1])
-         if k.startswith(dense) else k: v for k, v in t.items()}
-    t = {k: v.to(torch.bfloat16) if k.endswith("block_sparse_moe.gate.weight") else v for k, v in t.items()}
-    save_file(t, path, metadata={"format": "pt"})
+    edit_tensors(out, lambda t: {("model.layers.%s.mlp." % k.split(".")[2] + k.split(".block_sparse_moe.", 1)[1])
+                                 if k.startswith(dense) else k: v for k, v in t.items()})
 
 
 POSTSAVE = {"kimi_linear": kimi_published}
@@ -220,21 +234,10 @@ def make(family, out, seed=0):
     if family in MTP:
         add_mtp(out, getattr(cfg, "text_config", cfg).num_hidden_layers, MTP[family])
     if family in BF16:
-        import os
-        import re
-        from safetensors.torch import load_file, save_file
-        p = os.path.join(out, "model.safetensors")
-        sd = load_file(p)
-        save_file({k: v.to(torch.bfloat16) if re.search(BF16[family], k) else v for k, v in sd.items()}, p,
-                  metadata={"format": "pt"})
+        edit_tensors(out, lambda t: {k: v.to(torch.bfloat16) if re.search(BF16[family], k) else v
+                                     for k, v in t.items()})
     if family in RETYPE:
-        import json
-        import os
-        with open(os.path.join(out, "config.json")) as f:
-            c = json.load(f)
-        c.update(RETYPE[family])
-        with open(os.path.join(out, "config.json"), "w") as f:
-            json.dump(c, f, indent=2)
+        edit_config(out, lambda c: c.update(RETYPE[family]))
     if family in POSTSAVE:
         POSTSAVE[family](out)
     return out
