@@ -143,6 +143,16 @@ GLM5_NEXT = [
     (r"model\.visual\..+", "whole"),
 ]
 
+MLA = [  # the a-projections replicated (fused_qkv_a_proj: ReplicatedLinear), b-projections whole heads
+    (L + r"self_attn\.(q_a_proj|kv_a_proj_with_mqa)\.weight", "whole"),
+    (L + r"self_attn\.(q_a|kv_a)_layernorm\.weight", "whole"),
+    (L + r"self_attn\.(q_b_proj|kv_b_proj)\.weight", "column"),  # ColumnParallelLinear
+    (L + r"self_attn\.o_proj\.weight", "row"),
+]
+DS_MOE = [  # DeepseekV2MoE: the router and its bias replicated, routed and shared experts, dense first layers
+    (L + r"mlp\.gate\.(weight|e_score_correction_bias)", "whole"),
+] + experts(r"experts\.\d+|shared_experts") + DENSE + NORMS
+
 CUTS = {
     "llama": EMBED + ATTN + DENSE + NORMS,
     # the families holding llama's names with more (models/exaone4.py, glm4.py, apertus.py, granite.py)
@@ -162,23 +172,14 @@ CUTS = {
     "glm4_moe": EMBED + ATTN + experts(r"experts\.\d+|shared_experts") + [  # models/glm4_moe.py
         (L + r"mlp\.gate\.(weight|e_score_correction_bias)", "whole"),  # GateLinear: replicated
     ] + DENSE + NORMS,
-    "deepseek_v3": EMBED + [  # models/deepseek_v2.py DeepseekV2MLAAttention: the a-projections replicated
-        (L + r"self_attn\.(q_a_proj|kv_a_proj_with_mqa)\.weight", "whole"),  # fused_qkv_a_proj: ReplicatedLinear
-        (L + r"self_attn\.(q_a|kv_a)_layernorm\.weight", "whole"),
-        (L + r"self_attn\.(q_b_proj|kv_b_proj)\.weight", "column"),  # ColumnParallelLinear: whole heads
-        (L + r"self_attn\.o_proj\.weight", "row"),
-        (L + r"mlp\.gate\.(weight|e_score_correction_bias)", "whole"),
-    ] + experts(r"experts\.\d+|shared_experts") + DENSE + NORMS,
-    "deepseek_v32": EMBED + [  # models/deepseek_v32/attention.py (the CUDA class): MLA as above, and the indexer
-        (L + r"self_attn\.(q_a_proj|kv_a_proj_with_mqa)\.weight", "whole"),  # fused_qkv_a_proj: replicated
-        (L + r"self_attn\.(q_a|kv_a)_layernorm\.weight", "whole"),
-        (L + r"self_attn\.(q_b_proj|kv_b_proj)\.weight", "column"),
-        (L + r"self_attn\.o_proj\.weight", "row"),
+    # models/deepseek_v2.py DeepseekV2MLAAttention (deepseek_v3) and models/deepseek_v32/attention.py (the
+    # CUDA class, deepseek_v32): the same MLA cuts; DSA adds the indexer, replicated
+    "deepseek_v3": EMBED + MLA + DS_MOE,
+    "deepseek_v32": EMBED + MLA + [
         (L + r"self_attn\.indexer\.wq_b\.weight", "whole"),  # ReplicatedLinear
         (L + r"self_attn\.indexer\.(wk|weights_proj)\.weight", "whole"),  # wk_weights_proj: disable_tp=True
         (L + r"self_attn\.indexer\.k_norm\.(weight|bias)", "whole"),  # LayerNorm, float32
-        (L + r"mlp\.gate\.(weight|e_score_correction_bias)", "whole"),
-    ] + experts(r"experts\.\d+|shared_experts") + DENSE + NORMS,
+    ] + DS_MOE,
     "qwen3_next": EMBED + ATTN + [  # models/qwen3_next.py, layers/mamba/gdn/qwen_gdn_linear_attn.py
         (L + r"linear_attn\.in_proj_(qkvz|ba)\.weight", "column"),  # one output shard: contiguous rows
         (L + r"linear_attn\.conv1d\.weight", "gdn_conv"),  # mamba_v2_sharded_weight_loader: [q | k | v]
