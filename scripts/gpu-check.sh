@@ -12,7 +12,7 @@
 #               test at TP=2 on CUDA (tests/py/test_vllm.py): there the DSA families that the CPU
 #               backend cannot run (deepseek_v32, glm_moe_dsa) are run for tokens too. The lent
 #               H200 machine has one GPU and no vLLM (and vLLM's CUDA wheel is far over what a call
-#               carries), so this part runs on a user's machine, not there.
+#               carries), so this part runs on a user's machine, not there; it has not run yet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--prepare" ]; then
