@@ -9,8 +9,8 @@
 #               spans, with the crossover), and a mount read with --gather cuda compared byte for
 #               byte with --gather cpu. Results go to $OUT (or build/gpu-check).
 #               Where python3 imports vLLM and at least two GPUs are present, also the vLLM view
-#               test at TP=2 on CUDA (tests/py/test_vllm.py): there the DSA families that the CPU
-#               backend cannot run (deepseek_v32, glm_moe_dsa) are run for tokens too. The lent
+#               test at TP=2 on CUDA (tests/py/test_vllm.py, TPFS_VLLM_TOKENS=all): there the families
+#               that the CPU backend cannot run (DSA, Kimi Linear, GLM-5.3) are run for tokens too. The lent
 #               H200 machine has one GPU and no vLLM (and vLLM's CUDA wheel is far over what a call
 #               carries), so this part runs on a user's machine, not there; it has not run yet.
 set -euo pipefail
@@ -68,7 +68,7 @@ fi
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${gpus:-0}" -ge 2 ] && python3 -c 'import vllm' 2>/dev/null; then
   py=$(python3 -c 'import sys; print(sys.prefix)')
-  TPFS_BIN="$PWD/build/src/tpfs" TPFS_VENV="$py" TPFS_VLLM_VENV="$py" \
+  TPFS_BIN="$PWD/build/src/tpfs" TPFS_VENV="$py" TPFS_VLLM_VENV="$py" TPFS_VLLM_TOKENS=all \
     python3 tests/py/test_vllm.py 2>&1 | tee "$out/vllm.txt" || rc=$?
 else
   echo "vLLM view on CUDA: not run (GPUs: ${gpus:-0}; vLLM importable: $(python3 -c 'import vllm' 2>/dev/null && echo yes || echo no))" |

@@ -11,8 +11,8 @@ python vllm_check.py JOBS.json RESULT.json
   A job's "impersonate": "cuda-dsa" builds a DSA model (DeepSeek-V3.2, GLM-5) as vLLM on CUDA does
   (impersonate_cuda_dsa below): its key set and loaded weights are probed; it cannot generate.
 
-The key set is vLLM's own: a general plugin (entry point group vllm.general_plugins, loaded in every
-vLLM process, workers included) wraps ShardedStateLoader.load_weights so that, before loading, each
+The key set is vLLM's own: a general plugin (vllm_plugin.py, entry point group vllm.general_plugins,
+loaded in every vLLM process, workers included) wraps ShardedStateLoader.load_weights so that, before loading, each
 worker writes `_filter_subtensors(model.state_dict())` (the dict it then fills, key by key: an extra
 file key is a KeyError, a missing one "Missing keys") with each tensor's shape and dtype. The plugin
 lives in a temporary folder put on PYTHONPATH (a .dist-info with its entry point), so nothing is
@@ -26,92 +26,12 @@ import sys
 import tempfile
 import traceback
 
-PROBE = '''
-import json, os
-
-def impersonate_cuda_dsa():
-    """Lets vLLM's CPU platform CONSTRUCT a DSA model (DeepSeek-V3.2, GLM-5, GLM-5.3) as vLLM on CUDA
-    builds it, so that its key set and what each loader puts into it can be probed (it cannot run:
-    its forward needs CUDA kernels). The changes, nothing else: the CPU platform, asked for a sparse
-    MLA backend (which it refuses), answers with its non-sparse MLA backend (the backend picks
-    MLAAttention's impl, which is no module: the parameters are those CUDA builds);
-    vllm.models.deepseek_v32's DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM are the CUDA class
-    (nvidia/model.py) that its __init__ picks on CUDA, not deepseek_v2's generic class that it picks
-    on CPU (vllm.models.glm5next builds one class everywhere); and, for a multimodal model started
-    without a tokenizer (skip_tokenizer_init), the front end's processor is let start and the encoder
-    budget is given 16 tokens an item (it sizes caches, not modules)."""
-    from vllm.platforms import cpu
-    if getattr(cpu.CpuPlatform, "_tpfs_impersonated", False):
-        return
-    cpu.CpuPlatform._tpfs_impersonated = True
-    inner = cpu.CpuPlatform.get_attn_backend_cls.__func__
-
-    def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
-        if attn_selector_config.use_sparse:
-            attn_selector_config = attn_selector_config._replace(use_sparse=False)
-        return inner(cls, selected_backend, attn_selector_config, num_heads=num_heads)
-    cpu.CpuPlatform.get_attn_backend_cls = classmethod(get_attn_backend_cls)
-    import vllm.models.deepseek_v32 as pkg
-    from vllm.models.deepseek_v32.nvidia import model as cuda_model
-    pkg.DeepseekV32ForCausalLM = cuda_model.DeepseekV32ForCausalLM
-    pkg.GlmMoeDsaForCausalLM = cuda_model.DeepseekV32ForCausalLM
-    from vllm.multimodal import encoder_budget
-    from vllm.multimodal.processing import processor
-    processor.BaseMultiModalProcessor.requires_tokenizer = False
-    encoder_budget.get_mm_max_toks_per_item = lambda proc, mm_counts, cache: {m: 16 for m in mm_counts}
-
-def register():
-    if os.environ.get("TPFS_VLLM_IMPERSONATE") == "cuda-dsa":
-        impersonate_cuda_dsa()
-    d = os.environ.get("TPFS_VLLM_KEYS")
-    if not d:
-        return
-    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
-    from vllm.model_executor.model_loader.sharded_state_loader import ShardedStateLoader
-    if getattr(ShardedStateLoader, "_tpfs_probe", False):
-        return
-    ShardedStateLoader._tpfs_probe = True
-
-    def dump(model, name):
-        """D/name{rank}.json from _filter_subtensors(model.state_dict()): "rank", each key's shape and
-        dtype; "weights-rank", a digest of each tensor's bytes."""
-        import hashlib
-        import torch
-        from vllm.distributed import get_tensor_model_parallel_rank
-        sd = ShardedStateLoader._filter_subtensors(model.state_dict())
-        if name == "rank":
-            out = {k: [list(t.shape), str(t.dtype).replace("torch.", "")] for k, t in sd.items()}
-        else:
-            out = {k: hashlib.sha1(t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
-                   .hexdigest() for k, t in sd.items()}
-        path = os.path.join(d, "%s%d.json" % (name, get_tensor_model_parallel_rank()))
-        with open(path + ".tmp", "w") as f:
-            json.dump(out, f)
-        os.replace(path + ".tmp", path)
-
-    def wrap(cls, keys):
-        """cls.load_weights, recording the key set it fills (keys: before loading, which fails on a
-        wrong one) and the weights it leaves (after; before process_weights_after_loading packs them)."""
-        inner = cls.load_weights
-
-        def load_weights(self, model, model_config):
-            if keys:
-                dump(model, "rank")
-            r = inner(self, model, model_config)
-            dump(model, "weights-rank")
-            return r
-        cls.load_weights = load_weights
-
-    wrap(ShardedStateLoader, True)
-    wrap(DefaultModelLoader, False)
-'''
-
 
 def install_probe():
     """A folder with the probe plugin, put on PYTHONPATH for this process and the ones vLLM spawns."""
     d = tempfile.mkdtemp(prefix="tpfs-vllm-probe-")
-    with open(os.path.join(d, "tpfs_vllm_probe.py"), "w") as f:
-        f.write(PROBE)
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_plugin.py"),
+                os.path.join(d, "tpfs_vllm_probe.py"))
     info = os.path.join(d, "tpfs_vllm_probe-0.dist-info")
     os.mkdir(info)
     with open(os.path.join(info, "METADATA"), "w") as f:

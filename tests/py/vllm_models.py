@@ -34,6 +34,9 @@ FAMILIES = {
     # tied embeddings (served as lm_head.weight only), q/k/v biases
     "qwen2": lambda: tf.Qwen2Config(num_key_value_heads=2, intermediate_size=256, tie_word_embeddings=True,
                                     **COMMON),
+    # Mistral: llama's names in vLLM (MistralForCausalLM -> models/llama.py)
+    "mistral": lambda: tf.MistralConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                        **COMMON),
     # q_norm / k_norm, tied
     "qwen3": lambda: tf.Qwen3Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=True,
                                     **COMMON),
@@ -223,9 +226,37 @@ def kimi_published(out):
 POSTSAVE = {"kimi_linear": kimi_published}
 
 
-def make(family, out, seed=0):
+# At T=4 (the probe's second size, vllm_probe.py) every head count is doubled (2 -> 4 attention heads, and
+# the linear-attention and indexer heads alike: each must divide by T; KV heads stay below T where they were:
+# replicated), and hidden_size with them (vLLM's Qwen2 takes head_dim as hidden_size / heads, not from the
+# config); the sizes vLLM pads below 256 per rank are widened (Kimi Linear's experts), and GLM-5.3's KV heads
+# follow its attention heads (its config requires them equal).
+WIDE_KEYS = ("hidden_size", "num_attention_heads", "linear_num_key_heads", "linear_num_value_heads",
+             "linear_num_heads", "index_n_heads")
+WIDE = {"kimi_linear": {"moe_intermediate_size": 1024}, "glm5_next": {"num_key_value_heads": 4}}
+
+
+def widen(cfg, family, tp):
+    """cfg (its text_config, where it has one) with its head counts scaled for T=tp (tp > 2: WIDE_KEYS
+    times tp/2, then WIDE; a vision tower's output width follows the text width)."""
+    if tp <= 2:
+        return cfg
+    text = getattr(cfg, "text_config", None) or cfg
+    for k in WIDE_KEYS:
+        if getattr(text, k, None):
+            setattr(text, k, getattr(text, k) * tp // 2)
+    for k, v in WIDE.get(family, {}).items():
+        setattr(text, k, v)
+    vision = getattr(cfg, "vision_config", None)
+    if vision is not None and getattr(vision, "out_hidden_size", None):
+        vision.out_hidden_size = text.hidden_size
+    return cfg
+
+
+def make(family, out, seed=0, tp=2):
+    """Writes family's tiny checkpoint to OUT for a split of at most tp ranks (see widen); returns OUT."""
     torch.manual_seed(seed)
-    cfg = FAMILIES[family]()
+    cfg = widen(FAMILIES[family](), family, tp)
     if family in MODEL_CLS:
         model = getattr(tf, MODEL_CLS[family])(cfg).to(torch.bfloat16)
     else:
@@ -244,4 +275,4 @@ def make(family, out, seed=0):
 
 
 if __name__ == "__main__":
-    make(sys.argv[1], sys.argv[2])
+    make(sys.argv[1], sys.argv[2], tp=int(sys.argv[3]) if len(sys.argv) > 3 else 2)

@@ -1,0 +1,93 @@
+"""vLLM hooks of the vLLM tests, loaded in every vLLM process (vllm_check.py installs this file as the
+general plugin `tpfs_vllm_probe`, entry point group vllm.general_plugins, so that vLLM's spawned
+workers load it too; vllm_probe.py imports it directly).
+
+- impersonate_cuda_dsa(): lets the CPU platform build DSA models as vLLM on CUDA builds them.
+- register(): the plugin's entry point. With TPFS_VLLM_IMPERSONATE=cuda-dsa it impersonates; with
+  TPFS_VLLM_KEYS=DIR it wraps the loaders' load_weights so that each worker writes, to DIR, the key
+  set sharded_state fills (before loading) and a digest of the weights each loader leaves (after
+  load_weights, before process_weights_after_loading).
+"""
+import json
+import os
+
+
+def impersonate_cuda_dsa():
+    """Lets vLLM's CPU platform CONSTRUCT a DSA model (DeepSeek-V3.2, GLM-5, GLM-5.3) as vLLM on CUDA
+    builds it, so that its key set and what each loader puts into it can be probed (it cannot run:
+    its forward needs CUDA kernels). The changes, nothing else: the CPU platform, asked for a sparse
+    MLA backend (which it refuses), answers with its reference MLA backend, CPU_MLA (the backend picks
+    MLAAttention's impl, which is no module: the parameters are those CUDA builds; not AMX_MLA, which
+    it prefers where the CPU has AMX tiles: that impl refuses the sparse layer's topk_indices_buffer);
+    vllm.models.deepseek_v32's DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM are the CUDA class
+    (nvidia/model.py) that its __init__ picks on CUDA, not deepseek_v2's generic class that it picks
+    on CPU (vllm.models.glm5next builds one class everywhere); and, for a multimodal model started
+    without a tokenizer (skip_tokenizer_init), the front end's processor is let start and the encoder
+    budget is given 16 tokens an item (it sizes caches, not modules)."""
+    from vllm.platforms import cpu
+    if getattr(cpu.CpuPlatform, "_tpfs_impersonated", False):
+        return
+    cpu.CpuPlatform._tpfs_impersonated = True
+    inner = cpu.CpuPlatform.get_attn_backend_cls.__func__
+
+    def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
+        if attn_selector_config.use_sparse:
+            from vllm.v1.attention.backends.registry import AttentionBackendEnum
+            attn_selector_config = attn_selector_config._replace(use_sparse=False)
+            selected_backend = AttentionBackendEnum.CPU_MLA
+        return inner(cls, selected_backend, attn_selector_config, num_heads=num_heads)
+    cpu.CpuPlatform.get_attn_backend_cls = classmethod(get_attn_backend_cls)
+    import vllm.models.deepseek_v32 as pkg
+    from vllm.models.deepseek_v32.nvidia import model as cuda_model
+    pkg.DeepseekV32ForCausalLM = cuda_model.DeepseekV32ForCausalLM
+    pkg.GlmMoeDsaForCausalLM = cuda_model.DeepseekV32ForCausalLM
+    from vllm.multimodal import encoder_budget
+    from vllm.multimodal.processing import processor
+    processor.BaseMultiModalProcessor.requires_tokenizer = False
+    encoder_budget.get_mm_max_toks_per_item = lambda proc, mm_counts, cache: {m: 16 for m in mm_counts}
+
+
+def register():
+    if os.environ.get("TPFS_VLLM_IMPERSONATE") == "cuda-dsa":
+        impersonate_cuda_dsa()
+    d = os.environ.get("TPFS_VLLM_KEYS")
+    if not d:
+        return
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+    from vllm.model_executor.model_loader.sharded_state_loader import ShardedStateLoader
+    if getattr(ShardedStateLoader, "_tpfs_probe", False):
+        return
+    ShardedStateLoader._tpfs_probe = True
+
+    def dump(model, name):
+        """D/name{rank}.json from _filter_subtensors(model.state_dict()): "rank", each key's shape and
+        dtype; "weights-rank", a digest of each tensor's bytes."""
+        import hashlib
+        import torch
+        from vllm.distributed import get_tensor_model_parallel_rank
+        sd = ShardedStateLoader._filter_subtensors(model.state_dict())
+        if name == "rank":
+            out = {k: [list(t.shape), str(t.dtype).replace("torch.", "")] for k, t in sd.items()}
+        else:
+            out = {k: hashlib.sha1(t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
+                   .hexdigest() for k, t in sd.items()}
+        path = os.path.join(d, "%s%d.json" % (name, get_tensor_model_parallel_rank()))
+        with open(path + ".tmp", "w") as f:
+            json.dump(out, f)
+        os.replace(path + ".tmp", path)
+
+    def wrap(cls, keys):
+        """cls.load_weights, recording the key set it fills (keys: before loading, which fails on a
+        wrong one) and the weights it leaves (after; before process_weights_after_loading packs them)."""
+        inner = cls.load_weights
+
+        def load_weights(self, model, model_config):
+            if keys:
+                dump(model, "rank")
+            r = inner(self, model, model_config)
+            dump(model, "weights-rank")
+            return r
+        cls.load_weights = load_weights
+
+    wrap(ShardedStateLoader, True)
+    wrap(DefaultModelLoader, False)
