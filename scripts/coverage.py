@@ -19,7 +19,14 @@ conversion to the checkpoint layout), the data a sparse hole. Then `tpfs plan --
 
     python scripts/coverage.py [--tpfs BIN] [--out docs/COVERAGE.md] [--check] [--jobs 2] [FAMILY...]
 
---check (CI): also fails when a family is served but no numeric test proves it, when any family
+The vLLM columns: whether vLLM (the venv of `scripts/setup.sh --vllm`, TPFS_VLLM_VENV or
+build/venv-vllm; its model registry, vllm/model_executor/models/registry.py) registers the family's
+architecture natively or runs it through its Transformers backend (TransformersForCausalLM), and what
+`tpfs plan --tp 2` and `--tp 4` with `--view vllm` say: served (and proven by the load-only probe of
+tests/py/test_vllm.py, which names the families it probes) or refused, with the reason.
+
+--check (CI): also fails when a family is served but no numeric test proves it, when --view vllm
+serves a family the vLLM probe does not probe, when any family
 is an error, and when the table differs from the committed docs/COVERAGE.md (run without --check
 to regenerate it). Nothing is cached: every run builds every family again (about a minute on
 two cores).
@@ -90,6 +97,39 @@ def proofs():
             mts.append(sub.model_type)
         for mt in mts:
             out.setdefault(mt, "test_real_models %s" % name)
+    return out
+
+
+def vllm_registry():
+    """(vLLM's version, {architecture: "native" | "Transformers backend"}) from the vLLM venv's model
+    registry, or (None, {}) where that venv is not available (setup.sh --vllm wrote why)."""
+    venv = os.environ.get("TPFS_VLLM_VENV") or os.path.join(ROOT, "build", "venv-vllm")
+    py = os.path.join(venv, "bin", "python")
+    if not os.access(py, os.X_OK):
+        return None, {}
+    code = ("import json, vllm; from vllm.model_executor.models import registry as r; "
+            "print(json.dumps([vllm.__version__, sorted(r._VLLM_MODELS), sorted(r._TRANSFORMERS_SUPPORTED_MODELS), "
+            "sorted(r._TRANSFORMERS_BACKEND_MODELS)]))")
+    p = subprocess.run([py, "-c", code], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise RuntimeError("vLLM's model registry could not be read: %s" % p.stderr[-500:])
+    version, archs, tb, backend = json.loads(p.stdout.strip().splitlines()[-1])
+    out = {a: "native" for a in archs if a not in backend}
+    out.update({a: "Transformers backend" for a in tb})
+    return version, out
+
+
+def vllm_probed():
+    """{model_type: family} of the families tests/py/test_vllm.py proves under --view vllm (its probe)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+    import test_vllm
+    import vllm_models
+    out = {}
+    for fam in test_vllm.FAMILIES:
+        cfg = vllm_models.FAMILIES[fam]()
+        for mt in (cfg.model_type, getattr(getattr(cfg, "text_config", None), "model_type", None)):
+            if mt:
+                out.setdefault(mt, fam)
     return out
 
 
@@ -200,7 +240,8 @@ def one(args):
     import transformers  # noqa: F401
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     warnings.simplefilter("ignore")
-    row = dict(family=mt, cls=CONFIG_MAPPING[mt].__name__, status="", reason="", plan="", tensors=0, how="")
+    row = dict(family=mt, cls=CONFIG_MAPPING[mt].__name__, status="", reason="", plan="", tensors=0, how="", arch="",
+               view="", view_reason="")
     work = tempfile.mkdtemp(prefix="tpfs-cov-")
     try:
         try:
@@ -224,6 +265,17 @@ def one(args):
                 m = re.search(r"^plan:\s+built-in (\S+)", p.stdout, re.M)
                 row["plan"] = m.group(1) if m else "?"
             res.append((st, ("T=%d: " % T + why) if why and st != "refused" else why))
+        view = []
+        for T in (2, 4):
+            try:
+                p = subprocess.run([tpfs, "plan", work, "--tp", str(T), "--view", "vllm"], capture_output=True,
+                                   text=True, timeout=120)
+                view.append(classify(p))
+            except subprocess.TimeoutExpired:
+                view.append(("error", "T=%d: tpfs plan --view vllm did not finish in 120 s" % T))
+        row["view"] = ("served" if all(v[0] == "served" for v in view) else
+                       next(v for v in view if v[0] != "served")[0])
+        row["view_reason"] = next((v[1] for v in view if v[0] != "served"), "").split(" (views: ")[0]
         if all(s == "served" for s, _ in res):
             row["status"] = "served"
         elif any(s == "error" for s, _ in res):
@@ -237,7 +289,21 @@ def one(args):
         shutil.rmtree(work, ignore_errors=True)
 
 
-def render(rows, proven, version):
+NO_VIEW = re.compile(r"^--view vllm: no vllm view for plan '[^']*' with model_type '[^']*'$")
+
+
+def view_cell(r, probed):
+    """The --view vllm column of a row."""
+    if not r["view"]:
+        return ""
+    if r["view"] == "served":
+        return "served, probed (%s)" % probed[r["family"]] if r["family"] in probed else "served, NOT PROBED"
+    if NO_VIEW.match(r["view_reason"]):
+        return "refused: no view"
+    return "%s: %s" % (r["view"], r["view_reason"].replace("--view vllm: ", ""))
+
+
+def render(rows, proven, version, vllm_version, registry, probed):
     served = [r for r in rows if r["status"] == "served"]
     ok = [r for r in served if r["family"] in proven]
     refused = [r for r in rows if r["status"] == "refused"]
@@ -248,6 +314,17 @@ def render(rows, proven, version):
                "proven, %d refused (%d as an unknown architecture, %d by a tensor), %d errors, %d not built"
                % (len(rows), version, len(ok), len(served) - len(ok), len(refused), len(unknown),
                   len(refused) - len(unknown), len(errors), len(unbuilt)))
+    how = [registry.get(r["arch"], "not registered") for r in served]
+    vserved = [r for r in served if r["view"] == "served"]
+    vrefused = [r for r in served if r["view"] == "refused"]
+    noview = [r for r in vrefused if NO_VIEW.match(r["view_reason"])]
+    vsummary = ("of the %d served, vLLM %s registers %d natively, %d through its Transformers backend, %d not at "
+                "all; --view vllm serves %d (%d proven by the vLLM probe) and refuses %d by name (%d with no view "
+                "for the family, %d for another reason)"
+                % (len(served), vllm_version, how.count("native"), how.count("Transformers backend"),
+                   how.count("not registered"), len(vserved), sum(r["family"] in probed for r in vserved),
+                   len(vrefused), len(noview), len(vrefused) - len(noview))) if vllm_version else \
+        "vLLM columns not generated: no vLLM venv (scripts/setup.sh --vllm)"
     out = ["# Coverage", "",
            "Generated by `python scripts/coverage.py` (do not edit; `meson test coverage` runs it with `--check`). For",
            "every transformers configuration class that declares a `base_model_tp_plan`, a tiny model of its default",
@@ -256,17 +333,26 @@ def render(rows, proven, version):
            "the numeric test named (tests/py/test_real_models.py: each rank loaded strictly into the local-size",
            "model, the tensor-parallel logits equal to the unsplit model's in float64 within 1e-5 relative, a wrong",
            "split failing). *Refused* families are refused by name, before anything is mounted, for the reason shown.",
-           "", "**Summary: %s.**" % summary, "",
-           "| family | config class | result | plan | proven by | reason |", "| --- | --- | --- | --- | --- | --- |"]
+           "",
+           "*vLLM* says how vLLM's model registry takes the family's architecture (natively, through its Transformers",
+           "backend, or not at all); *--view vllm* what `tpfs plan --tp 2` and `--tp 4` with `--view vllm` say: served",
+           "(proven by the load-only probe of tests/py/test_vllm.py, for the vllm_models.py family named: vLLM's",
+           "default loader and sharded_state on the mount leave bitwise equal weights in vLLM's model, at T=2 and 4)",
+           "or refused, with the reason (\"no view\": no view file names the family's model_type).",
+           "", "**Summary: %s.**" % summary, "", "**vLLM: %s.**" % vsummary, "",
+           "| family | config class | result | plan | proven by | reason | vLLM | --view vllm |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in sorted(rows, key=lambda r: ({"served": 0, "error": 1, "refused": 2, "not built": 3}[r["status"]],
                                          r["family"])):
         reason = r["reason"].replace("|", "\\|")
         if len(reason) > 240:
             reason = reason[:237] + "..."
-        out.append("| %s | %s | %s | %s | %s | %s |" % (r["family"], r["cls"], r["status"], r["plan"] or "",
-                                                       proven.get(r["family"], "") if r["status"] == "served" else "",
-                                                       reason))
-    return "\n".join(out) + "\n", summary
+        reg = (registry.get(r["arch"], "not registered") if vllm_version else "?") if r["arch"] else ""
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s |"
+                   % (r["family"], r["cls"], r["status"], r["plan"] or "",
+                      proven.get(r["family"], "") if r["status"] == "served" else "", reason, reg,
+                      view_cell(r, probed).replace("|", "\\|") if vllm_version else ""))
+    return "\n".join(out) + "\n", summary + "; " + vsummary
 
 
 def main():
@@ -286,11 +372,18 @@ def main():
     ctx = multiprocessing.get_context("fork")
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, min(a.jobs, 2)), mp_context=ctx) as ex:
         rows = list(ex.map(one, [(mt, a.tpfs) for mt in names]))
-    text, summary = render(rows, proven, transformers.__version__)
+    vllm_version, registry = vllm_registry()
+    probed = vllm_probed()
+    text, summary = render(rows, proven, transformers.__version__, vllm_version, registry, probed)
     fail = []
     for r in rows:
         if r["status"] == "error":
             fail.append("%s: tpfs plan failed without a clear refusal: %s" % (r["family"], r["reason"]))
+        if r["view"] == "served" and r["family"] not in probed:
+            fail.append("%s: --view vllm serves it but the vLLM probe does not probe it: add it to tests/py/"
+                        "test_vllm.py FAMILIES (and vllm_models.py)" % r["family"])
+        if r["view"] == "error":
+            fail.append("%s: tpfs plan --view vllm failed without a clear refusal: %s" % (r["family"], r["view_reason"]))
         if r["status"] == "served" and r["family"] not in proven:
             fail.append("%s: served (plan %s) but no numeric test proves it: add it to tests/py/realmodel.py"
                         % (r["family"], r["plan"]))

@@ -78,6 +78,32 @@ FAMILIES = {
                                       **{k: v for k, v in COMMON.items() if k != "rms_norm_eps"}),
     "apertus": lambda: tf.ApertusConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
                                         **COMMON),
+    # vLLM's Transformers backend (TransformersForCausalLM, views/vllm/transformers.json): the HF modules with vLLM's
+    # parallel linears per base_model_tp_plan; Arcee's up_proj alone (ReLU^2), Seed-OSS's q/k/v biases, SmolLM3's
+    # NoPE layers, StarCoder2's c_fc / c_proj and LayerNorm biases, CWM's sliding layers, HunYuan's q/k norms
+    # (query_layernorm, key_layernorm), Jais2's LayerNorms, OLMo's norms without weights, VaultGemma's sandwich norms
+    "arcee": lambda: tf.ArceeConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False, **COMMON),
+    "seed_oss": lambda: tf.SeedOssConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                         pad_token_id=0, **COMMON),
+    "smollm3": lambda: tf.SmolLM3Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                        pad_token_id=0, **COMMON),
+    "starcoder2": lambda: tf.Starcoder2Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                              **{k: v for k, v in COMMON.items() if k != "rms_norm_eps"}),
+    "cwm": lambda: tf.CwmConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    "hunyuan_v1_dense": lambda: tf.HunYuanDenseV1Config(num_key_value_heads=1, intermediate_size=256,
+                                                        tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+                                                        eos_token_id=2, **COMMON),
+    "jais2": lambda: tf.Jais2Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                    pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                    **{k: v for k, v in COMMON.items() if k != "rms_norm_eps"}),
+    "olmo": lambda: tf.OlmoConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                  pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                  **{k: v for k, v in COMMON.items() if k not in ("rms_norm_eps", "head_dim")}),
+    "vaultgemma": lambda: tf.VaultGemmaConfig(num_key_value_heads=1, intermediate_size=256, pad_token_id=0,
+                                              bos_token_id=2, eos_token_id=1, query_pre_attn_scalar=64,
+                                              sliding_window=16, **COMMON),
     # shared experts, router bias, partial rotary, a first dense layer
     "glm4_moe": lambda: tf.Glm4MoeConfig(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
                                          n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,

@@ -216,6 +216,19 @@ CUTS = {
         (L + r"block_sparse_moe\.(shared_experts\.)?(gate|up)_proj\.weight", "column"),  # also a dense layer
         (L + r"block_sparse_moe\.(shared_experts\.)?down_proj\.weight", "row"),  # saved under block_sparse_moe
     ] + DENSE + NORMS,
+    # vLLM's Transformers backend (models/transformers: base.py, utils.py replace_linear_class): each nn.Linear made
+    # vLLM's ColumnParallelLinear ("colwise"), RowParallelLinear ("rowwise") or ReplicatedLinear by the model's
+    # base_model_tp_plan; q/k/v as QKVParallelLinear (fuser.py), norms, biases of row-parallel linears whole
+    "transformers": EMBED + ATTN + DENSE + NORMS + [
+        (L + r"mlp\.c_fc\.(weight|bias)", "column"),  # starcoder2: colwise
+        (L + r"mlp\.c_proj\.weight", "row"),  # rowwise
+        (L + r"mlp\.c_proj\.bias", "whole"),
+        (L + r"(input|post_attention)_layernorm\.bias", "whole"),  # LayerNorms (starcoder2, jais2)
+        (r"model\.norm\.bias", "whole"),
+        (L + r"self_attn\.(query|key)_layernorm\.weight", "whole"),  # hunyuan_v1_dense
+        (L + r"mlp\.(gate|up)_proj\.bias", "column"),  # jais2's MLP biases
+        (L + r"mlp\.down_proj\.bias", "whole"),
+    ],
     "phi3": EMBED + [  # models/phi3.py (llama.py): fused checkpoint tensors loaded with loaded_shard_id None
         (L + r"self_attn\.qkv_proj\.weight", "qkv_fused"),
         (L + r"self_attn\.o_proj\.weight", "row"),
@@ -229,7 +242,9 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           "qwen3_moe": "moe", "qwen2_moe": "moe", "mixtral": "mixtral", "phi3": "phi3",
           "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
-          "glm5_next": "glm5_next", "kimi_linear": "kimi_linear"}
+          "glm5_next": "glm5_next", "kimi_linear": "kimi_linear",
+          **{mt: "transformers" for mt in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm", "hunyuan_v1_dense",
+                                           "jais2", "olmo", "vaultgemma")}}
 
 
 def cut(family, cfg, name, x, T, r, pad):
