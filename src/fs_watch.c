@@ -162,6 +162,22 @@ static void inval_parts(tp_fs *fs, uint32_t i, off_t off)
 	}
 }
 
+/* Every file served from node i: its rank copies, the view's part files that read it, and
+ * MNT/config.json where i is the source's config.json (pages from offset off, or with off -1
+ * attributes only). The top folder and the stats file take SRC's attributes too. */
+static void inval_node(tp_fs *fs, uint32_t i, off_t off)
+{
+	for (uint32_t r = 0; r < fs->T && atomic_load(&fs->ready); r++)
+		fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, r, i), off, 0);
+	inval_parts(fs, i, off);
+	if (fs->cfg_ino && i == fs->m->config_node && atomic_load(&fs->ready))
+		fuse_lowlevel_notify_inval_inode(fs->se, fs->cfg_ino, off, 0);
+	if (i == 0 && atomic_load(&fs->ready)) {
+		fuse_lowlevel_notify_inval_inode(fs->se, FUSE_ROOT_ID, -1, 0);
+		fuse_lowlevel_notify_inval_inode(fs->se, fs->stats_ino, -1, 0);
+	}
+}
+
 static void *inval_thread(void *p)
 {
 	tp_fs *fs = p;
@@ -176,21 +192,11 @@ static void *inval_thread(void *p)
 			uint32_t i = v[k] & ~INVAL_ATTR;
 			if (!(v[k] & INVAL_ATTR))
 				atomic_store(&fs->ns[i].pend, 0);
-			for (uint32_t r = 0; r < fs->T && atomic_load(&fs->ready); r++)
-				fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, r, i), v[k] & INVAL_ATTR ? -1 : 0, 0);
-			inval_parts(fs, i, v[k] & INVAL_ATTR ? -1 : 0);
-			if (i == 0 && atomic_load(&fs->ready)) { /* the top folder and the stats file take SRC's too */
-				fuse_lowlevel_notify_inval_inode(fs->se, FUSE_ROOT_ID, -1, 0);
-				fuse_lowlevel_notify_inval_inode(fs->se, fs->stats_ino, -1, 0);
-			}
+			inval_node(fs, i, v[k] & INVAL_ATTR ? -1 : 0);
 		}
 		if (atomic_exchange(&fs->inval_lost, 0))
 			for (uint32_t i = 0; i < fs->nn; i++)
-			{
-				for (uint32_t r = 0; r < fs->T && atomic_load(&fs->ready); r++)
-					fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, r, i), atomic_load(&fs->ns[i].bad) ? 0 : -1, 0);
-				inval_parts(fs, i, atomic_load(&fs->ns[i].bad) ? 0 : -1);
-			}
+				inval_node(fs, i, atomic_load(&fs->ns[i].bad) ? 0 : -1);
 	}
 	return NULL;
 }

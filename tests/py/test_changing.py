@@ -81,9 +81,24 @@ print('SAME' if data == orig else 'WRONG')
         f.seek(os.path.getsize(os.path.join(src, B)) - 64)
         f.write(os.urandom(64))
     expect_eio("rewritten in place", m, B, snap, 2)
+    # MNT/config.json (the source's, served from memory) read through a descriptor opened before the change:
+    # its cached pages must be dropped like every rank file's, so the next read reaches the daemon and fails
+    top_cfg = os.open(os.path.join(m.path, "config.json"), os.O_RDONLY)
+    before = os.pread(top_cfg, 1 << 20, 0)
+    F.check(before == open(os.path.join(src, "config.json"), "rb").read(), "MNT/config.json is the source's")
     with open(os.path.join(src, "config.json"), "a") as f:
         f.write(" ")
     expect_eio("plain file changed", m, "config.json", snap, 2)
+    end, seen = time.time() + 5, "same"
+    while time.time() < end and seen == "same":
+        try:
+            seen = "same" if os.pread(top_cfg, 1 << 20, 0) == before else "WRONG"
+        except OSError as e:
+            seen = "eio" if e.errno == 5 else "error %d" % e.errno
+        time.sleep(0.01)
+    os.close(top_cfg)
+    F.check(seen == "eio", "MNT/config.json through a descriptor opened before the change fails with EIO (saw %s)"
+            % seen)
     expect_ok("others", m, "tokenizer_config.json", snap, 2)
     expect_ok("the rewritten index is not affected", m, "model.safetensors.index.json", snap, 2)
 
