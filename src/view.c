@@ -17,7 +17,14 @@ static const char *str_of(const cJSON *o, const char *k)
 }
 
 /* A template: literal text and {var} (letters, digits, _), no two variables side by side. */
-static int check_template(const char *t, const char *origin, size_t k, tp_err *e)
+/* The distinct template variables of one entry: at most TP_VIEW_VARS, each under 32 characters
+ * (what view_resolve.c binds; a template past either limit would never match, so it is refused). */
+typedef struct tvars {
+	char name[TP_VIEW_VARS][32];
+	int n;
+} tvars;
+
+static int check_template(const char *t, const char *origin, size_t k, tvars *vs, tp_err *e)
 {
 	int prev_var = 0;
 	for (const char *c = t; *c;) {
@@ -29,6 +36,20 @@ static int check_template(const char *t, const char *origin, size_t k, tp_err *e
 			for (const char *q = c + 1; q < end; q++)
 				if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_'))
 					return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: template '%s': bad variable name", origin, k, t);
+			size_t nl = (size_t)(end - c - 1);
+			if (nl >= sizeof vs->name[0])
+				return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: template '%s': a variable name is at most %zu "
+					       "characters", origin, k, t, sizeof vs->name[0] - 1);
+			int seen = 0;
+			for (int j = 0; j < vs->n && !seen; j++)
+				seen = strlen(vs->name[j]) == nl && !strncmp(vs->name[j], c + 1, nl);
+			if (!seen) {
+				if (vs->n == TP_VIEW_VARS)
+					return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: template '%s': an entry has at most %d "
+						       "variables", origin, k, t, TP_VIEW_VARS);
+				memcpy(vs->name[vs->n], c + 1, nl);
+				vs->name[vs->n++][nl] = 0;
+			}
 			c = end + 1;
 			prev_var = 1;
 		} else {
@@ -39,6 +60,18 @@ static int check_template(const char *t, const char *origin, size_t k, tp_err *e
 		}
 	}
 	return 0;
+}
+
+/* Whether k can name a config.json key: a letter or '_', then letters, digits and '_' (so a plan
+ * expression, which would name no key and leave the entry silently off, is refused). */
+static int config_key(const char *k)
+{
+	if (!k || !((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') || *k == '_'))
+		return 0;
+	for (; *k; k++)
+		if (!((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') || (*k >= '0' && *k <= '9') || *k == '_'))
+			return 0;
+	return 1;
 }
 
 static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
@@ -57,15 +90,18 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: unknown field '%s'", origin, k, it->string);
 	}
 	memset(x, 0, sizeof *x);
+	tvars vs = {.n = 0};
 	x->name = str_of(o, "name");
 	x->stack = str_of(o, "stack");
 	x->if_missing = str_of(o, "if_missing");
 	x->when = str_of(o, "when");
-	if (cJSON_GetObjectItemCaseSensitive(o, "when") && (!x->when || !x->when[0] || (x->when[0] == '!' && !x->when[1])))
-		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"when\" is a config.json key, or !key", origin, k);
+	if (cJSON_GetObjectItemCaseSensitive(o, "when") && !config_key(x->when + (x->when && x->when[0] == '!')))
+		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"when\" is a config.json key, or !key, not '%s' (a plan "
+			       "expression such as \"model_type == 'x'\" belongs in \"refuse\")", origin, k,
+			       x->when ? x->when : "(not a string)");
 	const char *unless = str_of(o, "unless"); /* "unless": K is "when": "!K" */
 	if (cJSON_GetObjectItemCaseSensitive(o, "unless")) {
-		if (!unless || !unless[0] || unless[0] == '!' || x->when)
+		if (!config_key(unless) || x->when)
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"unless\" is a config.json key (and not with \"when\")",
 				       origin, k);
 		x->when = unless;
@@ -80,11 +116,12 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 	if (drop) {
 		x->kind = TP_VE_DROP;
 		x->per = drop;
-		return check_template(drop, origin, k, e);
+		return check_template(drop, origin, k, &vs, e);
 	}
 	if (!x->name)
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"name\" (the served name) is required", origin, k);
-	if (check_template(x->name, origin, k, e) < 0 || (x->if_missing && check_template(x->if_missing, origin, k, e) < 0))
+	if (check_template(x->name, origin, k, &vs, e) < 0 ||
+	    (x->if_missing && check_template(x->if_missing, origin, k, &vs, e) < 0))
 		return -1;
 	if (cst) {
 		x->kind = TP_VE_CONST;
@@ -96,7 +133,7 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: a constant is {\"dtype\": \"F32\" or \"BF16\", "
 				       "\"value\": N} with \"per\": a source template", origin, k);
 		x->cvalue = val->valuedouble;
-		return check_template(x->per, origin, k, e);
+		return check_template(x->per, origin, k, &vs, e);
 	}
 	x->kind = TP_VE_CAT;
 	if (cJSON_GetObjectItemCaseSensitive(o, "dtype")) { /* served as F32 where the pieces are BF16 or F16 */
@@ -136,7 +173,7 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 		}
 	}
 	for (uint32_t j = 0; j < x->ncat; j++)
-		if (check_template(x->cat[j], origin, k, e) < 0)
+		if (check_template(x->cat[j], origin, k, &vs, e) < 0)
 			return -1;
 	if (x->stack) {
 		char var[64];
