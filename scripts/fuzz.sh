@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh [SECONDS]: builds the libFuzzer targets with clang (build/fuzz, the whole project
-# instrumented) and runs each for a third of SECONDS (default 60 in all) from the seed corpus in
+# instrumented) and runs each for an equal share of SECONDS (default 60 in all) from the seed corpus in
 # tests/fuzz/corpus. FUZZ_SEED fixes libFuzzer's seed (scripts/test.sh uses 1, so CI walks the same
 # inputs each run; unset or 0: a new seed each run, for exploring). On a crash it prints the
 # reproducer's bytes (base64) and exits non-zero, leaving it (crash-*) in build/fuzz/work/TARGET;
@@ -13,12 +13,16 @@ if [ ! -f build/fuzz/build.ninja ]; then
   CC=clang meson setup build/fuzz -Dfuzz=enabled -Dtests=disabled -Db_lundef=false >/dev/null
 fi
 ninja -C build/fuzz >/dev/null
-per=$(( secs / 3 > 1 ? secs / 3 : 1 ))
-for t in header plan config; do
+targets=(header plan config view)
+per=$(( secs / ${#targets[@]} > 1 ? secs / ${#targets[@]} : 1 ))
+for t in "${targets[@]}"; do
   work="build/fuzz/work/$t"
   mkdir -p "$work/corpus"
   rm -f "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* # an earlier run's: only this run's are shown
   cp -n tests/fuzz/corpus/$t/* "$work/corpus/" 2>/dev/null || true
+  if [ "$t" = view ]; then  # the built-in views are the seeds of the view target
+    for f in views/*/*.json; do cp -n "$f" "$work/corpus/$(basename "$(dirname "$f")")-$(basename "$f")"; done
+  fi
   echo "fuzzing $t for ${per}s (seed ${FUZZ_SEED:-0})" >&2
   rc=0
   (cd "$work" && "$OLDPWD/build/fuzz/tests/fuzz/fuzz_$t" -seed="${FUZZ_SEED:-0}" -max_total_time="$per" \

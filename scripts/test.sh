@@ -7,7 +7,7 @@
 #   2. build/asan  the same tests with AddressSanitizer + UndefinedBehaviorSanitizer, mount tests
 #                  included (the daemon runs sanitized).
 #   3. smoke runs of the benchmarks (seconds), then fuzzing of the header parser, plan
-#      resolution and the rank config rewrite for FUZZ_SECONDS (default 60), with a fixed seed
+#      resolution, the rank config rewrite and view files for FUZZ_SECONDS (default 60), with a fixed seed
 #      (FUZZ_SEED, default 1) so that every run walks the same inputs.
 # Exits non-zero on the first failure. Mount tests skip (exit 77, with the reason) only where
 # /dev/fuse is missing. At the end (and on a failure) it prints how long each part and each test took,
