@@ -1,6 +1,6 @@
 /* cli.c: the tpfs command line (the thin shell's upper half): argv, help, exit codes. This file
- * holds main, the argument helpers (cli.h) and every command but plan (cli_plan.c); the help
- * texts are cli_help.c's.
+ * holds main and every command but plan (cli_plan.c); the help texts and the argument helpers
+ * (cli.h) are cli_help.c's.
  *
  *   tpfs mount SRC MNT --tp N [...]   serve SRC as N rank folders under MNT
  *   tpfs umount MNT                   unmount
@@ -27,65 +27,6 @@
 #include "gather_module.h"
 #include "io_plan.h"
 #include "model.h"
-
-int die_usage(const char *u, const char *msg)
-{
-	if (msg)
-		fprintf(stderr, "tpfs: %s\n\n", msg);
-	fputs(u, stderr);
-	return 2;
-}
-
-int parse_u32(const char *s, uint32_t *out)
-{
-	char *end;
-	errno = 0;
-	if (s[0] < '0' || s[0] > '9') /* strtoul would accept a sign and leading blanks */
-		return -1;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || *end || v > UINT32_MAX)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
-
-int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, const char *usage)
-{
-	uint32_t v;
-	switch (c) {
-	case 't':
-		if (parse_u32(arg, &mo->T) < 0 || mo->T < 1 || mo->T > TP_MAX_T)
-			return die_usage(usage, "--tp: give a number of ranks between 1 and 1024");
-		*have_t = 1;
-		return 1;
-	case 'p':
-		mo->plan = arg;
-		return 1;
-	case 's':
-		mo->strict = 1;
-		return 1;
-	case 'U':
-		if (strcmp(arg, "refuse") && strcmp(arg, "replicate"))
-			return die_usage(usage, "--unmatched: give refuse or replicate");
-		mo->unmatched_replicate = !strcmp(arg, "replicate");
-		return 1;
-	case 'E':
-		mo->ep = 1;
-		return 1;
-	case 'W': /* --view hf (the rank folders), an engine, or a view file */
-		mo->view = !strcmp(arg, "hf") ? NULL : arg;
-		return 1;
-	case 'V':
-		mo->pad_vocab = 64;
-		if (arg && (parse_u32(arg, &v) < 0 || v < 1))
-			return die_usage(usage, "--pad-vocab=M: give a positive multiple");
-		if (arg)
-			mo->pad_vocab = v;
-		return 1;
-	default:
-		return 0;
-	}
-}
 
 /* ---- mountinfo ---- */
 

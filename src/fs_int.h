@@ -152,7 +152,9 @@ void send_note(int fd, const char *msg);
 void detach_stdio(const char *log_path);
 
 /* ---- fs_names.c ---- */
-extern const struct fuse_lowlevel_ops tp_fs_ops;
+/* The operations table's two halves (fs_session.c assembles them): fs_names.c's, fs_read.c's. */
+void names_ops(struct fuse_lowlevel_ops *o);
+void read_ops(struct fuse_lowlevel_ops *o);
 /* Rank r's inode of node i; and back: 0 with *r and *i set, or -1 for an inode of no node. */
 fuse_ino_t ino_of(const tp_fs *fs, uint32_t r, uint32_t i);
 int decode(const tp_fs *fs, fuse_ino_t ino, uint32_t *r, uint32_t *i);
@@ -170,9 +172,6 @@ int served(const tp_fs *fs, uint32_t r);
 /* This thread's scratch with a buffer of at least need bytes, or NULL (out of memory). */
 scratch *get_scratch(size_t need);
 void scratch_key_make(void);
-void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 
 /* ---- fs_watch.c ---- */
 uint64_t ts_ns(struct timespec t);

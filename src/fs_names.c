@@ -1,6 +1,6 @@
 /* fs_names.c: the namespace of a mount: inodes, attributes, lookup, readdir, statfs, the
- * refusals of every writing call (EROFS), extended attributes, the stats file's text, and the
- * table of operations handed to libfuse.
+ * refusals of every writing call (EROFS), extended attributes, the stats file's text, which ranks
+ * are served, each worker thread's reply buffer, and the namespace's operations (names_ops).
  *
  * Inodes are computed, never allocated: 1 is the top folder, 2 + r * nn + i is node i of the
  * model as rank r sees it (node 0 is the rank folder), 2 + T * nn is .tpfs-stats and the next one
@@ -12,6 +12,50 @@
 #include "fs_int.h"
 
 /* ---- inodes and attributes ---- */
+
+/* Is rank r served (--ranks)? */
+int served(const tp_fs *fs, uint32_t r)
+{
+	return !fs->o->serve || fs->o->serve[r];
+}
+
+/* The reply buffer of each libfuse worker thread (readdir and reads), grown as needed. */
+static pthread_key_t scratch_key;
+
+static void scratch_free(void *p)
+{
+	scratch *s = p;
+	if (s) {
+		free(s->buf);
+		free(s);
+	}
+}
+
+scratch *get_scratch(size_t need)
+{
+	scratch *s = pthread_getspecific(scratch_key);
+	if (!s) {
+		s = calloc(1, sizeof *s);
+		if (!s)
+			return NULL;
+		pthread_setspecific(scratch_key, s);
+	}
+	if (s->cap < need || !s->buf) { /* always a buffer, even for a zero-length need */
+		size_t cap = need < (1u << 20) + 4096 ? (1u << 20) + 4096 : need;
+		uint8_t *b = realloc(s->buf, cap);
+		if (!b)
+			return NULL;
+		s->buf = b;
+		s->cap = cap;
+	}
+	return s;
+}
+
+void scratch_key_make(void)
+{
+	pthread_key_create(&scratch_key, scratch_free);
+}
+
 
 fuse_ino_t ino_of(const tp_fs *fs, uint32_t r, uint32_t i)
 {
@@ -370,30 +414,30 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t i, size_t s)
 		fuse_reply_buf(req, NULL, 0);
 }
 
-const struct fuse_lowlevel_ops tp_fs_ops = {
-	.init = op_init,
-	.lookup = op_lookup,
-	.getattr = op_getattr,
-	.readdir = op_readdir,
-	.open = op_open,
-	.release = op_release,
-	.read = op_read,
-	.statfs = op_statfs,
-	.setattr = op_setattr,
-	.mknod = op_mknod,
-	.mkdir = op_mkdir,
-	.unlink = op_unlink,
-	.rmdir = op_unlink,
-	.symlink = op_symlink,
-	.rename = op_rename,
-	.link = op_link,
-	.write = op_write,
-	.create = op_create,
-	.setxattr = op_setxattr,
-	.removexattr = op_removexattr,
-	.getxattr = op_getxattr,
-	.listxattr = op_listxattr,
-};
+/* The namespace side of the operations table (fs_session.c assembles it): every operation but
+ * open, read and release (fs_read.c's). */
+void names_ops(struct fuse_lowlevel_ops *o)
+{
+	o->init = op_init;
+	o->lookup = op_lookup;
+	o->getattr = op_getattr;
+	o->readdir = op_readdir;
+	o->statfs = op_statfs;
+	o->setattr = op_setattr;
+	o->mknod = op_mknod;
+	o->mkdir = op_mkdir;
+	o->unlink = op_unlink;
+	o->rmdir = op_unlink;
+	o->symlink = op_symlink;
+	o->rename = op_rename;
+	o->link = op_link;
+	o->write = op_write;
+	o->create = op_create;
+	o->setxattr = op_setxattr;
+	o->removexattr = op_removexattr;
+	o->getxattr = op_getxattr;
+	o->listxattr = op_listxattr;
+}
 
 /* ---- counters ---- */
 

@@ -215,50 +215,7 @@ void advise_sources(const tp_fs *fs)
 	}
 }
 
-/* Is rank r served (--ranks)? */
-int served(const tp_fs *fs, uint32_t r)
-{
-	return !fs->o->serve || fs->o->serve[r];
-}
-
-static pthread_key_t scratch_key;
-
-static void scratch_free(void *p)
-{
-	scratch *s = p;
-	if (s) {
-		free(s->buf);
-		free(s);
-	}
-}
-
-scratch *get_scratch(size_t need)
-{
-	scratch *s = pthread_getspecific(scratch_key);
-	if (!s) {
-		s = calloc(1, sizeof *s);
-		if (!s)
-			return NULL;
-		pthread_setspecific(scratch_key, s);
-	}
-	if (s->cap < need || !s->buf) { /* always a buffer, even for a zero-length need */
-		size_t cap = need < (1u << 20) + 4096 ? (1u << 20) + 4096 : need;
-		uint8_t *b = realloc(s->buf, cap);
-		if (!b)
-			return NULL;
-		s->buf = b;
-		s->cap = cap;
-	}
-	return s;
-}
-
-void scratch_key_make(void)
-{
-	pthread_key_create(&scratch_key, scratch_free);
-}
-
-
-void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	tp_fs *fs = fuse_req_userdata(req);
 	/* O_APPEND without write access opens, as on a read-only ext4 or tmpfs mount */
@@ -345,7 +302,7 @@ static void fh_release(tp_fs *fs, fhandle *h)
 	fh_free(h);
 }
 
-void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
 	fhandle *h = (fhandle *)(uintptr_t)fi->fh;
@@ -662,7 +619,7 @@ static void read_plain(fuse_req_t req, tp_fs *fs, uint32_t i, size_t size, off_t
 	after_reply(fs, i);
 }
 
-void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	tp_fs *fs = fuse_req_userdata(req);
 	fhandle *h = (fhandle *)(uintptr_t)fi->fh;
@@ -717,4 +674,12 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	} else {
 		fuse_reply_err(req, EBADF);
 	}
+}
+
+/* The read side of the operations table (fs_session.c assembles it): open, read, release. */
+void read_ops(struct fuse_lowlevel_ops *o)
+{
+	o->open = op_open;
+	o->release = op_release;
+	o->read = op_read;
 }

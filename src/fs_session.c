@@ -280,7 +280,11 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 			sizeof opts - sizeof ",ro,fsname=tpfs,subtype=tpfs,default_permissions");
 		goto out_report;
 	}
-	fs.se = fuse_session_new(&args, &tp_fs_ops, sizeof tp_fs_ops, &fs);
+	struct fuse_lowlevel_ops ops; /* libfuse copies the table */
+	memset(&ops, 0, sizeof ops);
+	names_ops(&ops);
+	read_ops(&ops);
+	fs.se = fuse_session_new(&args, &ops, sizeof ops, &fs);
 	if (!fs.se) {
 		tp_fail(e, TP_EINVAL, "libfuse refused the mount options '%s'", opts);
 		goto out_report;

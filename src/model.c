@@ -20,18 +20,6 @@
 #include "json_strict.h"
 #include "tensor_index.h"
 
-void tp_model_log(const tp_model *m, int level, const char *fmt, ...)
-{
-	if (!m->o->log)
-		return;
-	char msg[TP_ERR_MSG];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	m->o->log(m->o->ctx, level, msg);
-}
-
 /* Reads and parses the JSON file of node n; NULL with e set when it cannot (duplicate keys
  * included: tp_json_unique). With keep, the text
  * read is handed over in *keep (its length in *keep_len) instead of freed. */
