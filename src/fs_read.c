@@ -532,6 +532,7 @@ static void read_served(fuse_req_t req, tp_fs *fs, uint32_t r, size_t p, size_t 
 	}
 	const tp_vpart *pt = &fs->m->vplan.parts[p];
 	uint64_t done = 0, touched = 0;
+	int on_gpu = 0;
 	while (done < want) {
 		uint64_t cov;
 		size_t nr = tp_served_map(S, (uint64_t)off + done, want - done, s->runs, RUN_CAP, &cov);
@@ -551,6 +552,7 @@ static void read_served(fuse_req_t req, tp_fs *fs, uint32_t r, size_t p, size_t 
 		/* only the CPU backend widens */
 		const tp_gather *backend = nwiden ? &tp_gather_cpu_backend
 						  : pick_backend(fs, cov < want - done ? RUN_CAP : nsrc, want);
+		on_gpu |= backend == &fs->gpu;
 		tp_err ge;
 		tp_err_clear(&ge);
 		if (tp_guarded_gather_n(backend, s->runs, nr, fs->vtab[p], pt->nsrc, loc, s->buf + done, &ge) < 0) {
@@ -580,6 +582,8 @@ static void read_served(fuse_req_t req, tp_fs *fs, uint32_t r, size_t p, size_t 
 	atomic_fetch_add_explicit(&rs->served, want, memory_order_relaxed);
 	atomic_fetch_add_explicit(&rs->touched, touched, memory_order_relaxed);
 	atomic_fetch_add_explicit(&rs->copied, 1, memory_order_relaxed);
+	if (on_gpu) /* counted as read_tensors counts it: a reply with a CUDA gather in it */
+		atomic_fetch_add_explicit(&rs->gpu, 1, memory_order_relaxed);
 	fuse_reply_buf(req, (const char *)s->buf, want);
 	for (uint32_t k = 0; k < pt->nsrc; k++)
 		after_reply(fs, fs->m->vsrc_node[pt->srcs[k]]);
