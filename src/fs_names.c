@@ -333,12 +333,27 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct statvfs sv;
 	memset(&sv, 0, sizeof sv);
 	sv.f_bsize = sv.f_frsize = 4096;
-	uint64_t total = 0;
-	for (uint32_t i = 0; i < fs->nn; i++)
-		for (uint32_t r = 0; r < fs->T && fs->m->n[i].kind != TN_DIR; r++)
-			total += served(fs, r) ? tp_node_size(fs->m, i, r) : 0;
+	uint64_t total = 0, files = 2;
+	uint32_t r, i;
+	for (i = 0; i < fs->nn; i++) /* what readdir shows: each file as decode lets it be seen */
+		for (r = 0; r < fs->T && fs->m->n[i].kind != TN_DIR; r++) {
+			uint32_t rr, ii;
+			if (decode(fs, ino_of(fs, r, i), &rr, &ii) == 0) {
+				total += tp_node_size(fs->m, i, r);
+				files++;
+			}
+		}
+	for (r = 0; r < fs->T && fs->vnp; r++) /* a view's part files, for the ranks served */
+		for (size_t p = 0; p < fs->vnp && served(fs, r); p++) {
+			total += fs->m->vs[(size_t)r * fs->vnp + p].size;
+			files++;
+		}
+	if (fs->cfg_ino) { /* MNT/config.json, the source's */
+		total += fs->m->config_len;
+		files++;
+	}
 	sv.f_blocks = total / 4096 + 1;
-	sv.f_files = (fsfilcnt_t)fs->nn * fs->T + 2;
+	sv.f_files = (fsfilcnt_t)files;
 	sv.f_namemax = 255;
 	sv.f_flag = ST_RDONLY;
 	fuse_reply_statfs(req, &sv);

@@ -81,6 +81,15 @@ def load_dir(d):
     return full
 
 
+def check_statfs(what, mnt):
+    """statfs counts what the mount shows (the view's part files, not the rank folders it does not show)."""
+    sizes = [os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(mnt) for f in fs if f != ".tpfs-stats"]
+    sv = os.statvfs(mnt)
+    F.check(sv.f_blocks == sum(sizes) // 4096 + 1 and sv.f_files == len(sizes) + 2,
+            "%s: statfs gives %d blocks and %d files for %d files of %d bytes shown"
+            % (what, sv.f_blocks, sv.f_files, len(sizes), sum(sizes)))
+
+
 # 1. llama (KV heads 2: replicated groups at T=4; q/k/v biases), at T=2 and 4
 src = os.path.join(work, "llama")
 config, _ = fixtures.make("llama", src)
@@ -96,6 +105,7 @@ for T in (2, 4):
                 "T=%d: config.json is the source's (vLLM divides by T itself)" % T)
         for r in range(T):
             compare("llama T=%d rank %d" % (T, r), served(m.path, r), vllm_expected(config, full, T, r))
+        check_statfs("T=%d" % T, m.path)
 
 # 1b. no q/k/v biases: the optional qkv_proj.bias entry matches nothing and makes nothing
 nb = os.path.join(work, "nobias")
@@ -173,6 +183,7 @@ with tt.Mount(src, 2, "--view", "vllm", "--ranks", "1") as m:
     names = sorted(n for n in os.listdir(m.path) if n.startswith("model-rank"))
     F.check(names == ["model-rank-1-part-0.safetensors", "model-rank-1-part-1.safetensors"], "--ranks 1 serves %s" % names)
     compare("--ranks 1", served(m.path, 1), vllm_expected(config, full, 2, 1))
+    check_statfs("--ranks 1", m.path)
 
 # 4. tpfs plan --view vllm lists each key and its pieces
 p = tt.tpfs("plan", src, "--tp", "2", "--view", "vllm")
