@@ -204,6 +204,109 @@ static int str_list(const cJSON *a, const char **out, uint32_t cap, uint32_t *n)
 	return 0;
 }
 
+/* The key an entry of "tensors" is replaced by in a view that extends another: its served name,
+ * or for a drop entry its template (a drop entry replaces a drop entry only). */
+static int same_entry(const cJSON *a, const cJSON *b)
+{
+	const char *na = str_of(a, "name"), *nb = str_of(b, "name"), *da = str_of(a, "drop"), *db = str_of(b, "drop");
+	return (na && nb && !strcmp(na, nb)) || (!na && !nb && da && db && !strcmp(da, db));
+}
+
+/* "extends": NAME. The view is the built-in view NAME (of the same engine) with this file put over
+ * it: each top-level field replaces the parent's; each entry of "tensors" replaces the parent's
+ * entry of the same key (same_entry) where it stands, an entry {"remove": NAME} takes away the
+ * parent's entry making NAME, and any other entry is appended. A parent may itself extend another,
+ * 4 levels at most. Consumes child; returns the merged object, or NULL with e set. */
+static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e)
+{
+	const char *base = str_of(child, "extends"), *engine = str_of(child, "engine");
+	if (!cJSON_GetObjectItemCaseSensitive(child, "extends"))
+		return child;
+	cJSON *parent = NULL;
+	if (!base || depth >= 4)
+		tp_fail(e, TP_EINVAL, "%s: \"extends\" names one built-in view (at most 4 levels deep)", origin);
+	for (int i = 0; base && depth < 4 && i < tp_view_builtin_count() && !parent; i++) {
+		size_t l;
+		const char *t = tp_view_builtin_text(i, &l);
+		cJSON *c = tp_json_parse("built-in view", t, l, e);
+		const char *n = c ? str_of(c, "name") : NULL, *en = c ? str_of(c, "engine") : NULL;
+		if (c && n && !strcmp(n, base) && (!engine || (en && !strcmp(en, engine))))
+			parent = extend(c, origin, depth + 1, e);
+		else
+			cJSON_Delete(c);
+	}
+	if (!parent) {
+		if (base && depth < 4)
+			tp_fail(e, TP_EINVAL, "%s: \"extends\": no built-in %s view '%s'", origin, engine ? engine : "", base);
+		cJSON_Delete(child);
+		return NULL;
+	}
+	const cJSON *it;
+	int oom = 0;
+	cJSON_ArrayForEach(it, child)
+	{
+		if (!strcmp(it->string, "extends") || !strcmp(it->string, "tensors"))
+			continue;
+		cJSON *dup = cJSON_Duplicate(it, 1);
+		oom |= !dup;
+		if (dup && cJSON_GetObjectItemCaseSensitive(parent, it->string))
+			cJSON_ReplaceItemInObjectCaseSensitive(parent, it->string, dup);
+		else if (dup)
+			cJSON_AddItemToObject(parent, it->string, dup);
+	}
+	cJSON *pt = cJSON_GetObjectItemCaseSensitive(parent, "tensors");
+	const cJSON *ct = cJSON_GetObjectItemCaseSensitive(child, "tensors");
+	if (ct && !cJSON_IsArray(ct)) {
+		tp_fail(e, TP_EINVAL, "%s: \"tensors\" is a list", origin);
+		goto bad;
+	}
+	if (!cJSON_IsArray(pt)) {
+		tp_fail(e, TP_EINVAL, "%s: \"extends\": view '%s' has no \"tensors\" list", origin, base);
+		goto bad;
+	}
+	cJSON_ArrayForEach(it, ct)
+	{
+		const char *rm = str_of(it, "remove");
+		if (cJSON_GetObjectItemCaseSensitive(it, "remove")) {
+			cJSON *x, *hit = NULL;
+			cJSON_ArrayForEach(x, pt)
+			{
+				const char *n = str_of(x, "name");
+				if (!hit && rm && n && !strcmp(n, rm))
+					hit = x;
+			}
+			if (!hit || cJSON_GetArraySize(it) != 1) {
+				tp_fail(e, TP_EINVAL, "%s: {\"remove\": NAME} takes away the entry of view '%s' making NAME "
+					       "(%s: none)", origin, base, rm ? rm : "not a name");
+				goto bad;
+			}
+			cJSON_Delete(cJSON_DetachItemViaPointer(pt, hit));
+			continue;
+		}
+		cJSON *dup = cJSON_Duplicate(it, 1), *x, *hit = NULL;
+		oom |= !dup;
+		cJSON_ArrayForEach(x, pt)
+		{
+			if (!hit && same_entry(x, it))
+				hit = x;
+		}
+		if (dup && hit)
+			cJSON_ReplaceItemViaPointer(pt, hit, dup);
+		else if (dup)
+			cJSON_AddItemToArray(pt, dup);
+	}
+	if (oom) {
+		tp_fail(e, TP_ENOMEM, "%s: out of memory", origin);
+		goto bad;
+	}
+	cJSON_Delete(child);
+	return parent;
+bad:
+	cJSON_Delete(parent);
+	cJSON_Delete(child);
+	return NULL;
+}
+
 int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, tp_err *e)
 {
 	static const char *keys[] = {"tpfs_view", "engine", "name", "proven", "plans", "model_types", "pad_vocab",
@@ -214,11 +317,13 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 	v->json = tp_json_parse(origin, text, len, e);
 	if (!v->json)
 		return -1;
-	const cJSON *o = v->json, *it;
-	if (!cJSON_IsObject(o)) {
+	if (!cJSON_IsObject(v->json)) {
 		tp_fail(e, TP_EINVAL, "%s: a view file is a JSON object", origin);
 		goto bad;
 	}
+	if (!(v->json = extend(v->json, origin, 0, e)))
+		return -1;
+	const cJSON *o = v->json, *it;
 	cJSON_ArrayForEach(it, o)
 	{
 		int known = 0;

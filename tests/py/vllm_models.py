@@ -78,7 +78,7 @@ FAMILIES = {
                                       **{k: v for k, v in COMMON.items() if k != "rms_norm_eps"}),
     "apertus": lambda: tf.ApertusConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
                                         **COMMON),
-    # vLLM's Transformers backend (TransformersForCausalLM, views/vllm/transformers.json): the HF modules with vLLM's
+    # vLLM's Transformers backend (TransformersForCausalLM; served by views/vllm/llama.json): the HF modules with vLLM's
     # parallel linears per base_model_tp_plan; Arcee's up_proj alone (ReLU^2), Seed-OSS's q/k/v biases, SmolLM3's
     # NoPE layers, StarCoder2's c_fc / c_proj and LayerNorm biases, CWM's sliding layers, HunYuan's q/k norms
     # (query_layernorm, key_layernorm), Jais2's LayerNorms, OLMo's norms without weights, VaultGemma's sandwich norms

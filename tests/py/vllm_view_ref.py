@@ -458,8 +458,41 @@ def write(src, view, T, out, ranks=None, family=None):
 
 
 def load_view(path):
+    """A view file, with "extends" applied as views/vllm/README.md says: the named view of the same
+    folder under it, each top-level field of this file replacing the parent's, each "tensors" entry
+    replacing the parent's of the same name (a drop entry: of the same drop template) where it
+    stands, {"remove": NAME} taking the parent's entry making NAME away, any other appended."""
     with open(path) as f:
-        return json.load(f)
+        view = json.load(f)
+    base = view.pop("extends", None)
+    if base is None:
+        return view
+    parent = None
+    for f in sorted(glob.glob(os.path.join(os.path.dirname(path) or ".", "*.json"))):
+        with open(f) as fh:
+            if json.load(fh).get("name") == base:
+                parent = load_view(f)
+    if parent is None:
+        raise ViewError("%s: extends %r, which no view beside it is" % (path, base))
+    tensors = parent.get("tensors", [])
+
+    def key(e):
+        return ("name", e["name"]) if "name" in e else ("drop", e.get("drop"))
+    for e in view.pop("tensors", []):
+        if "remove" in e:
+            hit = [x for x in tensors if x.get("name") == e["remove"]]
+            if len(e) != 1 or not hit:
+                raise ViewError("%s: remove %r: no entry makes it" % (path, e["remove"]))
+            tensors.remove(hit[0])
+            continue
+        at = [i for i, x in enumerate(tensors) if key(x) == key(e)]
+        if at:
+            tensors[at[0]] = e
+        else:
+            tensors.append(e)
+    parent.update(view)
+    parent["tensors"] = tensors
+    return parent
 
 
 if __name__ == "__main__":

@@ -207,6 +207,67 @@ static void test_refuse_proven_parse(void **state)
 	}
 }
 
+/* "extends": the built-in llama view under a file: fields replaced, an entry replaced where it
+ * stands (same name; a drop by a drop of the same template), one removed, one appended; and the
+ * refusals (no such view, a remove that takes nothing, extends not a string). */
+static void test_extends(void **state)
+{
+	(void)state;
+	tp_view base, v;
+	tp_err e;
+	size_t l = 0;
+	const char *lt = NULL;
+	for (int i = 0; i < tp_view_builtin_count() && !lt; i++) {
+		const char *t = tp_view_builtin_text(i, &l);
+		if (strstr(t, "\"name\": \"llama\""))
+			lt = t;
+	}
+	assert_non_null(lt);
+	assert_int_equal(tp_view_parse(lt, l, "llama", &base, &e), 0);
+	const char *text = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"child\", \"extends\": \"llama\", "
+			   "\"model_types\": [\"x\"], \"tensors\": [{\"remove\": \"lm_head.weight\"}, "
+			   "{\"drop\": \"lm_head.weight\"}, {\"name\": \"model.layers.{i}.mlp.gate_up_proj.weight\", "
+			   "\"cat\": [\"model.layers.{i}.mlp.up_proj.weight\", \"model.layers.{i}.mlp.gate_proj.weight\"]}, "
+			   "{\"name\": \"extra\", \"from\": \"model.norm.weight\"}]}";
+	assert_int_equal(tp_view_parse(text, strlen(text), "child.json", &v, &e), 0);
+	assert_string_equal(v.name, "child");
+	assert_int_equal(v.nmodel_types, 1);
+	assert_int_equal(v.nplans, base.nplans); /* inherited */
+	assert_int_equal(v.pad_vocab, base.pad_vocab);
+	assert_int_equal(v.ne, base.ne); /* one removed, one appended */
+	int gate_up = -1, drop = -1, extra = -1, lm = -1;
+	for (size_t k = 0; k < v.ne; k++) {
+		if (v.e[k].name && !strcmp(v.e[k].name, "model.layers.{i}.mlp.gate_up_proj.weight"))
+			gate_up = (int)k;
+		if (v.e[k].kind == TP_VE_DROP && !strcmp(v.e[k].per, "lm_head.weight"))
+			drop = (int)k;
+		if (v.e[k].name && !strcmp(v.e[k].name, "extra"))
+			extra = (int)k;
+		if (v.e[k].name && !strcmp(v.e[k].name, "lm_head.weight"))
+			lm = (int)k;
+	}
+	assert_true(gate_up >= 0 && !strcmp(v.e[gate_up].cat[0], "model.layers.{i}.mlp.up_proj.weight"));
+	assert_true(drop >= 0 && v.e[drop].when == NULL); /* the parent's conditional drop replaced */
+	assert_int_equal(extra, (int)v.ne - 1);           /* appended */
+	assert_int_equal(lm, -1);                         /* removed */
+	for (size_t k = 0; k < base.ne; k++) /* replaced where it stood (the removed entry stood after it) */
+		if (base.e[k].name && !strcmp(base.e[k].name, "model.layers.{i}.mlp.gate_up_proj.weight"))
+			assert_int_equal(gate_up, (int)k);
+	tp_view_free(&v);
+	tp_view_free(&base);
+	const char *bad[] = {"\"extends\": \"nope\", \"tensors\": []", "\"extends\": 3, \"tensors\": []",
+			     "\"extends\": \"llama\", \"tensors\": [{\"remove\": \"none\"}]",
+			     "\"extends\": \"llama\", \"tensors\": [{\"remove\": \"lm_head.weight\", \"x\": 1}]"};
+	const char *why[] = {"no built-in vllm view 'nope'", "names one built-in view", "takes away the entry",
+			     "takes away the entry"};
+	char t2[512];
+	for (int k = 0; k < 4; k++) {
+		snprintf(t2, sizeof t2, "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"c\", %s}", bad[k]);
+		assert_int_equal(tp_view_parse(t2, strlen(t2), "c.json", &v, &e), -1);
+		assert_non_null(strstr(e.msg, why[k]));
+	}
+}
+
 static void test_stack(void **state)
 {
 	(void)state;
@@ -395,7 +456,7 @@ static void test_choose(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when), cmocka_unit_test(test_refuse_proven_parse),
+		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when), cmocka_unit_test(test_refuse_proven_parse), cmocka_unit_test(test_extends),
 		cmocka_unit_test(test_stack),            cmocka_unit_test(test_parts_and_sources),
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
 		cmocka_unit_test(test_shape),
