@@ -71,7 +71,9 @@ def register():
         else:
             out = {k: hashlib.sha1(t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
                    .hexdigest() for k, t in sd.items()}
-        path = os.path.join(d, "%s%d.json" % (name, get_tensor_model_parallel_rank()))
+        # the folder of the job now running: a process that runs several jobs (vllm_check.py's, with the
+        # engine core and a TP=1 model in it) loads this plugin once, for the first
+        path = os.path.join(os.environ.get("TPFS_VLLM_KEYS") or d, "%s%d.json" % (name, get_tensor_model_parallel_rank()))
         with open(path + ".tmp", "w") as f:
             json.dump(out, f)
         os.replace(path + ".tmp", path)
