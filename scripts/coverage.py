@@ -133,6 +133,19 @@ def vllm_probed():
     return out
 
 
+def examined():
+    """{family: reason} from docs/ARCHITECTURES.md's table of families examined and not served."""
+    out, inside = {}, False
+    with open(os.path.join(ROOT, "docs", "ARCHITECTURES.md")) as f:
+        for line in f:
+            if line.startswith("## "):
+                inside = line.startswith("## Families examined and not served")
+            elif inside and line.startswith("| ") and not line.startswith(("| family", "| ---")):
+                fam, why = [c.strip() for c in line.strip().strip("|").split("|", 1)]
+                out[fam] = why
+    return out
+
+
 def _overrides(cls, small):
     d = cls().to_dict()
     kw = {}
@@ -308,12 +321,14 @@ def render(rows, proven, version, vllm_version, registry, probed):
     ok = [r for r in served if r["family"] in proven]
     refused = [r for r in rows if r["status"] == "refused"]
     unknown = [r for r in refused if r["reason"].startswith("no built-in plan knows")]
+    seen = [r for r in unknown if r.get("examined")]
     errors = [r for r in rows if r["status"] == "error"]
     unbuilt = [r for r in rows if r["status"] == "not built"]
     summary = ("%d families with a TP plan in transformers %s: %d served and proven at T=2 and 4, %d served but not "
-               "proven, %d refused (%d as an unknown architecture, %d by a tensor), %d errors, %d not built"
-               % (len(rows), version, len(ok), len(served) - len(ok), len(refused), len(unknown),
-                  len(refused) - len(unknown), len(errors), len(unbuilt)))
+               "proven, %d refused (%d as an unknown architecture: %d examined, with the reason found in its model "
+               "code, %d unexamined; %d by a tensor), %d errors, %d not built"
+               % (len(rows), version, len(ok), len(served) - len(ok), len(refused), len(unknown), len(seen),
+                  len(unknown) - len(seen), len(refused) - len(unknown), len(errors), len(unbuilt)))
     how = [registry.get(r["arch"], "not registered") for r in served]
     vserved = [r for r in served if r["view"] == "served"]
     vrefused = [r for r in served if r["view"] == "refused"]
@@ -332,7 +347,9 @@ def render(rows, proven, version, vllm_version, registry, probed):
            "`save_pretrained` writes), and `tpfs plan --tp 2` and `--tp 4` run on it. *Served* families are proven by",
            "the numeric test named (tests/py/test_real_models.py: each rank loaded strictly into the local-size",
            "model, the tensor-parallel logits equal to the unsplit model's in float64 within 1e-5 relative, a wrong",
-           "split failing). *Refused* families are refused by name, before anything is mounted, for the reason shown.",
+           "split failing). *Refused* families are refused by name, before anything is mounted, for the reason shown;",
+           "for an architecture no plan knows, the reason found in its model code where it has been examined",
+           "(docs/ARCHITECTURES.md, \"Families examined and not served\").",
            "",
            "*vLLM* says how vLLM's model registry takes the family's architecture (natively, through its Transformers",
            "backend, or not at all); *--view vllm* what `tpfs plan --tp 2` and `--tp 4` with `--view vllm` say: served",
@@ -344,9 +361,10 @@ def render(rows, proven, version, vllm_version, registry, probed):
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in sorted(rows, key=lambda r: ({"served": 0, "error": 1, "refused": 2, "not built": 3}[r["status"]],
                                          r["family"])):
-        reason = r["reason"].replace("|", "\\|")
-        if len(reason) > 240:
-            reason = reason[:237] + "..."
+        reason = (r["reason"] + " (" + r["examined"] + ")" if r.get("examined") else r["reason"]).replace("|", "\\|")
+        cap = 520 if r.get("examined") else 240
+        if len(reason) > cap:
+            reason = reason[:cap - 3] + "..."
         reg = (registry.get(r["arch"], "not registered") if vllm_version else "?") if r["arch"] else ""
         out.append("| %s | %s | %s | %s | %s | %s | %s | %s |"
                    % (r["family"], r["cls"], r["status"], r["plan"] or "",
@@ -372,6 +390,10 @@ def main():
     ctx = multiprocessing.get_context("fork")
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, min(a.jobs, 2)), mp_context=ctx) as ex:
         rows = list(ex.map(one, [(mt, a.tpfs) for mt in names]))
+    why = examined()
+    for r in rows:
+        if r["status"] == "refused" and r["reason"].startswith("no built-in plan knows") and r["family"] in why:
+            r["examined"] = why[r["family"]]
     vllm_version, registry = vllm_registry()
     probed = vllm_probed()
     text, summary = render(rows, proven, transformers.__version__, vllm_version, registry, probed)
