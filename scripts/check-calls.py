@@ -6,11 +6,13 @@ Dependencies go one way (docs/DESIGN.md) at the level of functions too, which th
 each other both ways. This reads the object files the build made (BUILD_SRC_DIR/*.p/*.o, meson's
 layout) with `nm`: file a refers to file b when a's object has an undefined symbol that b's object
 defines (a function, or a global it reads). Every strongly connected set of two or more files is
-printed with the symbols on each edge, and the script exits 1; with none it prints a one-line
+printed (the shortest circle through each of its files, check-includes.py's finder) with the
+symbols on each edge, and the script exits 1; with none it prints a one-line
 summary and exits 0. Static functions are no edge (they are not exported). Plain Python 3 and nm.
 """
 import collections
 import glob
+import importlib.util
 import os
 import subprocess
 import sys
@@ -31,9 +33,8 @@ def graph(objdir):
                 defs[parts[2]] = f
             elif len(parts) == 2 and parts[0] == "U":
                 uses[f].add(parts[1])
-    g, why = {}, collections.defaultdict(list)
+    g, why = {f: set() for f in set(defs.values()) | set(uses)}, collections.defaultdict(list)
     for f, us in uses.items():
-        g[f] = set()
         for s in sorted(us):
             if s in defs and defs[s] != f:
                 g[f].add(defs[s])
@@ -41,48 +42,25 @@ def graph(objdir):
     return g, why
 
 
-def circles(g):
-    """The strongly connected sets of two or more files (Tarjan), each sorted."""
-    index, low, stack, on, out = {}, {}, [], set(), []
-
-    def visit(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in sorted(g.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(g):
-        if v not in index:
-            visit(v)
-    return out
+def _cycles():
+    """check-includes.py's cycle finder (Tarjan's components, the shortest cycle through each file)."""
+    spec = importlib.util.spec_from_file_location("check_includes",
+                                                  os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                               "check-includes.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.cycles
 
 
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__.split("\n")[0])
     g, why = graph(sys.argv[1])
-    found = circles(g)
-    for comp in found:
-        print("circle: " + " <-> ".join(comp))
-        for a in comp:
-            for b in comp:
-                if (a, b) in why:
-                    print("  %s -> %s: %s" % (a, b, ", ".join(why[a, b])))
+    found = _cycles()(g)
+    for comp, path in found:
+        print("circle: %s (in a knot of %d files: %s)" % (" -> ".join(path), len(comp), ", ".join(comp)))
+        for a, b in zip(path, path[1:]):
+            print("  %s -> %s: %s" % (a, b, ", ".join(why[a, b])))
     if found:
         return 1
     print("check-calls: %d files, %d references between files, no circle"

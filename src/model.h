@@ -128,9 +128,10 @@ typedef struct tp_model {
 	tp_served *vs;           /* [r * vplan.nparts + p]: rank r's part p */
 } tp_model;
 
-/* Opens and plans SRC for o->T ranks. On failure returns -1 with a message; *m is then empty. */
 /* Hands a message to the model's log callback (o->log), if any: level 0 warn, 1 info, 2 error. */
-void tp_model_log(const tp_model *m, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define tp_model_log(m, level, ...) tp_logf((m)->o->log, (m)->o->ctx, (level), __VA_ARGS__)
+
+/* Opens and plans SRC for o->T ranks. On failure returns -1 with a message; *m is then empty. */
 int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e);
 void tp_model_close(tp_model *m);
 

@@ -2,30 +2,15 @@
  * symbolic links resolved before any mount exists (a link into the mount point refused), link
  * loops, dangling links and special files skipped with a warning, paths past PATH_MAX left out by
  * name, the named limits (files, entries per folder, depth) enforced; and finding nodes by name
- * and by relative path; and the model's logger, which every model file uses. */
+ * and by relative path. */
 #include "model.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-/* The model's logger (every model file's): the caller's callback, or nothing without one. */
-void tp_model_log(const tp_model *m, int level, const char *fmt, ...)
-{
-	if (!m->o->log)
-		return;
-	char msg[TP_ERR_MSG];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	m->o->log(m->o->ctx, level, msg);
-}
 
 static int ends_with(const char *s, const char *suf)
 {
