@@ -327,6 +327,12 @@ family("gemma4_text", "Gemma4TextConfig", _common(**_dense, global_head_dim=32, 
                                                   vocab_size_per_layer_input=V, hidden_size_per_layer_input=16,
                                                   tie_word_embeddings=True),
        "Gemma4ForCausalLM", GQA, wrong=r"layers\.1\.self_attn\.q_proj\.weight$")
+# Gemma 4 unified's text model: Gemma 4's attention and MLP classes (modular_gemma4_unified.py), its full-attention
+# layers' head width from global_head_dim, no per-layer embeddings
+family("gemma4_unified_text", "Gemma4UnifiedTextConfig", _common(**_dense, global_head_dim=32, sliding_window=8,
+                                                                  layer_types=["sliding_attention", "full_attention"],
+                                                                  tie_word_embeddings=True),
+       "Gemma4UnifiedForCausalLM", GQA, wrong=r"layers\.1\.self_attn\.q_proj\.weight$")
 
 
 # --- mixture-of-experts families, more (issue 22) ---
