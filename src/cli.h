@@ -1,5 +1,6 @@
 /* cli.h: what the files of the tpfs command line share: the help texts, the argument helpers and
- * the options mount and plan have in common (cli_help.c), and the plan command (cli_plan.c). main and the other commands are in cli.c. Nothing below the CLI includes it.
+ * the options mount and plan have in common (cli_help.c), and the plan command (cli_plan.c).
+ * main and the other commands are in cli.c. Nothing below the CLI includes it.
  */
 #ifndef TP_CLI_H
 #define TP_CLI_H
