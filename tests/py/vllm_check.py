@@ -1,20 +1,16 @@
 """Runs vLLM (in the vLLM venv, scripts/setup.sh --vllm) on a list of jobs, one LLM at a time in this
-one process, and writes what each produced: greedy tokens and their top logprobs, and for a
-sharded_state job the key set vLLM's loader expected on each rank.
+one process, and writes what each produced: greedy tokens and their top logprobs, and the digest of
+every weight each loader left in the model on each rank.
 
 python vllm_check.py JOBS.json RESULT.json
   JOBS: [{"name", "model", "load_format": "auto" | "sharded_state", "tp", "dtype", "prompts": [[ids]],
-          "max_tokens", "keys": true|false, "engine": {more LLM(...) arguments, e.g. "mm_encoder_tp_mode"}}]
+          "max_tokens", "engine": {more LLM(...) arguments, e.g. "mm_encoder_tp_mode"}}]
   RESULT: {name: {"tokens": [[ids] per prompt], "logprobs": [[[[id, logprob] top-k] per step] per
-           prompt], "keys": {rank: {key: [shape, dtype]}} or null, "weights": {rank: {key: sha1 of
-           its bytes}} (what the loader left in the model), "error": text or null}}
-  A job's "impersonate": "cuda-dsa" builds a DSA model (DeepSeek-V3.2, GLM-5) as vLLM on CUDA does
-  (impersonate_cuda_dsa below): its key set and loaded weights are probed; it cannot generate.
+           prompt], "weights": {rank: {key: sha1 of its bytes}} (what the loader left in the model),
+           "error": text or null}}
 
-The key set is vLLM's own: a general plugin (vllm_plugin.py, entry point group vllm.general_plugins,
-loaded in every vLLM process, workers included) wraps ShardedStateLoader.load_weights so that, before loading, each
-worker writes `_filter_subtensors(model.state_dict())` (the dict it then fills, key by key: an extra
-file key is a KeyError, a missing one "Missing keys") with each tensor's shape and dtype. The plugin
+The digests come from a general plugin (vllm_plugin.py, entry point group vllm.general_plugins,
+loaded in every vLLM process, workers included) that wraps the loaders' load_weights. The plugin
 lives in a temporary folder put on PYTHONPATH (a .dist-info with its entry point), so nothing is
 installed. A job that fails records its error and the next one still runs.
 """
@@ -46,11 +42,7 @@ def install_probe():
 def run_job(job, keys_dir):
     from vllm import LLM, SamplingParams
 
-    os.environ["TPFS_VLLM_KEYS"] = keys_dir  # the weights' digests always; the key set for sharded_state
-    os.environ["TPFS_VLLM_IMPERSONATE"] = job.get("impersonate") or ""  # read by the workers it spawns
-    if job.get("impersonate") == "cuda-dsa":  # and here, where the front end runs (vLLM loads plugins once)
-        import tpfs_vllm_probe
-        tpfs_vllm_probe.impersonate_cuda_dsa()
+    os.environ["TPFS_VLLM_KEYS"] = keys_dir  # the weights' digests each loader leaves
     llm = LLM(model=job["model"], load_format=job["load_format"], tensor_parallel_size=job["tp"],
               dtype=job.get("dtype", "bfloat16"), enforce_eager=True, skip_tokenizer_init=True,
               max_model_len=job.get("max_model_len", 256), max_num_seqs=4, seed=0,
@@ -93,15 +85,13 @@ def main():
     results = {}
     for job in jobs:
         keys_dir = tempfile.mkdtemp(prefix="tpfs-vllm-keys-")
-        res = {"keys": None, "error": None}
+        res = {"error": None}
         print("tpfs-vllm-job: %s" % job["name"], file=sys.stderr, flush=True)  # splits the log by job
         try:
             res.update(run_job(job, keys_dir))
         except Exception:  # noqa: BLE001 -- the error is the result
             res["error"] = traceback.format_exc()[-4000:]
             print("job %s failed:\n%s" % (job["name"], res["error"]), file=sys.stderr, flush=True)
-        if job.get("keys"):
-            res["keys"] = per_rank(keys_dir, "rank", job["tp"])
         res["weights"] = per_rank(keys_dir, "weights-rank", job["tp"])
         shutil.rmtree(keys_dir, ignore_errors=True)
         results[job["name"]] = res

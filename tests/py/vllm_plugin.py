@@ -3,10 +3,9 @@ general plugin `tpfs_vllm_probe`, entry point group vllm.general_plugins, so tha
 workers load it too; vllm_probe.py imports it directly).
 
 - impersonate_cuda_dsa(): lets the CPU platform build DSA models as vLLM on CUDA builds them.
-- register(): the plugin's entry point. With TPFS_VLLM_IMPERSONATE=cuda-dsa it impersonates; with
-  TPFS_VLLM_KEYS=DIR it wraps the loaders' load_weights so that each worker writes, to DIR, the key
-  set sharded_state fills (before loading) and a digest of the weights each loader leaves (after
-  load_weights, before process_weights_after_loading).
+- register(): the plugin's entry point. With TPFS_VLLM_KEYS=DIR it wraps the loaders' load_weights so
+  that each worker writes to DIR a digest of the weights each loader leaves (after load_weights,
+  before process_weights_after_loading). (The key set is the probe's, vllm_probe.py.)
 """
 import json
 import os
@@ -48,8 +47,6 @@ def impersonate_cuda_dsa():
 
 
 def register():
-    if os.environ.get("TPFS_VLLM_IMPERSONATE") == "cuda-dsa":
-        impersonate_cuda_dsa()
     d = os.environ.get("TPFS_VLLM_KEYS")
     if not d:
         return
@@ -59,37 +56,24 @@ def register():
         return
     ShardedStateLoader._tpfs_probe = True
 
-    def dump(model, name):
-        """D/name{rank}.json from _filter_subtensors(model.state_dict()): "rank", each key's shape and
-        dtype; "weights-rank", a digest of each tensor's bytes."""
+    def dump(model):
+        """weights-rank{rank}.json: a digest of each tensor of _filter_subtensors(model.state_dict())."""
         import hashlib
         import torch
         from vllm.distributed import get_tensor_model_parallel_rank
         sd = ShardedStateLoader._filter_subtensors(model.state_dict())
-        if name == "rank":
-            out = {k: [list(t.shape), str(t.dtype).replace("torch.", "")] for k, t in sd.items()}
-        else:
-            out = {k: hashlib.sha1(t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
-                   .hexdigest() for k, t in sd.items()}
+        out = {k: hashlib.sha1(t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
+               .hexdigest() for k, t in sd.items()}
         # the folder of the job now running: a process that runs several jobs (vllm_check.py's, with the
         # engine core and a TP=1 model in it) loads this plugin once, for the first
-        path = os.path.join(os.environ.get("TPFS_VLLM_KEYS") or d, "%s%d.json" % (name, get_tensor_model_parallel_rank()))
+        path = os.path.join(os.environ.get("TPFS_VLLM_KEYS") or d, "weights-rank%d.json" % get_tensor_model_parallel_rank())
         with open(path + ".tmp", "w") as f:
             json.dump(out, f)
         os.replace(path + ".tmp", path)
 
-    def wrap(cls, keys):
-        """cls.load_weights, recording the key set it fills (keys: before loading, which fails on a
-        wrong one) and the weights it leaves (after; before process_weights_after_loading packs them)."""
-        inner = cls.load_weights
-
-        def load_weights(self, model, model_config):
-            if keys:
-                dump(model, "rank")
+    for cls in (ShardedStateLoader, DefaultModelLoader):  # the weights each leaves, before processing packs them
+        def wrapped(self, model, model_config, inner=cls.load_weights):
             r = inner(self, model, model_config)
-            dump(model, "weights-rank")
+            dump(model)
             return r
-        cls.load_weights = load_weights
-
-    wrap(ShardedStateLoader, True)
-    wrap(DefaultModelLoader, False)
+        cls.load_weights = wrapped
