@@ -274,7 +274,7 @@ static void print_view(const tp_model *m, uint32_t rank)
 				w += (size_t)snprintf(made, sizeof made, "stack of %u x ", d->nstack);
 			for (uint32_t j = 0; d && !d->cbytes && j < d->npieces && w < sizeof made; j++) {
 				const tp_pdesc *pd = &d->pieces[j];
-				const st_header *h = &m->n[m->vsrc_node[pt->srcs[pd->file]]].h;
+				const st_header *h = &m->n[m->vnode[p][pd->file]].h;
 				w += (size_t)snprintf(made + w, sizeof made - w, "%s%s", j ? " + " : "", h->t[pd->tensor].name);
 			}
 			printf("%-60s %-6s %-22s %12llu  %s\n", t->name, st_dtype_name(t->dtype), sh, (unsigned long long)t->size,

@@ -40,6 +40,7 @@
 #include "gather_module.h"
 #include "guard.h"
 #include "io_plan.h"
+#include "tp_file.h"
 
 #define TIMEOUT (365.0 * 24 * 3600) /* entry and attribute cache lifetime, seconds */
 #define RUN_CAP 4096                /* runs mapped per pass */
@@ -74,7 +75,7 @@ typedef struct tp_fs {
 	fuse_ino_t cfg_ino;         /* MNT/config.json (the source's), or 0 when there is none */
 	pthread_mutex_t fh_lock;    /* guards open_fh */
 	struct fhandle *open_fh;    /* handles not released yet: an unmount may leave RELEASE unsent */
-	_Atomic(char *) *hdr;  /* [i * T + r]: local header bytes, made on first use */
+	_Atomic(uint8_t *) *hdr; /* [i * T + r]: local header bytes, made on first use */
 	nstate *ns;            /* [i]: per node */
 	int inval[2];          /* node numbers to invalidate (| INVAL_ATTR: attributes only) */
 	_Atomic int inval_lost;/* the pipe was full: invalidate every changed node */
@@ -99,11 +100,12 @@ typedef struct tp_fs {
 		TP_BACKEND_CUDA_PAST, /* CUDA for gathers past --cuda-min-runs and --cuda-min-bytes */
 	} backend;
 	char gather_note[256];
-	/* --view: the engine's part files at the top (fs_names.c), read by read_served (fs_read.c) */
+	/* --view: the engine's part files at the top (fs_names.c), read by read_file (fs_read.c) */
 	size_t vnp;            /* parts per rank; 0: the hf view (rank folders) */
 	fuse_ino_t vpart_ino;  /* rank 0's part 0; rank r's part p is vpart_ino + r * vnp + p */
 	_Atomic(uint8_t *) *vloc; /* [r * vnp + p]: its local bytes (header, constants), made on first use */
 	tp_src **vtab;         /* [p]: the sources part p reads (the same for every rank) */
+	_Atomic uint64_t *vwin;/* [r * vnp + p]: prefetch window, as win */
 } tp_fs;
 
 /* Per node: what reads and the watcher share. */

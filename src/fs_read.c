@@ -1,13 +1,15 @@
 /* fs_read.c: the read path: open, read and release of every file of a mount.
  *
- * A read of a rank's tensor file is one pass (read_tensors): decode the inode, check that the
- * source has not changed (the watcher's mark, one fstat), map the request to runs once (tp_map),
- * ask for the source pages of those runs and of the next PF_AHEAD bytes (no kernel readahead on
- * the sources: fetching below), copy the runs into a per-thread buffer (the chosen gather
- * backend; only its copies of source bytes run under the SIGBUS guard), check the source again,
- * and reply. Replies without source bytes (header, padding) are iovecs into the header and a
- * zero page. Plain files are opened for each read (read_plain), so an open file costs the daemon
- * no descriptor. No request allocates beyond its thread's scratch, parses, or looks up a name.
+ * Every served tensor file, a rank folder's (a layout) or a view's part file (a served file), is
+ * read by one pass (read_file, over tp_file.h): check that every source it reads has not changed
+ * (the watcher's mark, one fstat each), map the request to runs once, ask for the source pages of
+ * those runs and of the next PF_AHEAD bytes (no kernel readahead on the sources: fetching below),
+ * copy the runs into a per-thread buffer (the chosen gather backend; only its copies of source
+ * bytes run under the SIGBUS guard), check the sources again, and reply. Replies without source
+ * bytes (header, constants, padding) are iovecs into the local bytes and a zero page. Plain files
+ * are opened for each read (read_plain), so an open file costs the daemon no descriptor. No
+ * request allocates beyond its thread's scratch (and a file's local bytes, once), parses, or
+ * looks up a name.
  */
 #include "fs_int.h"
 
@@ -54,12 +56,6 @@ static void release_runs_src(const tp_fs *fs, const tp_node *n, const tp_run *ru
 		b = end;
 	if (a < b)
 		madvise((void *)(n->map + a), b - a, MADV_DONTNEED);
-}
-
-/* release_runs_src for a layout's runs (one source). */
-static void release_runs(const tp_fs *fs, const tp_node *n, const tp_run *runs, size_t nr)
-{
-	release_runs_src(fs, n, runs, nr, 0);
 }
 
 /* ---- fetching source pages (issue 16: a node reads only what its ranks need) ----
@@ -144,63 +140,6 @@ static void fetch_ranges(const tp_node *n, _Atomic uint32_t *resid, const tp_io_
 			x = y;
 		}
 	}
-}
-
-/* fetch_ranges for the pages of runs (as tp_map gives them). */
-static void fetch_runs(const tp_node *n, _Atomic uint32_t *resid, const tp_run *runs, size_t nr)
-{
-	tp_io_range rg[64];
-	size_t done = 0;
-	while (done < nr) {
-		size_t used, ng = tp_io_ranges(runs + done, nr - done, sys_page(), rg, 64, &used);
-		fetch_ranges(n, resid, rg, ng);
-		if (!used)
-			break;
-		done += used;
-	}
-}
-
-/* fetch_ranges for rank-file bytes [a, b): the pages tp_io_plan gives, without visiting every
- * row of a tensor whose rows' pages run into each other. */
-static void fetch_range(const tp_node *n, _Atomic uint32_t *resid, const tp_layout *L, uint64_t a, uint64_t b)
-{
-	tp_io_range rg[64];
-	while (a < b) {
-		uint64_t cov;
-		size_t ng = tp_io_plan(L, a, b, sys_page(), rg, 64, &cov);
-		fetch_ranges(n, resid, rg, ng);
-		if (!cov)
-			break;
-		a += cov;
-	}
-}
-
-/* Before replying to a read of [off, off + want) of rank file L (whose first pass of runs is
- * runs[0..nr), covering cov bytes): fetches its own pages unless an earlier read of this window
- * did, and the next PF_AHEAD bytes' pages that no read has asked for yet. The window is advisory:
- * a race between threads only repeats or skips a prefetch, never changes bytes. */
-static void prefetch(const tp_fs *fs, const tp_node *n, _Atomic uint32_t *resid, const tp_layout *L,
-		     _Atomic uint64_t *win, uint64_t off, uint64_t want, const tp_run *runs, size_t nr, uint64_t cov)
-{
-	if (fs->o->source_io != 0 || !n->map)
-		return;
-	uint64_t end = off + want, w = atomic_load_explicit(win, memory_order_relaxed);
-	uint64_t lo = (w >> 32) * PF_UNIT, hi = (w & 0xffffffffu) * PF_UNIT;
-	int inside = off >= lo && end <= hi;
-	if (!inside) {
-		if (cov == want)
-			fetch_runs(n, resid, runs, nr);
-		else
-			fetch_range(n, resid, L, off, end);
-	}
-	uint64_t from = inside ? hi : end, to = L->size - end > PF_AHEAD ? end + PF_AHEAD : L->size;
-	if (from >= to)
-		return;
-	uint64_t nlo = (inside ? lo : off) / PF_UNIT, nhi = to == L->size ? (to + PF_UNIT - 1) / PF_UNIT : to / PF_UNIT;
-	if (nhi <= 0xffffffffu &&
-	    !atomic_compare_exchange_strong_explicit(win, &w, nlo << 32 | nhi, memory_order_relaxed, memory_order_relaxed))
-		return; /* another thread moved the window and fetches ahead of it */
-	fetch_range(n, resid, L, from, to);
 }
 
 /* Sets the access advice of every source mapping once, before serving (see above). */
@@ -311,29 +250,166 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_err(req, 0);
 }
 
-/* The local header of node i for rank r, generated on first use. */
-static const uint8_t *get_hdr(tp_fs *fs, uint32_t i, uint32_t r)
+/* ---- one read path for every served tensor file ----
+ *
+ * A rank folder's tensor file (a layout) and a view's part file (a served file) are read by the
+ * same pass, through tp_file.h: the file, its table of sources (a layout's holds one) and each
+ * source's node, the slot of its local bytes and its prefetch window. rfile_tensors and
+ * rfile_part make that description on the stack; read_file serves it. */
+
+typedef struct rfile {
+	tp_file f;
+	uint32_t rank, nsrc;
+	const tp_src *tab;       /* [nsrc] */
+	const uint32_t *node;    /* [nsrc]: the node each source is */
+	_Atomic(uint8_t *) *loc; /* its local bytes (header, constants), made on first use */
+	_Atomic uint64_t *win;   /* its prefetch window */
+	const char *path;        /* a rank folder's file: the source's path; a part file: NULL */
+	size_t part;             /* a part file: its number */
+	tp_src one;              /* a layout's table */
+	uint32_t one_node;
+} rfile;
+
+/* Rank r's copy of tensor file i. */
+static void rfile_tensors(tp_fs *fs, uint32_t r, uint32_t i, rfile *rf)
 {
-	_Atomic(char *) *slot = &fs->hdr[(size_t)i * fs->T + r];
-	char *h = atomic_load(slot);
-	if (h)
-		return (const uint8_t *)h;
-	const tp_layout *L = &fs->m->n[i].lay[r];
-	char *mine = malloc(L->hdr_size);
+	const tp_node *n = &fs->m->n[i];
+	size_t k = (size_t)i * fs->T + r;
+	*rf = (rfile){.f = tp_file_of_layout(&n->lay[r]), .rank = r, .nsrc = 1, .loc = &fs->hdr[k], .win = &fs->win[k],
+		      .path = n->path, .one = {.fd = n->fd, .map = n->map, .size = n->src_size}, .one_node = i};
+	rf->tab = &rf->one;
+	rf->node = &rf->one_node;
+}
+
+/* Rank r's part p of the view. */
+static void rfile_part(tp_fs *fs, uint32_t r, size_t p, rfile *rf)
+{
+	size_t k = (size_t)r * fs->vnp + p;
+	*rf = (rfile){.f = tp_file_of_served(&fs->m->vs[k]), .rank = r, .nsrc = fs->m->vplan.parts[p].nsrc,
+		      .tab = fs->vtab[p], .node = fs->m->vnode[p], .loc = &fs->vloc[k], .win = &fs->vwin[k], .part = p};
+}
+
+/* How messages name the file: "PATH (rank R)" or "model-rank-R-part-P (view)". */
+static const char *rf_name(const rfile *rf, char *buf, size_t cap)
+{
+	if (rf->path)
+		snprintf(buf, cap, "%s (rank %u)", rf->path, rf->rank);
+	else
+		snprintf(buf, cap, "model-rank-%u-part-%zu (view)", rf->rank, rf->part);
+	return buf;
+}
+
+/* The file's local bytes, made on first use (NULL: out of memory). */
+static const uint8_t *rf_local(const rfile *rf)
+{
+	uint8_t *b = atomic_load(rf->loc);
+	if (b)
+		return b;
+	uint64_t len = tp_file_local_size(rf->f);
+	uint8_t *mine = malloc(len ? len : 1);
 	if (!mine)
 		return NULL;
-	tp_layout_header(L, mine);
-	char *expect = NULL;
-	if (!atomic_compare_exchange_strong(slot, &expect, mine)) {
+	tp_file_local(rf->f, mine);
+	uint8_t *expect = NULL;
+	if (!atomic_compare_exchange_strong(rf->loc, &expect, mine)) {
 		free(mine);
-		return (const uint8_t *)expect;
+		return expect;
 	}
-	return (const uint8_t *)mine;
+	return mine;
+}
+
+/* Every source the file reads may be served: 0, or the errno the request fails with. */
+static int rf_check(tp_fs *fs, const rfile *rf)
+{
+	for (uint32_t k = 0; k < rf->nsrc; k++) {
+		int err = source_check(fs, rf->node[k], fs->m->n[rf->node[k]].fd);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+/* fetch_ranges for ranges of the file's sources (each names its source; runs of one source
+ * are consecutive, as the planners give them). */
+static void fetch_src(const tp_fs *fs, const rfile *rf, const tp_io_range *rg, size_t ng)
+{
+	for (size_t a = 0, b; a < ng; a = b) {
+		for (b = a + 1; b < ng && rg[b].src == rg[a].src; b++)
+			;
+		uint32_t node = rf->node[rg[a].src];
+		if (fs->m->n[node].map)
+			fetch_ranges(&fs->m->n[node], fs->ns[node].resid, rg + a, b - a);
+	}
+}
+
+/* The source pages of runs (as tp_file_map gives them). */
+static void fetch_runs(const tp_fs *fs, const rfile *rf, const tp_run *runs, size_t nr)
+{
+	tp_io_range rg[64];
+	size_t done = 0;
+	while (done < nr) {
+		size_t used, ng = tp_io_ranges_src(runs + done, nr - done, sys_page(), rg, 64, &used);
+		fetch_src(fs, rf, rg, ng);
+		if (!used)
+			break;
+		done += used;
+	}
+}
+
+/* The source pages of file bytes [a, b): those tp_file_io_plan gives, without visiting every row
+ * of a tensor whose rows' pages run into each other. */
+static void fetch_span(const tp_fs *fs, const rfile *rf, uint64_t a, uint64_t b)
+{
+	tp_io_range rg[64];
+	while (a < b) {
+		uint64_t cov;
+		size_t ng = tp_file_io_plan(rf->f, a, b, sys_page(), rg, 64, &cov);
+		fetch_src(fs, rf, rg, ng);
+		if (!cov)
+			break;
+		a += cov;
+	}
+}
+
+/* Before replying to a read of [off, off + want) of the file (whose first pass of runs is
+ * runs[0..nr), covering cov bytes): fetches its own pages unless an earlier read of this window
+ * did, and the next PF_AHEAD bytes' pages that no read has asked for yet. The window is advisory:
+ * a race between threads only repeats or skips a prefetch, never changes bytes. */
+static void prefetch(const tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, const tp_run *runs, size_t nr,
+		     uint64_t cov)
+{
+	if (fs->o->source_io != 0)
+		return;
+	uint64_t size = tp_file_size(rf->f), end = off + want, w = atomic_load_explicit(rf->win, memory_order_relaxed);
+	uint64_t lo = (w >> 32) * PF_UNIT, hi = (w & 0xffffffffu) * PF_UNIT;
+	int inside = off >= lo && end <= hi;
+	if (!inside) {
+		if (cov == want)
+			fetch_runs(fs, rf, runs, nr);
+		else
+			fetch_span(fs, rf, off, end);
+	}
+	uint64_t from = inside ? hi : end, to = size - end > PF_AHEAD ? end + PF_AHEAD : size;
+	if (from >= to)
+		return;
+	uint64_t nlo = (inside ? lo : off) / PF_UNIT, nhi = to == size ? (to + PF_UNIT - 1) / PF_UNIT : to / PF_UNIT;
+	if (nhi <= 0xffffffffu && !atomic_compare_exchange_strong_explicit(rf->win, &w, nlo << 32 | nhi,
+									    memory_order_relaxed, memory_order_relaxed))
+		return; /* another thread moved the window and fetches ahead of it */
+	fetch_span(fs, rf, from, to);
+}
+
+/* After a reply: every source's pages the reply's runs touched leave this process's page table,
+ * and pages cached by a reply that raced a change are dropped again. */
+static void rf_after(tp_fs *fs, const rfile *rf, const tp_run *runs, size_t nr)
+{
+	for (uint32_t k = 0; k < rf->nsrc; k++)
+		release_runs_src(fs, &fs->m->n[rf->node[k]], runs, nr, k);
 }
 
 /* The gather backend for a reply of want bytes from nsrc source runs: CUDA for every strided
  * gather (--gather cuda), or past --cuda-min-runs and --cuda-min-bytes (auto, when both are set),
- * else the CPU. The one policy of rank-folder and view reads. */
+ * else the CPU. */
 static const tp_gather *pick_backend(const tp_fs *fs, size_t nsrc, uint64_t want)
 {
 	if ((fs->backend == TP_BACKEND_CUDA && nsrc > 1) ||
@@ -342,251 +418,141 @@ static const tp_gather *pick_backend(const tp_fs *fs, size_t nsrc, uint64_t want
 	return &tp_gather_cpu_backend;
 }
 
-/* Replies to a read of rank r's view of tensor file i. Source bytes are copied into this
- * thread's buffer (by the chosen backend, under the SIGBUS guard) and the source's identity is
- * checked again after the copy and before the reply: a write changes the file's mtime before
- * it changes bytes, so a reply never carries bytes of a write that began before that check (the
- * window is the copy itself, which README states). Replies without source bytes (header,
- * padding) point into the header and the zero page. --reply iov points replies into the source
- * mapping instead: the kernel then copies source bytes after every check (a tuning option). */
-static void read_tensors(fuse_req_t req, tp_fs *fs, uint32_t r, uint32_t i, size_t size, off_t off)
+/* Points the iovec at the bytes of runs[0..nr): source runs into their source's mapping, local
+ * runs into loc, zero runs into the zero page. 0, or -1 where a run cannot be pointed at (a
+ * source that is not mapped, a zero run longer than the zero page, a widened run). */
+static int point_iov(const rfile *rf, const tp_run *runs, size_t nr, const uint8_t *loc, struct iovec *iov,
+		     uint64_t *touched)
 {
-	tp_node *n = &fs->m->n[i];
-	const tp_layout *L = &n->lay[r];
-	rank_stats *rs = &fs->rs[r];
-	atomic_fetch_add_explicit(&rs->reads, 1, memory_order_relaxed);
-	if ((uint64_t)off >= L->size) {
-		fuse_reply_buf(req, NULL, 0);
-		return;
-	}
-	int err = source_check(fs, i, n->fd);
-	if (err) {
-		fuse_reply_err(req, err);
-		return;
-	}
-	uint64_t want = L->size - (uint64_t)off < size ? L->size - (uint64_t)off : size;
-	const uint8_t *hdr = (uint64_t)off < L->hdr_size ? get_hdr(fs, i, r) : NULL;
-	scratch *s = get_scratch(want);
-	if (!s || ((uint64_t)off < L->hdr_size && !hdr)) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	uint64_t cov, touched = 0;
-	size_t nr = tp_map(L, (uint64_t)off, want, s->runs, RUN_CAP, &cov);
-	prefetch(fs, n, fs->ns[i].resid, L, &fs->win[(size_t)i * fs->T + r], (uint64_t)off, want, s->runs, nr, cov);
-	size_t nsrc = 0;
-	for (size_t k = 0; k < nr; k++)
-		nsrc += s->runs[k].kind == TP_RUN_SRC;
-	if (cov < want)
-		nsrc = RUN_CAP; /* more runs than one pass maps */
-	int iov_ok = cov == want && nr <= IOV_CAP && (nsrc == 0 || fs->o->reply == 1);
-	const tp_gather *backend = pick_backend(fs, nsrc, want);
-	if (backend != &tp_gather_cpu_backend)
-		iov_ok = 0;
-	if (iov_ok) {
-		for (size_t k = 0; k < nr; k++) {
-			const tp_run *run = &s->runs[k];
-			s->iov[k].iov_len = run->len;
-			if (run->kind == TP_RUN_SRC) {
-				s->iov[k].iov_base = (void *)(n->map + run->off);
-				touched += run->len;
-			} else if (run->kind == TP_RUN_HDR) {
-				s->iov[k].iov_base = (void *)(hdr + run->off);
-			} else {
-				/* zero runs longer than the zero page are split (rare: padding) */
-				s->iov[k].iov_base = (void *)zero_page;
-				if (run->len > sizeof zero_page)
-					goto copy;
-			}
+	for (size_t k = 0; k < nr; k++) {
+		const tp_run *run = &runs[k];
+		iov[k].iov_len = run->len;
+		if (run->kind == TP_RUN_SRC && rf->tab[run->src].map) {
+			iov[k].iov_base = (void *)(rf->tab[run->src].map + run->off);
+			*touched += run->len;
+		} else if ((run->kind == TP_RUN_HDR || run->kind == TP_RUN_CONST) && loc) {
+			iov[k].iov_base = (void *)(loc + run->off);
+		} else if (run->kind == TP_RUN_ZERO && run->len <= sizeof zero_page) {
+			iov[k].iov_base = (void *)zero_page;
+		} else {
+			return -1;
 		}
-		atomic_fetch_add_explicit(&rs->served, want, memory_order_relaxed);
-		atomic_fetch_add_explicit(&rs->touched, touched, memory_order_relaxed);
-		int err = fuse_reply_iov(req, s->iov, (int)nr);
-		if (err)
-			tp_log(3, "%s (rank %u): reply of %llu bytes at %lld failed: %s", n->path, r,
-			       (unsigned long long)want, (long long)off, strerror(-err));
-		release_runs(fs, n, s->runs, nr);
-		after_reply(fs, i);
-		return;
-	}
-copy:;
-	tp_src src = {.fd = n->fd, .map = n->map, .size = n->src_size};
-	uint64_t done = 0;
-	touched = 0;
-	for (int pass = 0; done < want; pass++) {
-		if (pass) /* the first pass's runs are those mapped above; map the rest as the copy goes */
-			nr = tp_map(L, (uint64_t)off + done, want - done, s->runs, RUN_CAP, &cov);
-		for (size_t k = 0; k < nr; k++)
-			touched += s->runs[k].kind == TP_RUN_SRC ? s->runs[k].len : 0;
-		tp_err ge;
-		tp_err_clear(&ge);
-		if (!cov) {
-			tp_log(2, "%s (rank %u): no bytes map at %llu of %llu", n->path, r,
-			       (unsigned long long)(off + done), (unsigned long long)L->size);
-			fuse_reply_err(req, EIO);
-			return;
-		}
-		if (tp_guarded_gather(backend, s->runs, nr, &src, hdr, s->buf + done, &ge) < 0) {
-			if (ge.code == TP_ECHANGED)
-				mark_bad(fs, i, "shorter than planned, or unreadable under its mapping");
-			else
-				tp_log(2, "%s (rank %u): gather failed: %s", n->path, r, ge.msg);
-			fuse_reply_err(req, EIO);
-			return;
-		}
-		release_runs(fs, n, s->runs, nr);
-		done += cov;
-	}
-	if ((err = source_check(fs, i, n->fd))) { /* the identity again, after the copy */
-		fuse_reply_err(req, err);
-		return;
-	}
-	atomic_fetch_add_explicit(&rs->served, want, memory_order_relaxed);
-	atomic_fetch_add_explicit(&rs->touched, touched, memory_order_relaxed);
-	atomic_fetch_add_explicit(&rs->copied, 1, memory_order_relaxed);
-	if (backend == &fs->gpu)
-		atomic_fetch_add_explicit(&rs->gpu, 1, memory_order_relaxed);
-	fuse_reply_buf(req, (const char *)s->buf, want);
-	after_reply(fs, i);
-}
-
-/* The local bytes (header, then constants) of rank r's part p, made on first use. */
-static const uint8_t *get_vloc(tp_fs *fs, uint32_t r, size_t p)
-{
-	_Atomic(uint8_t *) *slot = &fs->vloc[(size_t)r * fs->vnp + p];
-	uint8_t *b = atomic_load(slot);
-	if (b)
-		return b;
-	const tp_served *S = &fs->m->vs[(size_t)r * fs->vnp + p];
-	uint8_t *mine = malloc(S->local_size ? S->local_size : 1);
-	if (!mine)
-		return NULL;
-	tp_served_local(S, mine);
-	uint8_t *expect = NULL;
-	if (!atomic_compare_exchange_strong(slot, &expect, mine)) {
-		free(mine);
-		return expect;
-	}
-	return mine;
-}
-
-/* Every source part p reads may be served: 0, or the errno the request fails with. */
-static int part_check(tp_fs *fs, size_t p)
-{
-	const tp_vpart *pt = &fs->m->vplan.parts[p];
-	for (uint32_t k = 0; k < pt->nsrc; k++) {
-		uint32_t node = fs->m->vsrc_node[pt->srcs[k]];
-		int err = source_check(fs, node, fs->m->n[node].fd);
-		if (err)
-			return err;
 	}
 	return 0;
 }
 
-/* Asks for the source pages of runs (of several sources: each range names its source). */
-static void fetch_served(const tp_fs *fs, size_t p, const tp_run *runs, size_t nr)
+/* A gather of the file failed with TP_ECHANGED: the sources whose identity moved are marked (by
+ * the check); if none did, every source is (a mapping that fails under a copy). */
+static void rf_changed(tp_fs *fs, const rfile *rf)
 {
-	if (fs->o->source_io != 0)
-		return;
-	const tp_vpart *pt = &fs->m->vplan.parts[p];
-	tp_io_range rg[64];
-	for (size_t done = 0; done < nr;) {
-		size_t used, ng = tp_io_ranges_src(runs + done, nr - done, sys_page(), rg, 64, &used);
-		for (size_t a = 0, b; a < ng; a = b) {
-			for (b = a + 1; b < ng && rg[b].src == rg[a].src; b++)
-				;
-			uint32_t node = fs->m->vsrc_node[pt->srcs[rg[a].src]];
-			if (fs->m->n[node].map)
-				fetch_ranges(&fs->m->n[node], fs->ns[node].resid, rg + a, b - a);
-		}
-		if (!used)
-			break;
-		done += used;
-	}
+	int seen = 0;
+	for (uint32_t k = 0; k < rf->nsrc; k++)
+		seen |= source_check(fs, rf->node[k], fs->m->n[rf->node[k]].fd) != 0;
+	for (uint32_t k = 0; !seen && k < rf->nsrc; k++)
+		mark_bad(fs, rf->node[k], "shorter than planned, or unreadable under its mapping");
 }
 
-/* Replies to a read of rank r's part p of the view: the same pass as read_tensors over a file
- * whose runs read several sources (the part's table): every source checked before, the runs
- * mapped (tp_served_map) and their pages asked for, gathered into this thread's buffer, every
- * source checked again, the reply. */
-static void read_served(fuse_req_t req, tp_fs *fs, uint32_t r, size_t p, size_t size, off_t off)
+/* Replies to a read of a served tensor file. Every source is checked (the watcher's mark, one
+ * fstat), the request mapped to runs (tp_file_map), their source pages and the next PF_AHEAD
+ * bytes' asked for (no kernel readahead on the sources: fetching above), the runs copied into
+ * this thread's buffer by the chosen gather backend (only its copies of source bytes run under
+ * the SIGBUS guard), every source checked again, and the reply sent: a write changes a file's
+ * mtime before it changes bytes, so a reply never carries bytes of a write that began before
+ * that check (the window is the copy itself, which README states). Replies without source bytes
+ * (header, constants, padding) point into the local bytes and a zero page; --reply iov points
+ * replies into the source mappings too (the kernel then copies source bytes after every check: a
+ * tuning option). Widened runs are always copied, by the CPU. */
+static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, off_t off)
 {
-	const tp_served *S = &fs->m->vs[(size_t)r * fs->vnp + p];
-	rank_stats *rs = &fs->rs[r];
+	uint64_t fsize = tp_file_size(rf->f), hsize = tp_file_hdr_size(rf->f), lsize = tp_file_local_size(rf->f);
+	rank_stats *rs = &fs->rs[rf->rank];
+	char nm[160];
 	atomic_fetch_add_explicit(&rs->reads, 1, memory_order_relaxed);
-	if ((uint64_t)off >= S->size) {
+	if ((uint64_t)off >= fsize) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	int err = part_check(fs, p);
+	int err = rf_check(fs, rf);
 	if (err) {
 		fuse_reply_err(req, err);
 		return;
 	}
-	uint64_t want = S->size - (uint64_t)off < size ? S->size - (uint64_t)off : size;
-	const uint8_t *loc = get_vloc(fs, r, p);
+	uint64_t want = fsize - (uint64_t)off < size ? fsize - (uint64_t)off : size;
+	int need_loc = (uint64_t)off < hsize || lsize > hsize;
+	const uint8_t *loc = need_loc ? rf_local(rf) : NULL;
 	scratch *s = get_scratch(want);
-	if (!s || !loc) {
+	if (!s || (need_loc && !loc)) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	const tp_vpart *pt = &fs->m->vplan.parts[p];
-	uint64_t done = 0, touched = 0;
+	uint64_t cov, touched = 0;
+	size_t nr = tp_file_map(rf->f, (uint64_t)off, want, s->runs, RUN_CAP, &cov);
+	prefetch(fs, rf, (uint64_t)off, want, s->runs, nr, cov);
+	size_t nsrc = 0, nwiden = 0;
+	for (size_t k = 0; k < nr; k++) {
+		nsrc += s->runs[k].kind == TP_RUN_SRC;
+		nwiden += s->runs[k].kind == TP_RUN_WIDEN;
+	}
+	if (cov < want)
+		nsrc = RUN_CAP; /* more runs than one pass maps */
+	const tp_gather *backend = nwiden ? &tp_gather_cpu_backend : pick_backend(fs, nsrc, want);
+	if (cov == want && nr <= IOV_CAP && !nwiden && (nsrc == 0 || fs->o->reply == 1) &&
+	    backend == &tp_gather_cpu_backend && point_iov(rf, s->runs, nr, loc, s->iov, &touched) == 0) {
+		atomic_fetch_add_explicit(&rs->served, want, memory_order_relaxed);
+		atomic_fetch_add_explicit(&rs->touched, touched, memory_order_relaxed);
+		int rc = fuse_reply_iov(req, s->iov, (int)nr);
+		if (rc)
+			tp_log(3, "%s: reply of %llu bytes at %lld failed: %s", rf_name(rf, nm, sizeof nm),
+			       (unsigned long long)want, (long long)off, strerror(-rc));
+		rf_after(fs, rf, s->runs, nr);
+		for (uint32_t k = 0; k < rf->nsrc; k++)
+			after_reply(fs, rf->node[k]);
+		return;
+	}
+	uint64_t done = 0;
 	int on_gpu = 0;
-	while (done < want) {
-		uint64_t cov;
-		size_t nr = tp_served_map(S, (uint64_t)off + done, want - done, s->runs, RUN_CAP, &cov);
+	touched = 0;
+	for (int pass = 0; done < want; pass++) {
+		if (pass) { /* the first pass's runs are those mapped above; map the rest as the copy goes */
+			nr = tp_file_map(rf->f, (uint64_t)off + done, want - done, s->runs, RUN_CAP, &cov);
+			for (size_t k = nwiden = 0; k < nr; k++)
+				nwiden += s->runs[k].kind == TP_RUN_WIDEN;
+		}
 		if (!cov) {
-			tp_log(2, "model-rank-%u-part-%zu (view): no bytes map at %llu of %llu", r, p,
-			       (unsigned long long)(off + done), (unsigned long long)S->size);
+			tp_log(2, "%s: no bytes map at %llu of %llu", rf_name(rf, nm, sizeof nm), (unsigned long long)(off + done),
+			       (unsigned long long)fsize);
 			fuse_reply_err(req, EIO);
 			return;
 		}
-		fetch_served(fs, p, s->runs, nr);
-		size_t nsrc = 0, nwiden = 0;
-		for (size_t k = 0; k < nr; k++) {
+		for (size_t k = 0; k < nr; k++)
 			touched += tp_run_src_bytes(&s->runs[k]);
-			nsrc += s->runs[k].kind == TP_RUN_SRC;
-			nwiden += s->runs[k].kind == TP_RUN_WIDEN;
-		}
-		/* only the CPU backend widens */
-		const tp_gather *backend = nwiden ? &tp_gather_cpu_backend
-						  : pick_backend(fs, cov < want - done ? RUN_CAP : nsrc, want);
-		on_gpu |= backend == &fs->gpu;
+		const tp_gather *b = nwiden ? &tp_gather_cpu_backend : backend; /* only the CPU backend widens */
+		on_gpu |= b == &fs->gpu;
 		tp_err ge;
 		tp_err_clear(&ge);
-		if (tp_guarded_gather_n(backend, s->runs, nr, fs->vtab[p], pt->nsrc, loc, s->buf + done, &ge) < 0) {
-			if (ge.code == TP_ECHANGED) { /* the sources whose identity moved; if none did, all of them */
-				int seen = 0;
-				for (uint32_t k = 0; k < pt->nsrc; k++) {
-					uint32_t node = fs->m->vsrc_node[pt->srcs[k]];
-					seen |= source_check(fs, node, fs->m->n[node].fd) != 0;
-				}
-				for (uint32_t k = 0; !seen && k < pt->nsrc; k++)
-					mark_bad(fs, fs->m->vsrc_node[pt->srcs[k]], "shorter than planned, or unreadable under its mapping");
-			} else
-				tp_log(2, "model-rank-%u-part-%zu (view): gather failed: %s", r, p, ge.msg);
+		if (tp_guarded_gather_n(b, s->runs, nr, rf->tab, rf->nsrc, loc, s->buf + done, &ge) < 0) {
+			if (ge.code == TP_ECHANGED)
+				rf_changed(fs, rf);
+			else
+				tp_log(2, "%s: gather failed: %s", rf_name(rf, nm, sizeof nm), ge.msg);
 			fuse_reply_err(req, EIO);
 			return;
 		}
-		for (uint32_t k = 0; k < pt->nsrc; k++) {
-			uint32_t node = fs->m->vsrc_node[pt->srcs[k]];
-			release_runs_src(fs, &fs->m->n[node], s->runs, nr, k);
-		}
+		rf_after(fs, rf, s->runs, nr);
 		done += cov;
 	}
-	if ((err = part_check(fs, p))) { /* every source again, after the copy */
+	if ((err = rf_check(fs, rf))) { /* every source again, after the copy */
 		fuse_reply_err(req, err);
 		return;
 	}
 	atomic_fetch_add_explicit(&rs->served, want, memory_order_relaxed);
 	atomic_fetch_add_explicit(&rs->touched, touched, memory_order_relaxed);
 	atomic_fetch_add_explicit(&rs->copied, 1, memory_order_relaxed);
-	if (on_gpu) /* counted as read_tensors counts it: a reply with a CUDA gather in it */
+	if (on_gpu) /* a reply with a CUDA gather in it */
 		atomic_fetch_add_explicit(&rs->gpu, 1, memory_order_relaxed);
 	fuse_reply_buf(req, (const char *)s->buf, want);
-	for (uint32_t k = 0; k < pt->nsrc; k++)
-		after_reply(fs, fs->m->vsrc_node[pt->srcs[k]]);
+	for (uint32_t k = 0; k < rf->nsrc; k++)
+		after_reply(fs, rf->node[k]);
 }
 
 /* Replies to a read of plain file i: the source is opened for this read alone (a link on its
@@ -653,8 +619,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 		return;
 	}
 	size_t vp;
+	rfile rf;
 	if (vdecode(fs, ino, &r, &vp) == 0) {
-		read_served(req, fs, r, vp, size, off);
+		rfile_part(fs, r, vp, &rf);
+		read_file(req, fs, &rf, size, off);
 		return;
 	}
 	if (decode(fs, ino, &r, &i) < 0) {
@@ -663,7 +631,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	}
 	const tp_node *n = &fs->m->n[i];
 	if (n->kind == TN_TENSORS) {
-		read_tensors(req, fs, r, i, size, off);
+		rfile_tensors(fs, r, i, &rf);
+		read_file(req, fs, &rf, size, off);
 	} else if (n->kind == TN_INDEX || n->kind == TN_CONFIG) {
 		int err = source_check(fs, i, -1);
 		if (err) {

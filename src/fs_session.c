@@ -197,16 +197,17 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		fs.vpart_ino = fs.stats_ino + 2;
 		fs.vloc = calloc((size_t)m->T * fs.vnp + 1, sizeof *fs.vloc);
 		fs.vtab = calloc(fs.vnp + 1, sizeof *fs.vtab);
+		fs.vwin = calloc((size_t)m->T * fs.vnp + 1, sizeof *fs.vwin);
 		for (size_t p = 0; fs.vtab && p < fs.vnp; p++) {
 			const tp_vpart *pt = &m->vplan.parts[p];
 			if (!(fs.vtab[p] = calloc(pt->nsrc + 1, sizeof *fs.vtab[p])))
 				break;
 			for (uint32_t k = 0; k < pt->nsrc; k++) {
-				const tp_node *n = &m->n[m->vsrc_node[pt->srcs[k]]];
+				const tp_node *n = &m->n[m->vnode[p][k]];
 				fs.vtab[p][k] = (tp_src){.fd = n->fd, .map = n->map, .size = n->src_size};
 			}
 		}
-		if (!fs.vloc || !fs.vtab || (fs.vnp && !fs.vtab[fs.vnp - 1])) {
+		if (!fs.vloc || !fs.vtab || !fs.vwin || (fs.vnp && !fs.vtab[fs.vnp - 1])) {
 			tp_fail(e, TP_ENOMEM, "out of memory");
 			goto out_ra;
 		}
@@ -402,6 +403,7 @@ out_ra:
 	for (size_t p = 0; fs.vtab && p < fs.vnp; p++)
 		free(fs.vtab[p]);
 	free(fs.vtab);
+	free((void *)fs.vwin);
 	munmap(fs.ra_note, RA_NOTE);
 	return rc;
 }

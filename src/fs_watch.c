@@ -153,10 +153,9 @@ void after_reply(tp_fs *fs, uint32_t i)
 static void inval_parts(tp_fs *fs, uint32_t i, off_t off)
 {
 	for (size_t p = 0; p < fs->vnp && atomic_load(&fs->ready); p++) {
-		const tp_vpart *pt = &fs->m->vplan.parts[p];
 		int reads = 0;
-		for (uint32_t k = 0; k < pt->nsrc && !reads; k++)
-			reads = fs->m->vsrc_node[pt->srcs[k]] == i;
+		for (uint32_t k = 0; k < fs->m->vplan.parts[p].nsrc && !reads; k++)
+			reads = fs->m->vnode[p][k] == i;
 		for (uint32_t r = 0; reads && r < fs->T; r++)
 			fuse_lowlevel_notify_inval_inode(fs->se, fs->vpart_ino + (fuse_ino_t)r * fs->vnp + p, off, 0);
 	}

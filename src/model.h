@@ -125,6 +125,7 @@ typedef struct tp_model {
 	tp_view *view;           /* NULL: the hf view */
 	tp_vplan vplan;
 	uint32_t *vsrc_node;     /* vplan's source index -> node */
+	uint32_t **vnode;        /* [p]: part p's table of sources as nodes (vsrc_node of its srcs) */
 	tp_served *vs;           /* [r * vplan.nparts + p]: rank r's part p */
 } tp_model;
 

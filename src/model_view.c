@@ -149,8 +149,16 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 		return -1;
 	size_t np = m->vplan.nparts;
 	m->vs = calloc((size_t)m->T * (np ? np : 1), sizeof *m->vs);
-	if (!m->vs)
+	m->vnode = calloc(np ? np : 1, sizeof *m->vnode);
+	if (!m->vs || !m->vnode)
 		return tp_fail(e, TP_ENOMEM, "out of memory");
+	for (size_t p = 0; p < np; p++) {
+		const tp_vpart *pt = &m->vplan.parts[p];
+		if (!(m->vnode[p] = malloc((pt->nsrc ? pt->nsrc : 1) * sizeof **m->vnode)))
+			return tp_fail(e, TP_ENOMEM, "out of memory");
+		for (uint32_t k = 0; k < pt->nsrc; k++)
+			m->vnode[p][k] = m->vsrc_node[pt->srcs[k]];
+	}
 	for (uint32_t r = 0; r < m->T; r++) {
 		for (size_t p = 0; p < np; p++) {
 			const tp_vpart *pt = &m->vplan.parts[p];
@@ -158,7 +166,7 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 			if (!h)
 				return tp_fail(e, TP_ENOMEM, "out of memory");
 			for (uint32_t k = 0; k < pt->nsrc; k++)
-				h[k] = &m->n[m->vsrc_node[pt->srcs[k]]].h;
+				h[k] = &m->n[m->vnode[p][k]].h;
 			const tp_node *own = &m->n[m->vsrc_node[pt->file]];
 			char fname[96];
 			tp_model_view_name(r, p, fname, sizeof fname);
@@ -183,6 +191,10 @@ void tp_model_view_free(tp_model *m)
 			tp_served_free(&m->vs[k]);
 	free(m->vs);
 	m->vs = NULL;
+	for (size_t p = 0; m->vnode && p < m->vplan.nparts; p++)
+		free(m->vnode[p]);
+	free(m->vnode);
+	m->vnode = NULL;
 	tp_vplan_free(&m->vplan);
 	free(m->vsrc_node);
 	m->vsrc_node = NULL;

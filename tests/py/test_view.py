@@ -208,6 +208,88 @@ with tt.Mount(src, 2, "--view", wrong) as m:
                            vllm_expected(config, full, 2, 0, swap_kv=True)["model.layers.0.self_attn.qkv_proj.weight"]),
             "the wrong view serves exactly the swapped order")
 
+# 7. one read path (issue 31): a view's reads fetch ahead as a rank file's do, and --reply iov
+# points a view's replies into the sources. A Llama with 1024-wide layers (about 60 MB) on the
+# disk of this test's folder: its cached pages are dropped, 4 KiB of rank 0's first part file are
+# read with the kernel's readahead on it off, and the source pages the daemon asks for (those of
+# the part's next 8 MiB) must turn up in the page cache, where that read itself needs one page.
+def resident(path):
+    """Bytes of path's pages in the page cache (mincore over a mapping of it)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = os.path.getsize(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+        assert addr not in (None, ctypes.c_void_p(-1).value), "mmap failed"
+        vec = (ctypes.c_ubyte * ((size + 4095) // 4096))()
+        rc = libc.mincore(addr, size, vec)
+        libc.munmap(addr, size)
+        assert rc == 0, "mincore failed"
+        return sum(b & 1 for b in vec) * 4096
+    finally:
+        os.close(fd)
+
+
+def drop_cache(d):
+    for f in os.listdir(d):
+        fd = os.open(os.path.join(d, f), os.O_RDONLY)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
+big = os.path.join(work, "big")
+bc = dict(config, hidden_size=1024, num_attention_heads=16, num_key_value_heads=4, head_dim=64, intermediate_size=2048,
+          vocab_size=1024, num_hidden_layers=2)
+bb = fixtures.Builder(31)
+bb.add("model.embed_tokens.weight", bc["vocab_size"], bc["hidden_size"])
+for i in range(bc["num_hidden_layers"]):
+    fixtures._gqa(bb, "model.layers.%d." % i, bc, bias=True, o_bias=True)
+    fixtures._mlp(bb, "model.layers.%d." % i, bc["hidden_size"], bc["intermediate_size"])
+    fixtures._norms(bb, "model.layers.%d." % i, bc["hidden_size"])
+bb.add("model.norm.weight", bc["hidden_size"])
+bb.add("lm_head.weight", bc["vocab_size"], bc["hidden_size"])
+fixtures.save(big, bc, bb.t)
+srcs = [os.path.join(big, f) for f in os.listdir(big) if f.endswith(".safetensors")]
+with tt.Mount(big, 2, "--view", "vllm") as m:
+    part = sorted(glob.glob(os.path.join(m.path, "model-rank-0-part-*.safetensors")))[0]
+    drop_cache(big)
+    before = sum(resident(f) for f in srcs)
+    fd = os.open(part, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # the kernel's readahead on the part file off
+    os.pread(fd, 4096, 0)
+    os.close(fd)
+    after = before
+    for _ in range(50):  # MADV_WILLNEED starts the reads and returns: wait for them
+        after = sum(resident(f) for f in srcs)
+        if after - before >= 4 << 20:
+            break
+        time.sleep(0.1)
+    F.check(before < 1 << 20 and after - before >= 4 << 20,
+            "a view's read fetches the source pages of the part's next bytes (resident %d KiB before, %d KiB after "
+            "a 4 KiB read)" % (before >> 10, after >> 10))
+bfull = load_dir(big)
+with tt.Mount(big, 2, "--view", "vllm", "--reply", "iov") as m:
+    for r in range(2):
+        compare("--reply iov, rank %d" % r, served(m.path, r), vllm_expected(bc, bfull, 2, r))
+    rows = {l.split()[0]: l.split() for l in open(os.path.join(m.path, ".tpfs-stats")).read().splitlines()
+            if l[:1].isdigit()}
+    reads, copied = int(rows["0"][3]), int(rows["0"][4])
+    F.check(reads > 0 and copied < reads, "--reply iov: rank 0's view reads are iovec replies (%d reads, %d copied)"
+            % (reads, copied))
+with tt.Mount(big, 2, "--view", "vllm") as m:
+    for r in range(2):
+        served(m.path, r)
+    rows = {l.split()[0]: l.split() for l in open(os.path.join(m.path, ".tpfs-stats")).read().splitlines()
+            if l[:1].isdigit()}
+    F.check(int(rows["0"][4]) > int(rows["0"][3]) // 2,
+            "without --reply iov most view reads are copied (%s reads, %s copied)" % (rows["0"][3], rows["0"][4]))
+
 # 6. refusals
 kl = os.path.join(work, "kimi_linear")  # experts of 16 rows: vLLM pads a rank's shard to 256, the view would not
 kcfg, _ = fixtures.make("kimi_linear", kl)
