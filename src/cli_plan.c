@@ -194,8 +194,47 @@ static void print_ep(const tp_model *m)
 	}
 }
 
-/* tpfs plan --io: per rank and for the selected set, rank-file bytes, source run bytes and the
- * page-touch minimum (pages of this machine's page size). */
+/* For the ranks sel names: the bytes of the files they are served (the rank folders' tensor files,
+ * or under a view its part files) in *files, and in *sum the union of the source bytes those
+ * files read and the pages holding them. */
+static int io_need(const tp_model *m, const uint8_t *sel, uint64_t page, tp_io_need *sum, uint64_t *files, tp_err *e)
+{
+	*sum = (tp_io_need){0, 0};
+	*files = 0;
+	if (m->view) {
+		size_t np = m->vplan.nparts;
+		tp_io_need *per = calloc(m->nn ? m->nn : 1, sizeof *per);
+		if (!per)
+			return tp_fail(e, TP_ENOMEM, "out of memory");
+		if (tp_io_need_served(m->vs, m->T, np, sel, (const uint32_t *const *)m->vnode, m->nn, page, per, e) < 0) {
+			free(per);
+			return -1;
+		}
+		for (uint32_t i = 0; i < m->nn; i++)
+			sum->bytes += per[i].bytes, sum->pages += per[i].pages;
+		free(per);
+		for (uint32_t r = 0; r < m->T; r++)
+			for (size_t p = 0; sel[r] && p < np; p++)
+				*files += m->vs[(size_t)r * np + p].size;
+		return 0;
+	}
+	for (uint32_t i = 0; i < m->nn; i++) {
+		if (m->n[i].kind != TN_TENSORS)
+			continue;
+		tp_io_need need;
+		if (tp_io_need_of(m->n[i].lay, m->T, sel, page, &need, e) < 0)
+			return -1;
+		sum->bytes += need.bytes;
+		sum->pages += need.pages;
+		for (uint32_t q = 0; q < m->T; q++)
+			*files += sel[q] ? m->n[i].lay[q].size : 0;
+	}
+	return 0;
+}
+
+/* tpfs plan --io: per rank and for the selected set, served file bytes (rank folders, or the
+ * view's part files), source run bytes and the page-touch minimum (pages of this machine's page
+ * size). */
 static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const char *ranks, tp_err *e)
 {
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), src = 0;
@@ -203,9 +242,12 @@ static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const 
 	char a[32], b[32], c[32];
 	for (uint32_t i = 0; i < m->nn; i++)
 		src += m->n[i].kind == TN_TENSORS ? m->n[i].src_size : 0;
-	printf("source: %s\nplan:   %s\nranks:  %u\npage:   %llu bytes\n\n", m->src, m->plan_origin, m->T,
-	       (unsigned long long)page);
-	printf("%-8s %16s %16s %16s %10s\n", "rank", "rank_files", "source_runs", "page_touch_min", "x_files");
+	printf("source: %s\nplan:   %s\n", m->src, m->plan_origin);
+	if (m->view)
+		printf("view:   %s (the part files each rank's loader reads)\n", m->view->origin);
+	printf("ranks:  %u\npage:   %llu bytes\n\n", m->T, (unsigned long long)page);
+	printf("%-8s %16s %16s %16s %10s\n", "rank", m->view ? "part_files" : "rank_files", "source_runs", "page_touch_min",
+	       "x_files");
 	tp_io_need set = {0, 0};
 	uint64_t set_files = 0;
 	for (uint32_t r = 0; r <= m->T; r++) {
@@ -216,17 +258,8 @@ static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const 
 			one[r] = 1;
 		tp_io_need sum = {0, 0};
 		uint64_t files = 0;
-		for (uint32_t i = 0; i < m->nn; i++) {
-			if (m->n[i].kind != TN_TENSORS)
-				continue;
-			tp_io_need need;
-			if (tp_io_need_of(m->n[i].lay, m->T, total ? sel : one, page, &need, e) < 0)
-				return -1;
-			sum.bytes += need.bytes;
-			sum.pages += need.pages;
-			for (uint32_t q = 0; q < m->T; q++)
-				files += (total ? sel[q] : q == r) ? m->n[i].lay[q].size : 0;
-		}
+		if (io_need(m, total ? sel : one, page, &sum, &files, e) < 0)
+			return -1;
 		if (!total)
 			one[r] = 0;
 		else
@@ -237,8 +270,9 @@ static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const 
 		       (unsigned long long)sum.bytes, (unsigned long long)(sum.pages * page),
 		       files ? (double)(sum.pages * page) / (double)files : 0.0);
 	}
-	printf("\nserved set: %s (%u of %u ranks): rank files %s, page-touch minimum %s of a %s source (%.2fx)\n",
-	       ranks ? ranks : "all", nsel, m->T, human(set_files, a, sizeof a), human(set.pages * page, b, sizeof b),
+	printf("\nserved set: %s (%u of %u ranks): %s %s, page-touch minimum %s of a %s source (%.2fx)\n",
+	       ranks ? ranks : "all", nsel, m->T, m->view ? "part files" : "rank files", human(set_files, a, sizeof a),
+	       human(set.pages * page, b, sizeof b),
 	       human(src, c, sizeof c), src ? (double)(set.pages * page) / (double)src : 0.0);
 	return 0;
 }

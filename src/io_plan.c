@@ -81,6 +81,78 @@ static int cmp_piece(const void *x, const void *y)
 	return a->off < b->off ? -1 : a->off > b->off;
 }
 
+/* One cut of a source tensor that some file reads: row o at base + o x stride, pieces pc[0 .. np)
+ * of each row (TP_ZERO pieces read nothing). */
+typedef struct cut {
+	uint64_t base, outer, stride;
+	const tp_piece *pc;
+	uint32_t np;
+} cut;
+
+/* Adds to c the union of cuts cs[0 .. n) of one source tensor (all with the same base; c has seen
+ * only bytes below it). pc: room for every piece of the cuts. Where the cuts agree on the rows
+ * (every layout of one file, every rank's part of one view), one row's pieces are merged and
+ * every row walked once; else every interval of every cut is sorted. Returns 0, or -1 (out of
+ * memory) with e set. */
+static int union_cuts(acc *c, const cut *cs, size_t n, tp_piece *pc, tp_err *e)
+{
+	uint64_t outer = 0, stride = 0, base = n ? cs[0].base : 0;
+	int same = 1, any = 0;
+	size_t np = 0, rows = 0;
+	for (size_t k = 0; k < n; k++) {
+		if (!cs[k].outer)
+			continue;
+		if (any && (cs[k].outer != outer || cs[k].stride != stride))
+			same = 0;
+		outer = cs[k].outer;
+		stride = cs[k].stride;
+		any = 1;
+		rows += cs[k].outer * cs[k].np;
+		for (uint32_t j = 0; j < cs[k].np; j++)
+			if (cs[k].pc[j].off != TP_ZERO && cs[k].pc[j].len)
+				pc[np++] = cs[k].pc[j];
+	}
+	if (!any)
+		return 0;
+	if (same) {
+		/* one row's pieces, merged; then every row in order */
+		qsort(pc, np, sizeof *pc, cmp_piece);
+		size_t m = 0;
+		for (size_t j = 0; j < np; j++) {
+			if (m && pc[j].off <= pc[m - 1].off + pc[m - 1].len) {
+				uint64_t end = pc[j].off + pc[j].len;
+				if (end > pc[m - 1].off + pc[m - 1].len)
+					pc[m - 1].len = end - pc[m - 1].off;
+			} else {
+				pc[m++] = pc[j];
+			}
+		}
+		if (m == 1 && pc[0].off == 0 && pc[0].len == stride) {
+			add(c, base, base + outer * stride);
+			return 0;
+		}
+		for (uint64_t o = 0; o < outer; o++)
+			for (size_t j = 0; j < m; j++)
+				add(c, base + o * stride + pc[j].off, base + o * stride + pc[j].off + pc[j].len);
+		return 0;
+	}
+	/* the cuts disagree on the rows: every interval of every cut, sorted */
+	tp_piece *all = malloc((rows ? rows : 1) * sizeof *all);
+	if (!all)
+		return tp_fail(e, TP_ENOMEM, "out of memory");
+	size_t na = 0;
+	for (size_t k = 0; k < n; k++)
+		for (uint64_t o = 0; o < cs[k].outer; o++)
+			for (uint32_t j = 0; j < cs[k].np; j++)
+				if (cs[k].pc[j].off != TP_ZERO && cs[k].pc[j].len)
+					all[na++] = (tp_piece){base + o * cs[k].stride + cs[k].pc[j].off, cs[k].pc[j].len};
+	qsort(all, na, sizeof *all, cmp_piece);
+	for (size_t j = 0; j < na; j++)
+		add(c, all[j].off, all[j].off + all[j].len);
+	free(all);
+	return 0;
+}
+
 int tp_io_need_of(const tp_layout *lay, uint32_t T, const uint8_t *sel, uint64_t page, tp_io_need *out,
 		  tp_err *e)
 {
@@ -89,86 +161,100 @@ int tp_io_need_of(const tp_layout *lay, uint32_t T, const uint8_t *sel, uint64_t
 		return 0;
 	const st_header *h = lay[0].h;
 	acc c = {.page = page};
-	tp_piece *pc = malloc((size_t)T * TP_MAX_PIECES * sizeof *pc);
-	if (!pc)
-		return tp_fail(e, TP_ENOMEM, "out of memory");
-	for (size_t k = 0; k < h->n; k++) {
-		const st_tensor *t = &h->t[k];
-		uint64_t base = h->data_start + t->begin, outer = 0, stride = 0;
-		size_t np = 0;
-		int same = 1, any = 0;
+	tp_piece *pieces = malloc((size_t)T * TP_MAX_PIECES * sizeof *pieces), *pc = malloc((size_t)T * TP_MAX_PIECES * sizeof *pc);
+	cut *cs = malloc((size_t)T * sizeof *cs);
+	int rc = pieces && pc && cs ? 0 : tp_fail(e, TP_ENOMEM, "out of memory");
+	for (size_t k = 0; rc == 0 && k < h->n; k++) {
+		size_t n = 0, np = 0;
 		for (uint32_t r = 0; r < T; r++) {
 			if ((sel && !sel[r]) || lay[r].loc[k] == UINT32_MAX)
 				continue;
 			const tp_ltensor *lt = &lay[r].t[lay[r].loc[k]];
-			if (!lt->outer)
-				continue;
-			if (any && (lt->outer != outer || lt->stride != stride))
-				same = 0;
-			outer = lt->outer;
-			stride = lt->stride;
-			any = 1;
-			for (uint32_t j = 0; j < lt->np; j++) {
-				tp_piece p = tp_layout_piece(&lay[r], lt->pi + j);
-				if (p.off != TP_ZERO && p.len)
-					pc[np++] = p;
-			}
+			cs[n] = (cut){h->data_start + h->t[k].begin, lt->outer, lt->stride, pieces + np, lt->np};
+			for (uint32_t j = 0; j < lt->np; j++)
+				pieces[np++] = tp_layout_piece(&lay[r], lt->pi + j);
+			n++;
 		}
-		if (!any)
-			continue;
-		if (same) {
-			/* one row's pieces, merged; then every row in order */
-			qsort(pc, np, sizeof *pc, cmp_piece);
-			size_t m = 0;
-			for (size_t j = 0; j < np; j++) {
-				if (m && pc[j].off <= pc[m - 1].off + pc[m - 1].len) {
-					uint64_t end = pc[j].off + pc[j].len;
-					if (end > pc[m - 1].off + pc[m - 1].len)
-						pc[m - 1].len = end - pc[m - 1].off;
-				} else {
-					pc[m++] = pc[j];
-				}
-			}
-			if (m == 1 && pc[0].off == 0 && pc[0].len == stride) {
-				add(&c, base, base + outer * stride);
-				continue;
-			}
-			for (uint64_t o = 0; o < outer; o++)
-				for (size_t j = 0; j < m; j++)
-					add(&c, base + o * stride + pc[j].off, base + o * stride + pc[j].off + pc[j].len);
-			continue;
-		}
-		/* the selected layouts disagree on the rows: every interval of every rank, sorted */
-		size_t n = 0;
-		for (uint32_t r = 0; r < T; r++)
-			if ((!sel || sel[r]) && lay[r].loc[k] != UINT32_MAX)
-				n += lay[r].t[lay[r].loc[k]].outer * lay[r].t[lay[r].loc[k]].np;
-		tp_piece *all = malloc((n ? n : 1) * sizeof *all);
-		if (!all) {
-			free(pc);
-			return tp_fail(e, TP_ENOMEM, "out of memory");
-		}
-		n = 0;
-		for (uint32_t r = 0; r < T; r++) {
-			if ((sel && !sel[r]) || lay[r].loc[k] == UINT32_MAX)
-				continue;
-			const tp_ltensor *lt = &lay[r].t[lay[r].loc[k]];
-			for (uint64_t o = 0; o < lt->outer; o++)
-				for (uint32_t j = 0; j < lt->np; j++) {
-					tp_piece p = tp_layout_piece(&lay[r], lt->pi + j);
-					if (p.off != TP_ZERO && p.len)
-						all[n++] = (tp_piece){base + o * lt->stride + p.off, p.len};
-				}
-		}
-		qsort(all, n, sizeof *all, cmp_piece);
-		for (size_t j = 0; j < n; j++)
-			add(&c, all[j].off, all[j].off + all[j].len);
-		free(all);
+		rc = union_cuts(&c, cs, n, pc, e);
 	}
+	free(pieces);
 	free(pc);
+	free(cs);
 	out->bytes = c.bytes;
 	out->pages = c.pages;
-	return 0;
+	return rc;
+}
+
+static int cmp_cut(const void *x, const void *y)
+{
+	const cut *a = x, *b = y;
+	return a->base < b->base ? -1 : a->base > b->base;
+}
+
+int tp_io_need_served(const tp_served *vs, uint32_t T, size_t np, const uint8_t *sel, const uint32_t *const *node,
+		      uint32_t nnodes, uint64_t page, tp_io_need *out, tp_err *e)
+{
+	memset(out, 0, (size_t)nnodes * sizeof *out);
+	size_t *cnt = calloc((size_t)nnodes + 1, sizeof *cnt), total = 0, most = 0;
+	if (!cnt)
+		return tp_fail(e, TP_ENOMEM, "out of memory");
+	for (uint32_t r = 0; r < T; r++) /* how many cuts read each source */
+		for (size_t p = 0; (!sel || sel[r]) && p < np; p++) {
+			const tp_served *S = &vs[(size_t)r * np + p];
+			for (size_t k = 0; k < S->nparts; k++)
+				if (S->parts[k].src != TP_PART_CONST)
+					cnt[node[p][S->parts[k].src] + 1]++, total++;
+		}
+	for (uint32_t g = 0; g < nnodes; g++) /* cnt[g]: where source g's cuts start */
+		cnt[g + 1] += cnt[g];
+	cut *cs = malloc((total ? total : 1) * sizeof *cs);
+	size_t *fill = malloc(((size_t)nnodes + 1) * sizeof *fill);
+	if (!cs || !fill) {
+		free(cs);
+		free(fill);
+		free(cnt);
+		return tp_fail(e, TP_ENOMEM, "out of memory");
+	}
+	memcpy(fill, cnt, ((size_t)nnodes + 1) * sizeof *fill);
+	for (uint32_t r = 0; r < T; r++)
+		for (size_t p = 0; (!sel || sel[r]) && p < np; p++) {
+			const tp_served *S = &vs[(size_t)r * np + p];
+			for (size_t k = 0; k < S->nparts; k++) {
+				const tp_part *t = &S->parts[k];
+				if (t->src != TP_PART_CONST)
+					cs[fill[node[p][t->src]]++] = (cut){t->base, t->outer, t->stride, S->pieces + t->pi, t->np};
+			}
+		}
+	tp_piece *pc = NULL;
+	int rc = 0;
+	for (uint32_t g = 0; rc == 0 && g < nnodes; g++) {
+		cut *gc = cs + cnt[g];
+		size_t n = cnt[g + 1] - cnt[g];
+		qsort(gc, n, sizeof *gc, cmp_cut);
+		acc c = {.page = page};
+		for (size_t a = 0, b; rc == 0 && a < n; a = b) { /* the cuts of one source tensor */
+			size_t need = gc[a].np;
+			for (b = a + 1; b < n && gc[b].base == gc[a].base; b++)
+				need += gc[b].np;
+			if (need > most) { /* room for the group's pieces */
+				tp_piece *q = realloc(pc, need * sizeof *pc);
+				if (!q) {
+					rc = tp_fail(e, TP_ENOMEM, "out of memory");
+					break;
+				}
+				pc = q;
+				most = need;
+			}
+			rc = union_cuts(&c, gc + a, b - a, pc, e);
+		}
+		out[g].bytes = c.bytes;
+		out[g].pages = c.pages;
+	}
+	free(pc);
+	free(cs);
+	free(fill);
+	free(cnt);
+	return rc;
 }
 
 /* Merges out[n - 1] back into its predecessors while it overlaps or touches them in the same

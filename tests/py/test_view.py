@@ -192,6 +192,26 @@ F.check(p.returncode == 0 and "model.layers.0.self_attn.qkv_proj.weight" in p.st
         "model.layers.0.self_attn.v_proj.weight" in p.stdout and "model-rank-0-part-0.safetensors" in p.stdout,
         "tpfs plan --view vllm shows keys and pieces (%d): %s" % (p.returncode, (p.stdout + p.stderr)[-300:]))
 
+# 4b. tpfs plan --io --view vllm reports the part files and what they read: each rank's source bytes
+# are its slices of the source tensors (the rules' slices, counted here from reference.py), and all
+# ranks together read every source byte once (the replicated tensors too, counted once)
+for T in (2, 4):
+    p = tt.tpfs("plan", src, "--tp", str(T), "--io", "--view", "vllm")
+    rows = {l.split()[0]: l.split() for l in p.stdout.splitlines() if l[:1].isdigit() or l.startswith("served  ")}
+    for r in range(T):
+        want_runs = sum(reference.expected("llama", config, n, full[n], T, r, pad=64).nbytes for n in full)
+        F.check(p.returncode == 0 and "part_files" in p.stdout and str(r) in rows and int(rows[str(r)][2]) == want_runs,
+                "tpfs plan --io --view vllm at T=%d: rank %d reads %s source bytes, its slices are %d bytes"
+                % (T, r, rows.get(str(r), ["?"] * 3)[2], want_runs))
+    F.check("served" in rows and int(rows["served"][2]) == sum(x.nbytes for x in full.values()),
+            "tpfs plan --io --view vllm at T=%d: all ranks read every source byte once (%s of %d)"
+            % (T, rows.get("served", ["?"] * 3)[2], sum(x.nbytes for x in full.values())))
+    with tt.Mount(src, T, "--view", "vllm") as m:
+        sizes = [sum(os.path.getsize(f) for f in glob.glob(os.path.join(m.path, "model-rank-%d-part-*" % r)))
+                 for r in range(T)]
+    F.check(all(int(rows[str(r)][1]) == sizes[r] for r in range(T) if str(r) in rows),
+            "tpfs plan --io --view vllm at T=%d: part_files are the sizes the mount shows (%s)" % (T, sizes))
+
 # 5. a wrong view (k and v swapped in qkv_proj) is caught by the same check
 view = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "views", "vllm", "llama.json")))
 for e in view["tensors"]:
