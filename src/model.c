@@ -1,5 +1,6 @@
 /* model.c: walking, validating and planning a source checkpoint (see model.h). */
 #include "model.h"
+#include "model_int.h"
 #include "slurp.h"
 
 #include <cjson/cJSON.h>

@@ -150,21 +150,6 @@ uint32_t tp_node_resolve(const tp_model *m, uint32_t dir, const char *rel);
  * holds, [*first, *first + *count). Both 0 without --ep. */
 void tp_model_ep_range(const tp_model *m, int d, uint32_t r, uint64_t *first, uint64_t *count);
 
-/* Walking SRC (model_walk.c, for tp_model_open): adds node (rel, abs, kind, st) under parent into
- * *out, resolving its links; and adds folder dir's entries and recurses (depth: of dir). 0 or -1
- * with e set (a named limit, a link into the mount point, out of memory). */
-int tp_model_add_node(tp_model *m, uint32_t parent, const char *rel, const char *abs, tp_node_kind kind,
-		      const struct stat *st, uint32_t *out, tp_err *e);
-int tp_model_walk(tp_model *m, uint32_t dir, int depth, tp_err *e);
-
-/* --view (model_view.c). Before planning: the view chosen for the plan and config.json (refusing
- * what no view serves: another plan, a quantized checkpoint, --ep), and the vocabulary multiple it
- * asks for in m->pad_vocab. After planning: the view resolved over the source files (those the
- * root index lists, else the root's) and every rank's served files built. Free: both undone. */
-int tp_model_view_choose(tp_model *m, tp_err *e);
-int tp_model_view_build(tp_model *m, const struct cJSON *root_index, tp_err *e);
-void tp_model_view_free(tp_model *m);
-
 /* The name of rank r's part p under the view: "model-rank-{r}-part-{p}.safetensors". */
 void tp_model_view_name(uint32_t r, size_t p, char *out, size_t cap);
 

@@ -7,6 +7,7 @@
  * over the source files a loader would read and every rank's part files are built (served.c).
  */
 #include "model.h"
+#include "model_int.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -4,6 +4,7 @@
  * name, the named limits (files, entries per folder, depth) enforced; and finding nodes by name
  * and by relative path. */
 #include "model.h"
+#include "model_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -33,7 +34,7 @@ static char *join(const char *a, const char *b)
 }
 
 int tp_model_add_node(tp_model *m, uint32_t parent, const char *rel, const char *abs,
-		    tp_node_kind kind, const struct stat *st, uint32_t *out, tp_err *e)
+		    int kind, const struct stat *st, uint32_t *out, tp_err *e)
 {
 	if (m->nn >= TP_MAX_NODES)
 		return tp_fail(e, TP_ELIMIT, "%s: more than %d files and folders, the tpfs limit", m->src, TP_MAX_NODES);
