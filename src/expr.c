@@ -35,6 +35,7 @@ typedef struct P {
 	int err;
 	int depth;
 	int skip;               /* > 0: inside an untaken branch: parse only */
+	int guard;              /* > 0: inside the arguments of has() or first(), which test missing */
 } P;
 
 static int perr(P *p, const char *fmt, const char *arg)
@@ -132,9 +133,7 @@ const char *tp_expr_used(tp_expr_ctx *c)
 
 const cJSON *tp_config_get(const tp_expr_ctx *c, const char *key)
 {
-	if (!c->config)
-		return NULL;
-	for (int pi = 0; pi <= c->nprefix; pi++) {
+	for (int pi = 0; c->config && pi <= c->nprefix; pi++) {
 		const cJSON *n = c->config;
 		if (pi < c->nprefix) {
 			n = cJSON_GetObjectItemCaseSensitive(n, c->prefix[pi]);
@@ -155,6 +154,10 @@ const cJSON *tp_config_get(const tp_expr_ctx *c, const char *key)
 		}
 		if (n && !cJSON_IsNull(n))
 			return n;
+	}
+	if (c->defaults) {
+		tp_expr_ctx d = {.config = c->defaults};
+		return tp_config_get(&d, key);
 	}
 	return NULL;
 }
@@ -193,15 +196,17 @@ static int expr(P *p, val *out);
 static int call(P *p, const char *fn, val *out)
 {
 	val a[8];
-	int n = 0;
+	int n = 0, guarded = !strcmp(fn, "has") || !strcmp(fn, "first");
 	skip(p);
 	if (!accept(p, ")")) {
+		p->guard += guarded;
 		do {
 			if (n == 8)
 				return perr(p, "too many arguments to %s()", fn);
 			if (expr(p, &a[n++]) < 0)
 				return -1;
 		} while (accept(p, ","));
+		p->guard -= guarded;
 		if (!accept(p, ")"))
 			return perr(p, "expected ')' after the arguments of %s()", fn);
 	}
@@ -334,6 +339,8 @@ static int primary(P *p, val *out)
 		const cJSON *n = tp_config_get(p->c, name);
 		if (n)
 			note_used(p->c, name, n);
+		else if (!p->guard && !p->c->missing[0])
+			cpy(p->c->missing, sizeof p->c->missing, name);
 		return from_json(p, n, name, out);
 	}
 	return perr(p, "unexpected text at '%s'", *s ? s : "(end)");
@@ -554,7 +561,21 @@ static int eval(tp_expr_ctx *c, const char *src, val *out, tp_err *e)
 	P p = {.c = c, .src = src, .p = src, .e = e};
 	c->nused = 0;
 	c->used[0] = 0;
+	c->missing[0] = 0;
 	if (expr(&p, out) < 0)
+		return -1;
+	skip(&p);
+	if (*p.p)
+		return perr(&p, "unexpected text at '%s'", p.p);
+	return 0;
+}
+
+int tp_expr_check(const char *src, tp_err *e)
+{
+	tp_expr_ctx c = {0};
+	P p = {.c = &c, .src = src, .p = src, .e = e, .skip = 1};
+	val v;
+	if (expr(&p, &v) < 0)
 		return -1;
 	skip(&p);
 	if (*p.p)

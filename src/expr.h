@@ -13,7 +13,9 @@
  * limited to TP_EXPR_MAX_DEPTH. Errors have the code TP_ERULE.
  *
  * Config keys are looked up first under each of the context's prefixes (e.g. "text_config" for
- * vision-language wrappers), then at the top level.
+ * vision-language wrappers), then at the top level, then in the context's defaults (a view's
+ * "defaults": the config class's values where config.json says nothing). This is the one lookup
+ * order of plans, views and per-rank counts.
  */
 #ifndef TP_EXPR_H
 #define TP_EXPR_H
@@ -31,6 +33,7 @@ struct cJSON;
 
 typedef struct tp_expr_ctx {
 	const struct cJSON *config;          /* config.json (may be NULL: every key is missing) */
+	const struct cJSON *defaults;        /* looked up after config (NULL: none) */
 	const char *prefix[TP_EXPR_MAX_PREFIX]; /* sub-objects to try first */
 	int nprefix;
 	char var[TP_EXPR_MAX_VARS][16];      /* bound variable names (truncated to 15) and values */
@@ -42,6 +45,10 @@ typedef struct tp_expr_ctx {
 	} usedk[8];
 	int nused;
 	char used[256];                      /* tp_expr_used's text */
+	char missing[96];                    /* the first key the last evaluation read and found in
+	                                      * neither config nor defaults, outside has() and first()
+	                                      * ("" when none): a caller that treats an unknown key as an
+	                                      * error (view conditions) reads it */
 } tp_expr_ctx;
 
 /* "key=value, ..." of the config keys the last evaluation read ("" when none), formatted now
@@ -59,7 +66,11 @@ int tp_expr_int(tp_expr_ctx *c, const char *src, int64_t *out, tp_err *e);
 /* Evaluates src as a condition: missing counts as false. Returns 0/1, or -1 on error. */
 int tp_expr_cond(tp_expr_ctx *c, const char *src, tp_err *e);
 
-/* Looks up a config key (dotted path, prefixes first). Returns the cJSON node or NULL. */
+/* Parses src without evaluating it (no config is read): 0, or -1 with the syntax error. */
+int tp_expr_check(const char *src, tp_err *e);
+
+/* Looks up a config key (dotted path: prefixes first, then the top level, then defaults). Returns
+ * the cJSON node or NULL. */
 const struct cJSON *tp_config_get(const tp_expr_ctx *c, const char *key);
 
 #endif

@@ -64,16 +64,22 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 	return 0;
 }
 
-/* Whether config.json's key (at the top, or under a config prefix of the plan such as text_config)
- * is true (or a nonzero number). An absent key takes the view's "defaults", else it is false. */
-static int config_true(const tp_model *m, const char *key)
+/* Evaluates a condition of the view (an entry's "when" / "unless", a "refuse" entry's "if") in c
+ * (config.json with the plan's prefixes, the view's defaults, T): 0 or 1, or -1 with e set, also
+ * where it reads a key that neither config.json nor the view's "defaults" has outside has() and
+ * first() (such a condition could never be what its writer meant). what names the entry. */
+static int view_cond(const tp_model *m, tp_expr_ctx *c, const char *cond, const char *what, tp_err *e)
 {
-	const cJSON *x = cJSON_GetObjectItemCaseSensitive(m->config, key);
-	for (int p = 0; !x && p < m->plan.nprefix; p++)
-		x = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->config, m->plan.prefix[p]), key);
-	if (!x && m->view) /* absent from config.json: the view's default, else false */
-		x = cJSON_GetObjectItemCaseSensitive(m->view->defaults, key);
-	return cJSON_IsTrue(x) || (cJSON_IsNumber(x) && x->valuedouble != 0);
+	tp_err pe;
+	tp_err_clear(&pe);
+	int hit = tp_expr_cond(c, cond, &pe);
+	if (hit < 0)
+		return tp_fail(e, TP_EPLAN, "%s: %s: %s", m->view->origin, what, pe.msg);
+	if (c->missing[0])
+		return tp_fail(e, TP_EPLAN, "%s: %s: '%s' reads config key '%s', which config.json does not have and the view "
+			       "gives no default for (a \"defaults\" entry states the config class's value; has() tests "
+			       "for the key)", m->view->origin, what, cond, c->missing);
+	return hit;
 }
 
 /* Whether node f is among the files a loader of the view reads: those the root index lists
@@ -109,42 +115,51 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 		src[ns] = (tp_vsource){n->path, &n->h, n->specs};
 		m->vsrc_node[ns++] = i;
 	}
-	for (size_t k = 0; k < m->view->ne; k++) { /* "when": the entries this config.json leaves out */
-		const tp_ventry *x = &m->view->e[k];
-		const char *w = x->when;
-		int neg = x->negate;
-		if (w && w[0] == '!') /* "when": "!key" */
-			w++, neg = 1;
-		m->view->e[k].off = w && (neg ? config_true(m, w) : !config_true(m, w));
+	tp_expr_ctx c = m->cfg; /* the one lookup order: the plan's prefixes, the top, the view's defaults */
+	c.defaults = m->view->defaults;
+	tp_expr_bind(&c, "T", m->T);
+	int rc = 0;
+	for (size_t k = 0; rc == 0 && k < m->view->ne; k++) { /* "when": the entries this config.json leaves out */
+		tp_ventry *x = &m->view->e[k];
+		if (!x->when)
+			continue;
+		char what[160];
+		snprintf(what, sizeof what, "tensors[%zu] (%s) \"%s\"", k, x->name ? x->name : x->per ? x->per : "",
+			 x->negate ? "unless" : "when");
+		int hit = view_cond(m, &c, x->when, what, e);
+		if (hit < 0)
+			rc = -1;
+		x->off = x->negate ? hit == 1 : hit == 0;
 	}
-	if (m->view->drop_key) { /* "drop_layers": the first layer index left out, from config.json */
-		const cJSON *x = cJSON_GetObjectItemCaseSensitive(m->config, m->view->drop_key);
-		for (int p = 0; !x && p < m->plan.nprefix; p++)
-			x = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->config, m->plan.prefix[p]),
-							     m->view->drop_key);
-		if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= 1e15) {
-			free(src);
-			return tp_fail(e, TP_EINVAL, "%s: config.json has no count '%s' (the layers it builds)", m->view->origin,
-				       m->view->drop_key);
-		}
-		m->view->drop_from = (uint64_t)x->valuedouble;
+	if (rc == 0 && m->view->drop_key) { /* "drop_layers": the first layer index left out, from config.json */
+		const cJSON *x = tp_config_get(&c, m->view->drop_key);
+		if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= 1e15)
+			rc = tp_fail(e, TP_EINVAL, "%s: config.json has no count '%s' (the layers it builds)", m->view->origin,
+				     m->view->drop_key);
+		else
+			m->view->drop_from = (uint64_t)x->valuedouble;
 	}
 	const cJSON *it;
+	size_t k = 0;
 	cJSON_ArrayForEach(it, m->view->refuse) /* "refuse": layouts the engine holds otherwise */
 	{
 		const char *cond = cJSON_GetObjectItemCaseSensitive(it, "if")->valuestring;
-		tp_expr_ctx c = m->cfg;
-		tp_expr_bind(&c, "T", m->T);
-		int hit = tp_expr_cond(&c, cond, e);
-		if (hit != 0) {
-			free(src);
-			if (hit < 0)
-				return -1;
-			return tp_fail(e, TP_EPLAN, "%s refuses this checkpoint at T=%u: %s (%s; %s)", m->view->origin, m->T,
-				       cJSON_GetObjectItemCaseSensitive(it, "reason")->valuestring, cond, tp_expr_used(&c));
-		}
+		char what[32];
+		snprintf(what, sizeof what, "refuse[%zu] \"if\"", k++);
+		int hit = rc < 0 ? 0 : view_cond(m, &c, cond, what, e);
+		if (hit < 0)
+			rc = -1;
+		else if (hit)
+			rc = tp_fail(e, TP_EPLAN, "%s refuses this checkpoint at T=%u: %s (%s; %s)", m->view->origin, m->T,
+				     cJSON_GetObjectItemCaseSensitive(it, "reason")->valuestring, cond, tp_expr_used(&c));
+		if (rc < 0)
+			break;
 	}
-	int rc = tp_view_resolve(m->view, src, ns, &m->vplan, e);
+	if (rc < 0) {
+		free(src);
+		return -1;
+	}
+	rc = tp_view_resolve(m->view, src, ns, &m->vplan, e);
 	free(src);
 	if (rc < 0)
 		return -1;

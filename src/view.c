@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expr.h"
 #include "json_strict.h"
 
 /* ---- parsing ---- */
@@ -62,18 +63,6 @@ static int check_template(const char *t, const char *origin, size_t k, tvars *vs
 	return 0;
 }
 
-/* Whether k can name a config.json key: a letter or '_', then letters, digits and '_' (so a plan
- * expression, which would name no key and leave the entry silently off, is refused). */
-static int config_key(const char *k)
-{
-	if (!k || !((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') || *k == '_'))
-		return 0;
-	for (; *k; k++)
-		if (!((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') || (*k >= '0' && *k <= '9') || *k == '_'))
-			return 0;
-	return 1;
-}
-
 static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
 {
 	static const char *keys[] = {"name", "cat", "from", "stack", "optional", "const", "per", "drop", "if_missing",
@@ -94,18 +83,23 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 	x->name = str_of(o, "name");
 	x->stack = str_of(o, "stack");
 	x->if_missing = str_of(o, "if_missing");
-	x->when = str_of(o, "when");
-	if (cJSON_GetObjectItemCaseSensitive(o, "when") && !config_key(x->when + (x->when && x->when[0] == '!')))
-		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"when\" is a config.json key, or !key, not '%s' (a plan "
-			       "expression such as \"model_type == 'x'\" belongs in \"refuse\")", origin, k,
-			       x->when ? x->when : "(not a string)");
-	const char *unless = str_of(o, "unless"); /* "unless": K is "when": "!K" */
-	if (cJSON_GetObjectItemCaseSensitive(o, "unless")) {
-		if (!config_key(unless) || x->when)
-			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"unless\" is a config.json key (and not with \"when\")",
-				       origin, k);
-		x->when = unless;
-		x->negate = 1;
+	/* "when" / "unless": a plan expression over config.json (the view's defaults under it) and T,
+	 * parsed here, evaluated by the model (model_view.c) */
+	const cJSON *wj = cJSON_GetObjectItemCaseSensitive(o, "when"), *uj = cJSON_GetObjectItemCaseSensitive(o, "unless");
+	if (wj && uj)
+		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"when\" and \"unless\" together (write one expression)", origin,
+			       k);
+	if (wj || uj) {
+		const char *what = wj ? "when" : "unless";
+		x->when = str_of(o, what);
+		x->negate = !wj;
+		tp_err pe;
+		tp_err_clear(&pe);
+		if (!x->when || !*x->when)
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"%s\" is a plan expression over config.json and T (a "
+				       "string)", origin, k, what);
+		if (tp_expr_check(x->when, &pe) < 0)
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"%s\": %s", origin, k, what, pe.msg);
 	}
 	x->optional = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "optional"));
 	const cJSON *cat = cJSON_GetObjectItemCaseSensitive(o, "cat"), *cst = cJSON_GetObjectItemCaseSensitive(o, "const");
@@ -390,6 +384,17 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 		if (!okr) {
 			tp_fail(e, TP_EINVAL, "%s: \"refuse\": a list of {\"if\": expression, \"reason\": text}", origin);
 			goto bad;
+		}
+		size_t k = 0;
+		cJSON_ArrayForEach(it, v->refuse)
+		{
+			tp_err pe;
+			tp_err_clear(&pe);
+			if (tp_expr_check(cJSON_GetObjectItemCaseSensitive(it, "if")->valuestring, &pe) < 0) {
+				tp_fail(e, TP_EINVAL, "%s: refuse[%zu]: \"if\": %s", origin, k, pe.msg);
+				goto bad;
+			}
+			k++;
 		}
 	}
 	v->defaults = cJSON_GetObjectItemCaseSensitive(o, "defaults");

@@ -42,9 +42,9 @@ typedef struct tp_ventry {
 	int to_f32;            /* "dtype": "F32": BF16 / F16 pieces served widened to F32 */
 	uint32_t rs_ndim;      /* "shape": [d, ...] (one d may be -1): the served shape, same bytes */
 	int64_t rs_shape[ST_MAX_DIMS];
-	const char *when;      /* a config.json key ("!key": its negation): the entry applies only where it
-	                        * is true (the caller decides, setting off) */
-	int negate;            /* "unless": the entry applies where the key `when` names is false */
+	const char *when;      /* a plan expression over config.json and T ("when"): the entry applies only
+	                        * where it is true (the caller evaluates it, setting off) */
+	int negate;            /* it came as "unless": the entry applies where the expression is false */
 	int off;               /* set by the caller from when: the entry is left out */
 	st_dtype cdtype;       /* CONST */
 	double cvalue;

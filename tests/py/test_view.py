@@ -310,6 +310,37 @@ with tt.Mount(big, 2, "--view", "vllm") as m:
     F.check(int(rows["0"][4]) > int(rows["0"][3]) // 2,
             "without --reply iov most view reads are copied (%s reads, %s copied)" % (rows["0"][3], rows["0"][4]))
 
+# 5b. one condition language (issue 31): "when" is a plan expression over config.json and T (an
+# entry dropping model.norm.weight at T=4 only), and one that reads a key neither config.json nor the
+# view's defaults has is refused with the view, the entry and the key
+cond = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "views", "vllm", "llama.json")))
+cond["tensors"].append({"drop": "model.norm.weight", "when": "T == 4 && !tie_word_embeddings && hidden_size > 1"})
+cview = os.path.join(work, "cond-view.json")
+json.dump(cond, open(cview, "w"))
+for T in (2, 4):
+    with tt.Mount(src, T, "--view", cview) as m:
+        got = served(m.path, 0)
+    F.check(("model.norm.weight" in got) == (T == 2),
+            "a \"when\" expression over T and config.json drops model.norm.weight at T=4 only (T=%d: %s)"
+            % (T, "served" if "model.norm.weight" in got else "dropped"))
+typo = json.loads(json.dumps(cond))
+typo["tensors"][-1]["when"] = "tie_word_embedding"
+json.dump(typo, open(cview, "w"))
+p = tt.tpfs("plan", src, "--tp", "2", "--view", cview)
+F.check(p.returncode == 1 and "'tie_word_embedding'" in p.stderr and "no default" in p.stderr and
+        "(model.norm.weight) \"when\"" in p.stderr and cview in p.stderr,
+        "a condition on a key config.json lacks (a typo) is refused, naming the view, the entry and the key (%s)"
+        % p.stderr.strip()[-300:])
+typo["tensors"][-1]["when"] = "has(tie_word_embedding) && tie_word_embedding"
+json.dump(typo, open(cview, "w"))
+p = tt.tpfs("plan", src, "--tp", "2", "--view", cview)
+F.check(p.returncode == 0, "has() guards a key config.json may lack (%s)" % p.stderr.strip()[-200:])
+typo["tensors"][-1]["when"] = "T >"
+json.dump(typo, open(cview, "w"))
+p = tt.tpfs("plan", src, "--tp", "2", "--view", cview)
+F.check(p.returncode == 1 and "\"when\": expression 'T >'" in p.stderr,
+        "a condition that does not parse is refused when the view is read (%s)" % p.stderr.strip()[-200:])
+
 # 6. refusals
 kl = os.path.join(work, "kimi_linear")  # experts of 16 rows: vLLM pads a rank's shard to 256, the view would not
 kcfg, _ = fixtures.make("kimi_linear", kl)

@@ -301,26 +301,49 @@ def fill(t, b):
     return re.sub(r"\{([a-z_]+)\}", lambda m: b[m.group(1)], t)
 
 
-def config_value(cfg, k, default=None):
-    """config.json's key k, at the top or, for a composite config (a vision-language model), under
-    text_config, where transformers keeps the text model's keys."""
-    if k in cfg:
-        return cfg[k]
-    return (cfg.get("text_config") or {}).get(k, default)
+def config_value(cfg, k, default=None, defaults=None):
+    """config.json's key k in the one lookup order of plans and views: under text_config first (where
+    transformers keeps a composite config's text-model keys), then at the top, then the view's
+    `defaults` (the config class's values)."""
+    for where in ((cfg.get("text_config") or {}), cfg, defaults or {}):
+        if where.get(k) is not None:
+            return where[k]
+    return default
 
 
-def applies(entry, cfg, defaults=None):
-    """Whether a view entry applies under config.json cfg: `when` K (or "!K") / `unless` K, where a key
-    config.json lacks takes the view's `defaults` (the config class's default), else false."""
-    def val(k):
-        return bool(cfg.get(k, (defaults or {}).get(k, False)))
-    if "when" in entry:
-        k = entry["when"]
-        if (not val(k[1:])) if k.startswith("!") else val(k):
-            pass
-        else:
-            return False
-    if "unless" in entry and val(entry["unless"]):
+class _Missing(Exception):
+    pass
+
+
+def condition(expr, cfg, defaults, T):
+    """A view condition (`when`, `unless`, `refuse.if`: a plan expression) evaluated here by Python: the
+    operators rewritten (&& || ! to and or not), every name looked up by config_value, T bound, has(k)
+    testing a key. A key neither config.json nor the view's defaults has, outside has(), raises: tpfs
+    refuses such a condition by name."""
+    py = re.sub(r"has\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\)", r'_has("\1")', expr)
+    py = py.replace("&&", " and ").replace("||", " or ")
+    py = re.sub(r"!(?!=)", " not ", py)
+    py = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", py))
+
+    class Names(dict):
+        def __missing__(self, name):
+            if name == "T":
+                return T
+            if name == "_has":
+                return lambda k: config_value(cfg, k, defaults=defaults) is not None
+            v = config_value(cfg, name, defaults=defaults)
+            if v is None:
+                raise _Missing("condition %r reads %r, which neither config.json nor the view's defaults has"
+                               % (expr, name))
+            return v
+    return bool(eval(py, {"__builtins__": {}}, Names()))
+
+
+def applies(entry, cfg, defaults=None, T=1):
+    """Whether a view entry applies under config.json cfg at T: its `when` true, its `unless` false."""
+    if "when" in entry and not condition(entry["when"], cfg, defaults, T):
+        return False
+    if "unless" in entry and condition(entry["unless"], cfg, defaults, T):
         return False
     return True
 
@@ -328,7 +351,7 @@ def applies(entry, cfg, defaults=None):
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 
-def plan_view(view, cfg, names):
+def plan_view(view, cfg, names, T=1):
     """The served tensors: a list of (served name, recipe, first source name) where recipe is
     ("cat", [names], dtype, shape) / ("stack", [[names] per e], dtype, shape) (dtype None: the pieces',
     or "F32": widened; shape None: as made, or the served shape) / ("const", dtype, value); and the
@@ -336,13 +359,13 @@ def plan_view(view, cfg, names):
     used, served = set(), []
     dl = view.get("drop_layers")
     if dl:  # layers from config[dl["from"]] on are not served
-        n0 = config_value(cfg, dl["from"])
+        n0 = config_value(cfg, dl["from"], defaults=view.get("defaults"))
         def dropped(n):
             i = n[len(dl["prefix"]):].split(".")[0] if n.startswith(dl["prefix"]) else ""
             return i.isdigit() and int(i) >= n0
         names = {n for n in names if not dropped(n)}
     for entry in view["tensors"]:
-        if not applies(entry, cfg, view.get("defaults")):
+        if not applies(entry, cfg, view.get("defaults"), T):
             continue
         if "drop" in entry:
             rx, _ = template(entry["drop"])
@@ -427,7 +450,7 @@ def build(src, view, T, r, family=None):
         return local[n]
 
     parts = {}
-    for sname, recipe, first in plan_view(view, cfg, set(where)):
+    for sname, recipe, first in plan_view(view, cfg, set(where), T):
         if recipe[0] == "const":
             t = torch.tensor(recipe[2], dtype=DTYPES[recipe[1]])
         elif recipe[0] == "cat":  # one piece as it is (a 0-d tensor cannot be concatenated)

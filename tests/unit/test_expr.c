@@ -241,11 +241,45 @@ static void test_depth(void **state)
 	free(s);
 }
 
+/* A view's condition context: config.json with the plan's prefixes first, then the top, then the
+ * view's defaults (the one lookup order); the first key found nowhere, outside has() and first(),
+ * noted in missing; tp_expr_check parses without reading anything. */
+static void test_defaults_and_missing(void **state)
+{
+	(void)state;
+	cJSON *d = cJSON_Parse("{\"tie_word_embeddings\": true, \"hidden_size\": 1, \"vocab_size\": 7}");
+	tp_expr_ctx c = ctx(1);
+	c.defaults = d;
+	tp_err e;
+	tp_err_clear(&e);
+	int64_t v = 0;
+	assert_int_equal(tp_expr_int(&c, "hidden_size", &v, &e), 0);
+	assert_int_equal(v, 2048); /* text_config's, before the top's and the default's */
+	assert_int_equal(tp_expr_int(&c, "vocab_size + num_attention_heads", &v, &e), 0);
+	assert_int_equal(v, 1032);
+	assert_int_equal(tp_expr_cond(&c, "tie_word_embeddings && flag", &e), 1); /* a default, then the top */
+	assert_string_equal(c.missing, "");
+	assert_int_equal(tp_expr_cond(&c, "!tie_word_embedding", &e), 1); /* a typo: true, but noted */
+	assert_string_equal(c.missing, "tie_word_embedding");
+	assert_int_equal(tp_expr_cond(&c, "has(nope) || first(nope2, 1)", &e), 1);
+	assert_string_equal(c.missing, ""); /* tested, not used: nothing noted */
+	assert_int_equal(tp_expr_cond(&c, "T == 4 || nope3", &e), 0); /* T unbound: missing too */
+	assert_string_equal(c.missing, "T");
+	c.defaults = NULL;
+	assert_int_equal(tp_expr_cond(&c, "tie_word_embeddings", &e), 0);
+	assert_string_equal(c.missing, "tie_word_embeddings");
+	assert_int_equal(tp_expr_check("a && (b || !c) ? d[i] : 'x' == e", &e), 0);
+	assert_int_equal(tp_expr_check("a &&", &e), -1);
+	assert_int_equal(tp_expr_check("a b", &e), -1);
+	assert_non_null(strstr(e.msg, "unexpected text at 'b'"));
+	cJSON_Delete(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_arithmetic), cmocka_unit_test(test_config), cmocka_unit_test(test_short_circuit),
-		cmocka_unit_test(test_overflow),   cmocka_unit_test(test_depth),
+		cmocka_unit_test(test_overflow),   cmocka_unit_test(test_depth), cmocka_unit_test(test_defaults_and_missing),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -364,13 +364,20 @@ static void test_refusals(void **state)
 				 &p, &e), -2);
 	assert_int_equal(resolve(&f, "[{\"name\": \"L.{x}.w\", \"stack\": \"x\", \"cat\": [\"L.{x}.q\"]}]", NULL, &p, &e), -2);
 	assert_non_null(strstr(e.msg, "not in the served name"));
-	/* a condition that names no config key, a variable name past 31 characters, five variables: refused
-	 * (each would have left its entry silently off or never matching) */
+	/* conditions are plan expressions, parsed with the view: a syntax error, an empty one, "when" with
+	 * "unless" are refused; a variable name past 31 characters, five variables: refused (each would
+	 * have left its entry silently off or never matching) */
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"when\": \"model_type == 'x'\"}]", NULL,
-				 &p, &e), -2);
-	assert_non_null(strstr(e.msg, "belongs in \"refuse\""));
+				 &p, &e), 0);
+	tp_vplan_free(&p);
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"unless\": \"tie word\"}]", NULL, &p, &e), -2);
-	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"when\": \"!tie_2\"}]", NULL, &p, &e), 0);
+	assert_non_null(strstr(e.msg, "\"unless\": expression 'tie word': unexpected text at 'word'"));
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"when\": \"\"}]", NULL, &p, &e), -2);
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"when\": \"x\", \"unless\": \"y\"}]", NULL,
+				 &p, &e), -2);
+	assert_non_null(strstr(e.msg, "together"));
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"when\": \"!tie_2 && T > 1\"}]", NULL, &p, &e),
+			 0);
 	tp_vplan_free(&p);
 	assert_int_equal(resolve(&f, "[{\"name\": \"L.{abcdefghijabcdefghijabcdefghij12}.w\", "
 				 "\"from\": \"L.{abcdefghijabcdefghijabcdefghij12}.q\"}]", NULL, &p, &e), -2);
