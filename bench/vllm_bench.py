@@ -1,21 +1,30 @@
-"""vLLM load benchmark (issue 21): vLLM's "Loading weights took" and its whole start, TP=2, for a
-Llama-shaped bf16 model of about 1 GB, measured side by side in one run:
+"""vLLM load benchmark (issues 21 and 31): vLLM's "Loading weights took", TP=2, for a Llama-shaped
+bf16 model of about 1 GB, measured side by side in one run, each repetition of every row in turn:
 
-  default        vLLM's default loader on SRC (every rank reads the HF checkpoint and slices it
-                 in each weight_loader), the source in the page cache;
-  tpfs, first    --load-format sharded_state on a fresh `tpfs mount SRC MNT --tp 2 --view vllm`
-                 (the source cached, the rank files not yet: every byte comes through the daemon);
-  tpfs, second   the same mount again (the rank files now in the page cache).
+  default          vLLM's default loader on SRC (every rank reads the HF checkpoint and slices it
+                   in each weight_loader), the source in the page cache;
+  dump             --load-format sharded_state on a pre-sharded dump on this disk (what
+                   save_sharded_state writes: the view's part files copied out), cached: the
+                   contender tpfs replaces;
+  identity first   sharded_state on `tpfs mount DUMP MNT --tp 1` (every byte through a FUSE
+                   daemon, nothing sliced): the ceiling any FUSE gives on this machine;
+  identity second  the same mount again (its pages cached);
+  after first      sharded_state on a fresh `tpfs mount SRC MNT --tp 2 --view vllm` (the source
+                   cached, the rank files not yet: every byte comes through the daemon);
+  after second     the same mount again (the rank files now in the page cache);
+  before ...       with --before OLD_TPFS, the same two rows for another binary (a change's base).
 
 Each start runs in its own process of the vLLM venv (scripts/setup.sh --vllm): no state carries
-over but the page cache. Prints a table; --out writes it (docs/PERFORMANCE.md's vLLM section is
-made from it).
+over but the page cache. Prints a table with every repetition, the medians and the ratios, and the
+FUSE requests of each first start (the stats file); --out writes it (docs/PERFORMANCE.md's vLLM
+section is made from it).
 
-python bench/vllm_bench.py [--reps N] [--work DIR] [--out FILE] [--tpfs PATH]
+python bench/vllm_bench.py [--reps N] [--work DIR] [--out FILE] [--tpfs PATH] [--before PATH]
 """
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -72,12 +81,23 @@ def start(py, model, fmt, script):
     return max(loads), wall, tok.group(1)
 
 
+def stats_line(mnt):
+    """Reads and bytes of every rank from MNT/.tpfs-stats: (requests, bytes, copied)."""
+    reads = served = copied = 0
+    for l in open(os.path.join(mnt, ".tpfs-stats")).read().splitlines():
+        f = l.split()
+        if len(f) >= 5 and f[0].isdigit():
+            served, reads, copied = served + int(f[1]), reads + int(f[3]), copied + int(f[4])
+    return reads, served, copied
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "vllm-bench"))
     ap.add_argument("--out", default=None)
     ap.add_argument("--tpfs", default=os.path.join(ROOT, "build", "src", "tpfs"))
+    ap.add_argument("--before", default=None, help="another tpfs binary (the one before a change): its view rows too")
     a = ap.parse_args()
     os.environ["TPFS_BIN"] = a.tpfs
     import tpfs_test as tt
@@ -91,38 +111,73 @@ def main():
     script = os.path.join(a.work, "start.py")
     with open(script, "w") as f:
         f.write(START)
-    for f in os.listdir(src):  # the source in the page cache, as for every contender
-        with open(os.path.join(src, f), "rb") as fh:
-            while fh.read(1 << 24):
-                pass
-    res = {"default": [], "first": [], "second": []}
-    tokens = set()
-    for rep in range(a.reps):
-        lw, wall, tok = start(py, src, "auto", script)
-        res["default"].append((lw, wall))
-        tokens.add(tok)
+    # the pre-sharded dump: what save_sharded_state writes (the view's part files, which the probe
+    # proves equal to it), copied to this disk: the contender tpfs replaces, and under an identity
+    # FUSE mount (tpfs --tp 1 over it: every byte through a FUSE daemon, nothing sliced) the ceiling
+    # any FUSE gives here
+    dump = os.path.join(a.work, "dump")
+    if not os.path.exists(os.path.join(dump, "config.json")):
         with tt.Mount(src, 2, "--view", "vllm") as m:
-            for key in ("first", "second"):
-                lw, wall, tok = start(py, m.path, "sharded_state", script)
-                res[key].append((lw, wall))
-                tokens.add(tok)
-        print("rep %d: %s" % (rep + 1, ", ".join("%s %.2f s (start %.1f s)" % (k, v[-1][0], v[-1][1])
-                                                   for k, v in res.items())), flush=True)
-    med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for k, v in res.items()}
-    d = med["default"]
-    rows = [("vLLM default loader on SRC (source cached)", med["default"], "1.00x"),
-            ("sharded_state through tpfs --view vllm, first start (rank files not cached)", med["first"],
-             "%.2fx default" % (med["first"][0] / d[0])),
-            ("sharded_state through tpfs, second start (rank files cached)", med["second"],
-             "%.2fx default" % (med["second"][0] / d[0]))]
-    lines = ["| vLLM 0.32 (CPU), TP=2, %.2f GB bf16 Llama-shaped | Loading weights took | whole start | load time against the default |"
-             % (size / 1e9), "| --- | --- | --- | --- |"]
-    lines += ["| %s | %.2f s | %.1f s | %s |" % (n, v[0], v[1], r) for n, v, r in rows]
+            shutil.copytree(m.path, dump + ".tmp", ignore=shutil.ignore_patterns(".tpfs-stats"))
+        os.rename(dump + ".tmp", dump)
+    for d in (src, dump):  # the sources in the page cache, as for every contender
+        for f in os.listdir(d):
+            with open(os.path.join(d, f), "rb") as fh:
+                while fh.read(1 << 24):
+                    pass
+    binaries = [("after", a.tpfs)] + ([("before", a.before)] if a.before else [])
+    keys = ["default", "dump", "identity first", "identity second"]
+    for tag, _ in binaries:
+        keys += ["%s first" % tag, "%s second" % tag]
+    res = {k: [] for k in keys}
+    notes = {}
+    tokens = set()
+
+    def run(key, model, fmt):
+        lw, wall, tok = start(py, model, fmt, script)
+        res[key].append((lw, wall))
+        tokens.add(tok)
+
+    for rep in range(a.reps):
+        run("default", src, "auto")
+        run("dump", dump, "sharded_state")
+        with tt.Mount(dump, 1, "--unmatched", "replicate", "--plan", "llama") as m:
+            run("identity first", m.rank(0), "sharded_state")
+            notes.setdefault("identity", []).append(stats_line(m.path))
+            run("identity second", m.rank(0), "sharded_state")
+        for tag, binary in binaries:
+            tt.TPFS = binary
+            with tt.Mount(src, 2, "--view", "vllm") as m:
+                run("%s first" % tag, m.path, "sharded_state")
+                notes.setdefault(tag, []).append(stats_line(m.path))
+                run("%s second" % tag, m.path, "sharded_state")
+            tt.TPFS = a.tpfs
+        print("rep %d: %s" % (rep + 1, ", ".join("%s %.2f s" % (k, v[-1][0]) for k, v in res.items())), flush=True)
+    d = statistics.median(x[0] for x in res["default"])
+    idf = statistics.median(x[0] for x in res["identity first"])
+    names = {"default": "vLLM default loader on SRC (source cached)",
+             "dump": "sharded_state on a pre-sharded dump on this disk (no FUSE; dump cached)",
+             "identity first": "identity FUSE (tpfs --tp 1 over the dump), first start: the FUSE ceiling",
+             "identity second": "identity FUSE, second start (its pages cached)"}
+    for tag, _ in binaries:
+        names["%s first" % tag] = "tpfs --view vllm (%s), first start (rank files not cached)" % tag
+        names["%s second" % tag] = "tpfs --view vllm (%s), second start (rank files cached)" % tag
+    lines = ["| vLLM 0.32 (CPU), TP=2, %.2f GB bf16 Llama-shaped | Loading weights took, each repetition | median | x default | x identity FUSE first |"
+             % (size / 1e9), "| --- | --- | --- | --- | --- |"]
+    for k in keys:
+        v = [x[0] for x in res[k]]
+        med = statistics.median(v)
+        lines.append("| %s | %s | %.2f s | %.2fx | %.2fx |" % (names[k], " / ".join("%.2f" % x for x in v), med, med / d,
+                                                             med / idf))
     lines.append("")
+    for tag, st in sorted(notes.items()):
+        r, b, c = st[-1]
+        lines.append("FUSE requests of the %s first start (the stats file, both ranks): %d reads, %.1f MB, %.0f KiB "
+                     "a request, %d copied." % (tag, r, b / 1e6, b / max(r, 1) / 1024, c))
     lines.append("Greedy tokens of every start: %s (%s)." % (sorted(tokens),
                  "identical" if len(tokens) == 1 else "DIFFERENT"))
-    lines.append("Command: `python bench/vllm_bench.py --reps %d` (medians of %d repetitions, each start its own "
-                 "process; the machine: 2 cores, no GPU)." % (a.reps, a.reps))
+    lines.append("Command: `python bench/vllm_bench.py --reps %d%s` (each start its own process; the machine: 2 cores, "
+                 "no GPU)." % (a.reps, " --before OLD_TPFS" if a.before else ""))
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:
