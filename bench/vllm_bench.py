@@ -12,16 +12,18 @@ bf16 model of about 1 GB, measured side by side in one run, each repetition of e
   after first      sharded_state on a fresh `tpfs mount SRC MNT --tp 2 --view vllm` (the source
                    cached, the rank files not yet: every byte comes through the daemon);
   after second     the same mount again (the rank files now in the page cache);
-  before ...       with --before OLD_TPFS, the same two rows for another binary (a change's base).
+  before ...       with --before OLD_TPFS, the same two rows for another binary (a change's base);
+  after --reply iov  with --iov, the same two rows with iovec replies (one copy fewer).
 
 Each start runs in its own process of the vLLM venv (scripts/setup.sh --vllm): no state carries
 over but the page cache. Prints a table with every repetition, the medians and the ratios, and the
 FUSE requests of each first start (the stats file); --out writes it (docs/PERFORMANCE.md's vLLM
 section is made from it).
 
-python bench/vllm_bench.py [--reps N] [--work DIR] [--out FILE] [--tpfs PATH] [--before PATH]
+python bench/vllm_bench.py [--reps N] [--work DIR] [--out FILE] [--tpfs PATH] [--before PATH] [--iov]
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -81,14 +83,21 @@ def start(py, model, fmt, script):
     return max(loads), wall, tok.group(1)
 
 
-def stats_line(mnt):
-    """Reads and bytes of every rank from MNT/.tpfs-stats: (requests, bytes, copied)."""
+def cpu_s(pid):
+    """User + system CPU seconds of process pid so far (/proc/PID/stat)."""
+    f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stats_line(m, cpu0):
+    """Reads and bytes of every rank from the mount's stats file, and the daemon's CPU seconds since
+    cpu0: (requests, bytes, copied, cpu)."""
     reads = served = copied = 0
-    for l in open(os.path.join(mnt, ".tpfs-stats")).read().splitlines():
+    for l in open(os.path.join(m.path, ".tpfs-stats")).read().splitlines():
         f = l.split()
         if len(f) >= 5 and f[0].isdigit():
             served, reads, copied = served + int(f[1]), reads + int(f[3]), copied + int(f[4])
-    return reads, served, copied
+    return reads, served, copied, cpu_s(m.proc.pid) - cpu0
 
 
 def main():
@@ -98,6 +107,8 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--tpfs", default=os.path.join(ROOT, "build", "src", "tpfs"))
     ap.add_argument("--before", default=None, help="another tpfs binary (the one before a change): its view rows too")
+    ap.add_argument("--iov", action="store_true", help="also the view with --reply iov (the kernel copies from the "
+                    "daemon's source mappings: one copy fewer)")
     a = ap.parse_args()
     os.environ["TPFS_BIN"] = a.tpfs
     import tpfs_test as tt
@@ -120,14 +131,19 @@ def main():
         with tt.Mount(src, 2, "--view", "vllm") as m:
             shutil.copytree(m.path, dump + ".tmp", ignore=shutil.ignore_patterns(".tpfs-stats"))
         os.rename(dump + ".tmp", dump)
+    ident = os.path.join(a.work, "identity-plan.json")  # every tensor whole: T=1 slices nothing
+    with open(ident, "w") as f:
+        json.dump({"tpfs_plan": 1, "name": "identity", "description": "every tensor whole (the benchmark's identity "
+                   "mount)", "rules": [{"name": "whole", "match": "**", "split": "replicate"}]}, f)
     for d in (src, dump):  # the sources in the page cache, as for every contender
         for f in os.listdir(d):
             with open(os.path.join(d, f), "rb") as fh:
                 while fh.read(1 << 24):
                     pass
-    binaries = [("after", a.tpfs)] + ([("before", a.before)] if a.before else [])
+    binaries = [("after", a.tpfs, [])] + ([("before", a.before, [])] if a.before else [])
+    binaries += [("after --reply iov", a.tpfs, ["--reply", "iov"])] if a.iov else []
     keys = ["default", "dump", "identity first", "identity second"]
-    for tag, _ in binaries:
+    for tag, _, _ in binaries:
         keys += ["%s first" % tag, "%s second" % tag]
     res = {k: [] for k in keys}
     notes = {}
@@ -141,15 +157,17 @@ def main():
     for rep in range(a.reps):
         run("default", src, "auto")
         run("dump", dump, "sharded_state")
-        with tt.Mount(dump, 1, "--unmatched", "replicate", "--plan", "llama") as m:
+        with tt.Mount(dump, 1, "--plan", ident, allow_stderr=[r"^tpfs: warning: "]) as m:
+            c0 = cpu_s(m.proc.pid)
             run("identity first", m.rank(0), "sharded_state")
-            notes.setdefault("identity", []).append(stats_line(m.path))
+            notes.setdefault("identity", []).append(stats_line(m, c0))
             run("identity second", m.rank(0), "sharded_state")
-        for tag, binary in binaries:
+        for tag, binary, extra in binaries:
             tt.TPFS = binary
-            with tt.Mount(src, 2, "--view", "vllm") as m:
+            with tt.Mount(src, 2, "--view", "vllm", *extra) as m:
+                c0 = cpu_s(m.proc.pid)
                 run("%s first" % tag, m.path, "sharded_state")
-                notes.setdefault(tag, []).append(stats_line(m.path))
+                notes.setdefault(tag, []).append(stats_line(m, c0))
                 run("%s second" % tag, m.path, "sharded_state")
             tt.TPFS = a.tpfs
         print("rep %d: %s" % (rep + 1, ", ".join("%s %.2f s" % (k, v[-1][0]) for k, v in res.items())), flush=True)
@@ -159,7 +177,7 @@ def main():
              "dump": "sharded_state on a pre-sharded dump on this disk (no FUSE; dump cached)",
              "identity first": "identity FUSE (tpfs --tp 1 over the dump), first start: the FUSE ceiling",
              "identity second": "identity FUSE, second start (its pages cached)"}
-    for tag, _ in binaries:
+    for tag, _, _ in binaries:
         names["%s first" % tag] = "tpfs --view vllm (%s), first start (rank files not cached)" % tag
         names["%s second" % tag] = "tpfs --view vllm (%s), second start (rank files cached)" % tag
     lines = ["| vLLM 0.32 (CPU), TP=2, %.2f GB bf16 Llama-shaped | Loading weights took, each repetition | median | x default | x identity FUSE first |"
@@ -171,13 +189,14 @@ def main():
                                                              med / idf))
     lines.append("")
     for tag, st in sorted(notes.items()):
-        r, b, c = st[-1]
+        r, b, c, cpu = st[-1]
         lines.append("FUSE requests of the %s first start (the stats file, both ranks): %d reads, %.1f MB, %.0f KiB "
-                     "a request, %d copied." % (tag, r, b / 1e6, b / max(r, 1) / 1024, c))
+                     "a request, %d copied; the daemon's CPU time %s s." % (tag, r, b / 1e6, b / max(r, 1) / 1024, c,
+                                                                     " / ".join("%.2f" % x[3] for x in st)))
     lines.append("Greedy tokens of every start: %s (%s)." % (sorted(tokens),
                  "identical" if len(tokens) == 1 else "DIFFERENT"))
-    lines.append("Command: `python bench/vllm_bench.py --reps %d%s` (each start its own process; the machine: 2 cores, "
-                 "no GPU)." % (a.reps, " --before OLD_TPFS" if a.before else ""))
+    lines.append("Command: `python bench/vllm_bench.py --reps %d%s%s` (each start its own process; the machine: 2 "
+                 "cores, no GPU)." % (a.reps, " --before OLD_TPFS" if a.before else "", " --iov" if a.iov else ""))
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:
