@@ -501,8 +501,10 @@ int tp_rank_folder_build(tp_rank_folder *rf, const tp_rf_in *in, char ***gen, ui
 		return 0;
 	if (!in->config_text || in->config_len != in->config_size) /* the text config.json was parsed from */
 		return tp_fail(e, TP_EIO, "config.json: changed while planning");
-	if (in->config_global || in->keep_going)
-		return 0; /* tpfs plan (keep_going) reports refusals, and prints the per-rank counts itself */
+	if (in->config_global)
+		return 0;
+	/* tpfs plan (keep_going) builds them too: a per_rank key that cannot hold a rank's count (a
+	 * list, a value past its limit) refuses the plan there as it would refuse the mount */
 	unsigned char *routed = NULL; /* --ep: the rules that size routed experts */
 	if (in->ep) {
 		routed = calloc(in->plan->nrules ? (size_t)in->plan->nrules : 1, 1);

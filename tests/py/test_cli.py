@@ -235,5 +235,26 @@ line = [l for l in p.stdout.splitlines() if "mlp.down_proj.weight" in l]
 F.check(p.returncode == 0 and line and "axis 1" in line[0] and "axis axis" not in p.stdout,
         "axis -1 shown as 'axis 1' (exit %d, %r, %r)" % (p.returncode, line[:1], p.stderr.strip()[-200:]))
 
+# a per_rank key whose value cannot hold a rank's count (a per-layer list, as Gemma 3n's
+# intermediate_size) refuses `tpfs plan` with the mount's message (it printed the other counts and
+# exited 0, issue 30's first finding)
+lw = os.path.join(work, "listed")
+shutil.copytree(src, lw)
+cfg = json.load(open(os.path.join(lw, "config.json")))
+cfg["layer_widths"] = [96, 96]
+json.dump(cfg, open(os.path.join(lw, "config.json"), "w"))
+lw_plan = os.path.join(work, "listed-plan.json")
+json.dump({"tpfs_plan": 1, "name": "listed", "extends": "llama", "description": "llama, one more per-rank key",
+           "per_rank": [{"key": "num_attention_heads"}, {"key": "layer_widths"}], "rules": []}, open(lw_plan, "w"))
+p = tt.tpfs("plan", lw, "--tp", "2", "--plan", lw_plan)
+F.check(p.returncode == 1 and '"layer_widths" is not a whole number' in p.stderr and "rank's count" in p.stderr,
+        "tpfs plan refuses a per_rank key holding a list, as the mount does (exit %d, %r)"
+        % (p.returncode, p.stderr.strip()[-200:]))
+mnt_lw = os.path.join(work, "mnt-listed")
+os.mkdir(mnt_lw)
+q = tt.tpfs("mount", lw, mnt_lw, "--tp", "2", "--plan", lw_plan)
+F.check(q.returncode == 1 and q.stderr.strip().splitlines()[-1:] == p.stderr.strip().splitlines()[-1:],
+        "the mount gives the same refusal (%r)" % q.stderr.strip()[-200:])
+
 shutil.rmtree(work)
 F.done("test_cli")
