@@ -30,10 +30,15 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 	if (o->ep)
 		return tp_fail(e, TP_EINVAL, "--view %s with --ep: not proven (vLLM places experts itself); mount without "
 			       "--ep", o->view);
-	if (cJSON_GetObjectItemCaseSensitive(m->config, "quantization_config"))
-		return tp_fail(e, TP_EINVAL, "--view %s: config.json has a quantization_config: quantized checkpoints are "
-			       "refused under an engine view until proven (vLLM post-processes quantized weights after "
-			       "loading); the hf view (rank folders) serves them", o->view);
+	/* a quantized checkpoint: served only by a view that lists its quant_method (the view proves
+	 * what the engine holds before its post-load processing, companions included) */
+	const cJSON *qc = cJSON_GetObjectItemCaseSensitive(m->config, "quantization_config");
+	const cJSON *qmj = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
+	if (qc && !cJSON_IsString(qmj))
+		return tp_fail(e, TP_EINVAL, "--view %s: config.json's quantization_config has no quant_method string: "
+			       "which quantization the engine applies is not known, so no view can be chosen; the hf view "
+			       "(rank folders) serves it", o->view);
+	const char *quant = qc ? qmj->valuestring : NULL;
 	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(m->config, "model_type");
 	const char *model_type = cJSON_IsString(mt) ? mt->valuestring : NULL;
 	int is_file = strchr(o->view, '/') || (strlen(o->view) > 5 && !strcmp(o->view + strlen(o->view) - 5, ".json"));
@@ -42,7 +47,7 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 	if (is_file && !(text = tp_slurp(o->view, o->view, NULL, &len, e)))
 		return -1;
 	m->view = calloc(1, sizeof *m->view);
-	int rc = m->view ? tp_view_choose(o->view, text, len, m->plan.name, model_type, m->view, e)
+	int rc = m->view ? tp_view_choose(o->view, text, len, m->plan.name, model_type, quant, m->view, e)
 			 : tp_fail(e, TP_ENOMEM, "out of memory");
 	free(text);
 	if (rc < 0) {

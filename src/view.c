@@ -303,7 +303,7 @@ bad:
 
 int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, tp_err *e)
 {
-	static const char *keys[] = {"tpfs_view", "engine", "name", "proven", "plans", "model_types", "pad_vocab",
+	static const char *keys[] = {"tpfs_view", "engine", "name", "proven", "plans", "model_types", "quant_methods", "pad_vocab",
 				     "keep_rest", "tensors", "description", "comment", "defaults", "drop_layers", "refuse",
 				     NULL};
 	memset(v, 0, sizeof *v);
@@ -346,6 +346,12 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 	}
 	if (str_list(cJSON_GetObjectItemCaseSensitive(o, "plans"), v->plans, 16, &v->nplans) < 0 || !v->nplans) {
 		tp_fail(e, TP_EINVAL, "%s: \"plans\": the plans the view applies to (at most 16 names)", origin);
+		goto bad;
+	}
+	const cJSON *qm = cJSON_GetObjectItemCaseSensitive(o, "quant_methods");
+	if (qm && (str_list(qm, v->quant_methods, 8, &v->nquant) < 0 || !v->nquant)) {
+		tp_fail(e, TP_EINVAL, "%s: \"quant_methods\": a list of 1 to 8 quantization_config.quant_method names",
+			origin);
 		goto bad;
 	}
 	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "model_types");
@@ -446,7 +452,7 @@ static int listed(const char *const *l, uint32_t n, const char *s)
 }
 
 int tp_view_choose(const char *engine, const char *text, size_t len, const char *plan, const char *model_type,
-		   tp_view *v, tp_err *e)
+		   const char *quant, tp_view *v, tp_err *e)
 {
 	if (text) {
 		if (tp_view_parse(text, len, engine, v, e) < 0)
@@ -456,9 +462,16 @@ int tp_view_choose(const char *engine, const char *text, size_t len, const char 
 			tp_view_free(v);
 			return -1;
 		}
+		if (quant ? !listed(v->quant_methods, v->nquant, quant) : v->nquant != 0) {
+			tp_fail(e, TP_EINVAL, "%s: view '%s' serves %s checkpoints, not %s%s%s", engine, v->name,
+				v->nquant ? "quantized (its quant_methods)" : "unquantized", quant ? "quant_method '" : "",
+				quant ? quant : "an unquantized one", quant ? "'" : "");
+			tp_view_free(v);
+			return -1;
+		}
 		return 0;
 	}
-	char known[512] = "";
+	char known[1024] = "";
 	for (int i = 0; i < tp_view_builtin_count(); i++) {
 		size_t l;
 		const char *t = tp_view_builtin_text(i, &l);
@@ -472,8 +485,10 @@ int tp_view_choose(const char *engine, const char *text, size_t len, const char 
 			continue;
 		}
 		size_t kl = strlen(known);
-		tp_fmt(known + kl, sizeof known - kl, "%s%s (%s)", kl ? "; " : "", c.name, c.plans[0]);
-		if (listed(c.plans, c.nplans, plan) && (!c.nmodel_types || listed(c.model_types, c.nmodel_types, model_type))) {
+		tp_fmt(known + kl, sizeof known - kl, "%s%s (%s%s%s)", kl ? "; " : "", c.name, c.plans[0], c.nquant ? ", " : "",
+		       c.nquant ? c.quant_methods[0] : "");
+		if (listed(c.plans, c.nplans, plan) && (!c.nmodel_types || listed(c.model_types, c.nmodel_types, model_type)) &&
+		    (quant ? listed(c.quant_methods, c.nquant, quant) : !c.nquant)) {
 			*v = c;
 			tp_fmt(v->origin, sizeof v->origin, "built-in %s view '%s'", engine, v->name);
 			return 0;
@@ -483,9 +498,10 @@ int tp_view_choose(const char *engine, const char *text, size_t len, const char 
 	if (!known[0])
 		return tp_fail(e, TP_EINVAL, "--view %s: tpfs has no view for that engine (it has: vllm); the default hf "
 			       "view (rank folders) serves every planned checkpoint", engine);
-	return tp_fail(e, TP_EINVAL, "--view %s: no %s view for plan '%s' with model_type '%s' (views: %s); the default "
-		       "hf view (rank folders, without --view) serves it", engine, engine, plan,
-		       model_type ? model_type : "(none)", known);
+	return tp_fail(e, TP_EINVAL, "--view %s: no %s view for plan '%s' with model_type '%s'%s%s%s (views: %s); the "
+		       "default hf view (rank folders, without --view) serves it", engine, engine, plan,
+		       model_type ? model_type : "(none)", quant ? " quantized by quant_method '" : "", quant ? quant : "",
+		       quant ? "'" : "", known);
 }
 
 #include "views_data.h"

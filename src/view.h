@@ -58,6 +58,9 @@ typedef struct tp_view {
 	uint32_t nplans;
 	const char *model_types[32];
 	uint32_t nmodel_types;
+	const char *quant_methods[8]; /* "quant_methods": the quantization_config.quant_method values it
+	                              * serves; none: only checkpoints without a quantization_config */
+	uint32_t nquant;
 	uint64_t pad_vocab;    /* the vocabulary padded to a multiple of this before it is split */
 	const struct cJSON *defaults; /* "defaults": config.json keys' values where config.json has none
 	                              * (the config class's defaults, e.g. Gemma 3's tie), or NULL */
@@ -79,12 +82,15 @@ typedef struct tp_view {
 int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, tp_err *e);
 void tp_view_free(tp_view *v);
 
-/* The view of engine `engine` for plan `plan` and config.json's model_type: a built-in one, or,
- * when engine names a file (holds a '/' or ends in .json), that file's text (text, len: read by
- * the caller). Refuses, naming the plan and the model type and saying that the hf view (rank
- * folders) serves it, when no built-in view applies. */
+/* The view of engine `engine` for plan `plan`, config.json's model_type and its
+ * quantization_config.quant_method (quant: NULL for an unquantized checkpoint): a built-in one
+ * listing the plan, the model type (or none) and the quant method (a view without quant_methods
+ * serves unquantized checkpoints only), or, when engine names a file (holds a '/' or ends in
+ * .json), that file's text (text, len: read by the caller), held to the same plan and quant
+ * method. Refuses, naming the plan, the model type and the quant method and saying that the hf
+ * view (rank folders) serves it, when no view applies. */
 int tp_view_choose(const char *engine, const char *text, size_t len, const char *plan, const char *model_type,
-		   tp_view *v, tp_err *e);
+		   const char *quant, tp_view *v, tp_err *e);
 
 /* One planned source file, as the view reads it. */
 typedef struct tp_vsource {

@@ -61,6 +61,8 @@ FAMILIES = {
     "kimi_k2": ("deepseek_v3", None, {}, None), "qwen3_next": ("qwen3_next", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
+    # quantized (issue 28): FP8 with 128x128 block scales
+    "llama_fp8": ("llama_fp8", None, {}, None),
     # vLLM's Transformers backend (TransformersForCausalLM)
     **{f: ("llama", None, {}, None) for f in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm",
                                                      "hunyuan_v1_dense", "jais2", "olmo", "vaultgemma")},
@@ -71,6 +73,15 @@ FAMILIES = {
     "glm5_next": ("glm5_next", "cuda-dsa", {"enable_prefix_caching": False, "mm_encoder_tp_mode": "data"}, None),
 }
 NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "kimi_linear", "glm5_next"}  # the CPU backend cannot run their forward
+# forms vLLM's CPU backend builds only on a CPU with AMX: its FP8 block-scaled linear (CPUFp8BlockScaledMMKernel;
+# without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either loader). Where the
+# CPU has none they are left out of this run, with a line that says so: there is nothing to compare.
+NEEDS_AMX = {"llama_fp8"}
+HAS_AMX = "amx_tile" in open("/proc/cpuinfo").read().split()
+if not HAS_AMX:
+    for _f in sorted(NEEDS_AMX & set(FAMILIES)):
+        print("NOT RUN HERE: %s (vLLM's CPU backend has no FP8 block kernel without AMX; this CPU has none)" % _f)
+        del FAMILIES[_f]
 PROBE_TP = [int(t) for t in (os.environ.get("TPFS_VLLM_TP") or "2,4").split(",")]
 # token runs: tied embeddings (qwen2), an MoE stack with a shared expert and its gate (qwen2_moe), Gated DeltaNet
 # (qwen3_next); llama (fused qkv, one KV head replicated) over HTTP and at TP=1. Not MLA: vLLM's CPU MLA gives other
@@ -91,6 +102,9 @@ WRONG = "llama"  # the family whose view is broken on purpose (T=2)
 # broken views the probe must refuse, each in its own way: name -> (what it breaks, the failure it must show)
 BROKEN = {"kv-swapped": "loaded", "key-missing": "Missing keys", "key-extra": "KeyError",
           "dtype-cast": "keys", "shape-narrowed": "keys"}
+# and of the FP8 view (T=2): two block-scale rows of a fused qkv scale swapped (same names, shapes and dtypes)
+WRONG_FP8 = "llama_fp8"
+BROKEN_FP8 = {"scale-rows-swapped": "loaded"}
 
 
 def vllm_python():
@@ -169,6 +183,9 @@ def break_view(kind, src, view, out):
     vllm_view_ref.write(src, view, 2, out)
     path = part_files(out, 1)[0]
     t = load_file(path)
+    if kind == "scale-rows-swapped":  # rows 0 and 1 of layer 0's qkv block scales (q's two block rows)
+        s = t["model.layers.0.self_attn.qkv_proj.weight_scale_inv"]
+        t["model.layers.0.self_attn.qkv_proj.weight_scale_inv"] = s[[1, 0] + list(range(2, s.shape[0]))].contiguous()
     if kind == "key-missing":
         del t["model.norm.weight"]
     elif kind == "key-extra":
@@ -306,6 +323,11 @@ def main():
                 out = os.path.join(work, "broken", kind)
                 break_view(kind, srcs[WRONG, 2], vllm_view_ref.load_view(os.path.join(VIEWS, "llama.json")), out)
                 cases.append({"name": "%s/%s" % (WRONG, kind), "src": srcs[WRONG, 2], "served": out, "tp": 2})
+        if WRONG_FP8 in FAMILIES and 2 in PROBE_TP:
+            for kind in BROKEN_FP8:
+                out = os.path.join(work, "broken", kind)
+                break_view(kind, srcs[WRONG_FP8, 2], vllm_view_ref.load_view(os.path.join(VIEWS, "llama_fp8.json")), out)
+                cases.append({"name": "%s/%s" % (WRONG_FP8, kind), "src": srcs[WRONG_FP8, 2], "served": out, "tp": 2})
         times["mount + reference"] = time.time() - t0
         with open(os.path.join(work, "cases.json"), "w") as f:
             json.dump(cases, f)
@@ -366,8 +388,8 @@ def main():
         probs = probe_problems(r)
         n = max((x.get("tensors", 0) for x in r.get("ranks", {}).values()), default=0)
         kind = c["name"].split("/")[1]
-        if kind in BROKEN:
-            want = BROKEN[kind]
+        if kind in BROKEN or kind in BROKEN_FP8:
+            want = BROKEN.get(kind) or BROKEN_FP8[kind]
             caught = not r.get("ok") and (want in probs or any(want in v for v in probs.values()))
             print("%-24s %-6s %-9s %-8s %-10s %s" % (c["name"], "caught" if caught else "MISSED", n,
                                                      r.get("seconds"), "(" + want + ")", "; ".join(probs.values())))

@@ -160,6 +160,11 @@ FAMILIES = {
     # shared expert and the router bias; moe_intermediate_size 512 so that vLLM's KimiMoE does not pad the
     # experts at TP=2 (it pads where moe_intermediate_size / T < 256). Saved in the published form
     # (kimi_published): vLLM reads only that config (linear_attn_config, mla_use_nope).
+    # FP8 with 128x128 block scales (DeepSeek's form, issue 28): every linear's output and input a multiple of 128
+    # per rank at T=2 and 4 (head_dim 128, 2 KV heads: one each at T=2, replicated at T=4; intermediate 512),
+    # quantized after save_pretrained by fp8_block
+    "llama_fp8": lambda: tf.LlamaConfig(**dict(COMMON, hidden_size=256, num_attention_heads=4, head_dim=128),
+                                        num_key_value_heads=2, intermediate_size=512, tie_word_embeddings=False),
     "kimi_linear": lambda: tf.KimiLinearConfig(
         hidden_size=128, num_hidden_layers=3, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
         num_key_value_heads=2, initializer_range=0.1, rms_norm_eps=1e-6, intermediate_size=256,
@@ -249,7 +254,33 @@ def kimi_published(out):
                                  if k.startswith(dense) else k: v for k, v in t.items()})
 
 
-POSTSAVE = {"kimi_linear": kimi_published}
+def fp8_block(out, block=128):
+    """Quantizes every *_proj.weight of OUT/model.safetensors as DeepSeek-V3's FP8 checkpoints hold them: the
+    weight in F8_E4M3 (each 128x128 block divided by its scale, max |w| / 448), its weight_scale_inv F32
+    [ceil(rows/128), ceil(cols/128)] (the scale the kernel multiplies by); config.json's quantization_config
+    as published (quant_method fp8, e4m3, dynamic activations, weight_block_size [128, 128])."""
+    def quantize(t):
+        q = {}
+        for k, v in t.items():
+            if not k.endswith("_proj.weight"):
+                q[k] = v
+                continue
+            n, m = v.shape
+            rb, cb = -(-n // block), -(-m // block)
+            w = torch.nn.functional.pad(v.float(), (0, cb * block - m, 0, rb * block - n))
+            blocks = w.reshape(rb, block, cb, block)
+            scale = (blocks.abs().amax(dim=(1, 3)) / 448.0).clamp(min=1e-8)
+            qw = (blocks / scale[:, None, :, None]).reshape(rb * block, cb * block)[:n, :m]
+            q[k] = qw.to(torch.float8_e4m3fn)
+            q[k[:-len("weight")] + "weight_scale_inv"] = scale.float().contiguous()
+        return q
+    edit_tensors(out, quantize)
+    edit_config(out, lambda c: c.update(quantization_config={"quant_method": "fp8", "fmt": "e4m3",
+                                                             "activation_scheme": "dynamic",
+                                                             "weight_block_size": [block, block]}))
+
+
+POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block}
 
 
 # At T=4 (the probe's second size, vllm_probe.py) every head count is doubled (2 -> 4 attention heads, and

@@ -248,6 +248,11 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
 
 
 def cut(family, cfg, name, x, T, r, pad):
+    if name.endswith(".weight_scale_inv"):
+        # FP8 block scales (BlockQuantScaleParameter, layers/quantization/fp8.py): the weight loader narrows
+        # the scale as it narrows the weight, in units of one 128x128 block (adjust_block_scale_shard), so
+        # the weight's rule applies to the scale's rows and columns (the view serves only cuts on blocks)
+        name = name[:-len("_scale_inv")]
     for pat, how in CUTS[family]:
         if re.fullmatch(pat, name):
             break

@@ -437,18 +437,18 @@ static void test_choose(void **state)
 	(void)state;
 	tp_view v;
 	tp_err e;
-	assert_int_equal(tp_view_choose("vllm", NULL, 0, "llama", "llama", &v, &e), 0);
+	assert_int_equal(tp_view_choose("vllm", NULL, 0, "llama", "llama", NULL, &v, &e), 0);
 	assert_string_equal(v.name, "llama");
 	assert_int_equal(v.pad_vocab, 64);
 	tp_view_free(&v);
-	assert_int_equal(tp_view_choose("vllm", NULL, 0, "kda", "kimi_linear", &v, &e), 0);
+	assert_int_equal(tp_view_choose("vllm", NULL, 0, "kda", "kimi_linear", NULL, &v, &e), 0);
 	assert_string_equal(v.name, "kimi_linear");
 	tp_view_free(&v);
 	/* a plan whose views list other model types */
-	assert_int_equal(tp_view_choose("vllm", NULL, 0, "qwen3-next", "qwen3_5", &v, &e), -1);
+	assert_int_equal(tp_view_choose("vllm", NULL, 0, "qwen3-next", "qwen3_5", NULL, &v, &e), -1);
 	assert_non_null(strstr(e.msg, "no vllm view for plan 'qwen3-next' with model_type 'qwen3_5'"));
 	assert_non_null(strstr(e.msg, "hf view"));
-	assert_int_equal(tp_view_choose("sglang", NULL, 0, "llama", "llama", &v, &e), -1);
+	assert_int_equal(tp_view_choose("sglang", NULL, 0, "llama", "llama", NULL, &v, &e), -1);
 	assert_non_null(strstr(e.msg, "no view for that engine"));
 	/* every built-in view parses */
 	for (int i = 0; i < tp_view_builtin_count(); i++) {
