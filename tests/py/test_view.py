@@ -356,11 +356,17 @@ F.check(p.returncode == 1 and "no vllm view for plan" in p.stderr and "hf view" 
         "a plan with no vLLM view is refused by name (%s)" % p.stderr.strip()[:300])
 q = os.path.join(work, "quant")
 shutil.copytree(src, q)
-qc = dict(config, quantization_config={"quant_method": "fp8"})
-json.dump(qc, open(os.path.join(q, "config.json"), "w"))
-p = tt.tpfs("plan", q, "--tp", "2", "--view", "vllm")
-F.check(p.returncode == 1 and "quantized checkpoints are refused under an engine view" in p.stderr,
-        "a quantized checkpoint is refused under --view vllm (%s)" % p.stderr.strip()[:200])
+# quantized checkpoints: only a view listing the quant_method serves one (test_vllm proves llama_fp8), each
+# refusing the forms it does not make; another method, or none named, is refused by name
+for qcfg, want in (({"quant_method": "fp8"}, "only FP8 with 128x128 block scales"),
+                   ({"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "static"},
+                    "static activation scales"),
+                   ({"quant_method": "awq", "bits": 4}, "with model_type 'llama' quantized by quant_method 'awq'"),
+                   ({"bits": 4}, "has no quant_method string")):
+    json.dump(dict(config, quantization_config=qcfg), open(os.path.join(q, "config.json"), "w"))
+    p = tt.tpfs("plan", q, "--tp", "2", "--view", "vllm")
+    F.check(p.returncode == 1 and want in p.stderr,
+            "quantization_config %s is refused under --view vllm: %r (%s)" % (qcfg, want, p.stderr.strip()[-300:]))
 p = tt.tpfs("plan", src, "--tp", "2", "--view", "vllm", "--ep")
 F.check(p.returncode == 1 and "--ep" in p.stderr, "--view with --ep is refused (%s)" % p.stderr.strip()[:200])
 p = tt.tpfs("plan", src, "--tp", "2", "--view", "vllm", "--pad-vocab=128")
