@@ -62,7 +62,7 @@ FAMILIES = {
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     # quantized (issue 28): FP8 with 128x128 block scales
-    "llama_fp8": ("llama_fp8", None, {}, None),
+    "llama_fp8": ("llama_fp8", None, {}, None), "qwen3_moe_fp8": ("qwen3_moe_fp8", None, {}, None),
     # vLLM's Transformers backend (TransformersForCausalLM)
     **{f: ("llama", None, {}, None) for f in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm",
                                                      "hunyuan_v1_dense", "jais2", "olmo", "vaultgemma")},
@@ -77,7 +77,7 @@ NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "kimi_linear", "glm5_next"}  # the CPU
 # without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either loader). Where the
 # CPU has none, their mounts are still compared with the reference's bytes, but vLLM is not run on them (nothing
 # to compare), and a line says so.
-NEEDS_AMX = {"llama_fp8"}
+NEEDS_AMX = {"llama_fp8", "qwen3_moe_fp8"}
 HAS_AMX = "amx_tile" in open("/proc/cpuinfo").read().split()
 NO_ENGINE = set() if HAS_AMX else NEEDS_AMX
 for _f in sorted(NO_ENGINE & set(FAMILIES)):

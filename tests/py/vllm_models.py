@@ -165,6 +165,12 @@ FAMILIES = {
     # quantized after save_pretrained by fp8_block
     "llama_fp8": lambda: tf.LlamaConfig(**dict(COMMON, hidden_size=256, num_attention_heads=4, head_dim=128),
                                         num_key_value_heads=2, intermediate_size=512, tie_word_embeddings=False),
+    # the same for Qwen3-MoE: each rank's expert intermediate a multiple of 128 too (vLLM's CPU FP8 MoE refines or
+    # pads otherwise, which the view refuses): 256 at T=2, widened to 512 at T=4
+    "qwen3_moe_fp8": lambda: tf.Qwen3MoeConfig(**dict(COMMON, hidden_size=256, num_attention_heads=4, head_dim=128),
+                                               num_key_value_heads=2, intermediate_size=512, moe_intermediate_size=256,
+                                               num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
+                                               norm_topk_prob=True, tie_word_embeddings=False),
     "kimi_linear": lambda: tf.KimiLinearConfig(
         hidden_size=128, num_hidden_layers=3, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
         num_key_value_heads=2, initializer_range=0.1, rms_norm_eps=1e-6, intermediate_size=256,
@@ -255,14 +261,16 @@ def kimi_published(out):
 
 
 def fp8_block(out, block=128):
-    """Quantizes every *_proj.weight of OUT/model.safetensors as DeepSeek-V3's FP8 checkpoints hold them: the
+    """Quantizes every *_proj.weight (and an MoE router's mlp.gate.weight: vLLM's Qwen3-MoE builds its router
+    with the model's quantization, no modules_to_not_convert given) of OUT/model.safetensors as DeepSeek-V3's
+    FP8 checkpoints hold them: the
     weight in F8_E4M3 (each 128x128 block divided by its scale, max |w| / 448), its weight_scale_inv F32
     [ceil(rows/128), ceil(cols/128)] (the scale the kernel multiplies by); config.json's quantization_config
     as published (quant_method fp8, e4m3, dynamic activations, weight_block_size [128, 128])."""
     def quantize(t):
         q = {}
         for k, v in t.items():
-            if not k.endswith("_proj.weight"):
+            if not re.search(r"(_proj|\.mlp\.gate)\.weight$", k):
                 q[k] = v
                 continue
             n, m = v.shape
@@ -280,7 +288,7 @@ def fp8_block(out, block=128):
                                                              "weight_block_size": [block, block]}))
 
 
-POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block}
+POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block, "qwen3_moe_fp8": fp8_block}
 
 
 # At T=4 (the probe's second size, vllm_probe.py) every head count is doubled (2 -> 4 attention heads, and
@@ -290,7 +298,8 @@ POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block}
 # follow its attention heads (its config requires them equal).
 WIDE_KEYS = ("hidden_size", "num_attention_heads", "linear_num_key_heads", "linear_num_value_heads",
              "linear_num_heads", "index_n_heads")
-WIDE = {"kimi_linear": {"moe_intermediate_size": 1024}, "glm5_next": {"num_key_value_heads": 4}}
+WIDE = {"kimi_linear": {"moe_intermediate_size": 1024}, "glm5_next": {"num_key_value_heads": 4},
+        "qwen3_moe_fp8": {"moe_intermediate_size": 512}}
 
 
 def widen(cfg, family, tp):
