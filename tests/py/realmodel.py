@@ -747,6 +747,18 @@ family("jamba", "JambaConfig",
        patch=_jamba_patch)
 
 
+# --- issue 30: the newest families ---
+
+# Cosmos3 Edge: llama GQA with a relu2 MLP (fc1 / fc2, saved as mlp.up_proj / down_proj), saved by the composite as
+# to_q / to_k / to_v / to_out at the root; the vision tower and projector whole. Proves cosmos3_edge_text too.
+family("cosmos3_edge", "Cosmos3EdgeConfig", dict(
+    text_config=_common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, rope_parameters=dict(
+        rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2),
+    projector_hidden_size=64), "Cosmos3EdgeForConditionalGeneration", _VL,
+       wrong=r"language_model\.layers\.0\.self_attn\.k_proj\.weight$", patch=_rows("fc2"))
+
+
 
 
 def text_of(cfg):
