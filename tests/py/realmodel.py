@@ -758,6 +758,23 @@ family("cosmos3_edge", "Cosmos3EdgeConfig", dict(
     projector_hidden_size=64), "Cosmos3EdgeForConditionalGeneration", _VL,
        wrong=r"language_model\.layers\.0\.self_attn\.k_proj\.weight$", patch=_rows("fc2"))
 
+# HY V4: DeepSeek-V3.2's MLA and DSA indexer (whole, some layers sharing the previous indexer), a per-head sigmoid
+# output gate (saved as self_attn.linear_gate) and one attention sink per head (learnable_sink_param) split with the
+# heads, hyper-connections whole; dense MLP and shared expert with linear_gate as the gate projection
+_hy4 = _mla(num_hidden_layers=4, index_topk=8, index_head_dim=16, index_n_heads=4, hc_mult=2,
+            mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+del _hy4["first_k_dense_replace"], _hy4["num_key_value_heads"]
+family("hy_v4", "HYV4Config", _hy4, "HYV4ForCausalLM", MLA, ts=(2, 3, 4),
+       wrong=r"layers\.1\.self_attn\.gate_proj\.weight$")
+# HY V4 VL: the same text model under model.language_model (hc_head under its own name), the vision tower whole.
+# Proves hy_v4_vl_text.
+family("hy_v4_vl", "HYV4VLConfig", dict(
+    text_config=dict(_hy4, rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 1, 1])),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                       out_hidden_size=D), image_token_id=V - 1, video_token_id=V - 2),
+       "HYV4VLForConditionalGeneration", [("text_config." + k, v) for k, v in MLA],
+       wrong=r"layers\.2\.self_attn\.sinks$")
+
 
 
 
