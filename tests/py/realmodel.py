@@ -775,6 +775,19 @@ family("hy_v4_vl", "HYV4VLConfig", dict(
        "HYV4VLForConditionalGeneration", [("text_config." + k, v) for k, v in MLA],
        wrong=r"layers\.2\.self_attn\.sinks$")
 
+# Mistral Large 4: MLA without q-LoRA on Mistral's own names (attention.wq, wkv_a_with_mqa, kv_a_norm, wkv_b, wo),
+# per-head softmax scaling (ssmax_scaling) with the heads, the DSA indexer and LeRoPE's alpha whole; a NoPE layer
+# (its kv_b_proj wider by the rope width: layer 3, every 4th by default) and a layer reusing another's KV (no kv_a:
+# layer 2 reads layer 1's), routed and shared experts. Proves mistral_large4_text.
+_ml4 = dict(_mla(num_hidden_layers=4, index_topk=8, index_head_dim=16, index_n_heads=4, kv_source_layers=[0, 1, 1, 3],
+                 first_k_dense_replace=1), rope_parameters=dict(rope_type="default", rope_theta=10000.0))
+del _ml4["q_lora_rank"]
+family("mistral_large4", "MistralLarge4Config", dict(
+    text_config=_ml4, vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                         head_dim=16), image_token_index=V - 1),
+       "MistralLarge4ForConditionalGeneration", [("text_config." + k, v) for k, v in MLA], ts=(2, 3, 4),
+       wrong=r"layers\.3\.self_attn\.kv_b_proj\.weight$")
+
 
 
 
