@@ -788,6 +788,27 @@ family("mistral_large4", "MistralLarge4Config", dict(
        "MistralLarge4ForConditionalGeneration", [("text_config." + k, v) for k, v in MLA], ts=(2, 3, 4),
        wrong=r"layers\.3\.self_attn\.kv_b_proj\.weight$")
 
+# MiniMax-M3 (text): GQA with per-head q/k norms and partial rotary, the block-sparse indexer (its query heads, one
+# per KV group, split in the KV groups; its single key head whole; blocks of 4 keys so that the selection bites at
+# 16 tokens), fused routed experts, a shared expert and a dense MLP with fused gate_up_proj in segments
+_mm3 = _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, rotary_dim=8, intermediate_size=IM,
+               dense_intermediate_size=I, shared_intermediate_size=IM, num_local_experts=8, num_experts_per_tok=2,
+               index_n_heads=4, index_head_dim=16, index_block_size=4, index_topk_blocks=2, index_local_blocks=1,
+               layer_types=["full_attention", "minimax_m3_sparse", "full_attention", "minimax_m3_sparse"],
+               mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+family("minimax_m3_vl_text", "MiniMaxM3VLTextConfig", _mm3, "MiniMaxM3VLForCausalLM",
+       GQA + [("index_n_heads", "groups"), ("dense_intermediate_size", "even"), ("shared_intermediate_size", "even")],
+       wrong=r"layers\.1\.self_attn\.indexer\.q_proj\.weight$")
+# MiniMax-M3 as published (MiniMaxM3SparseForConditionalGeneration): language_model.model.* with the original names
+# (block_sparse_moe.experts.N.w1/w2/w3, self_attn.index_q_proj, dense mlp.gate_proj / up_proj), the vision tower and
+# projectors whole
+family("minimax_m3_vl", "MiniMaxM3VLConfig", dict(
+    text_config=_mm3, vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2),
+    projector_hidden_size=64, image_token_index=V - 1, video_token_index=V - 2),
+       "MiniMaxM3SparseForConditionalGeneration",
+       [("text_config." + k, v) for k, v in FAMILIES["minimax_m3_vl_text"]["per_rank"]],
+       wrong=r"layers\.0\.mlp\.gate_up_proj\.weight$")
+
 
 
 
