@@ -811,6 +811,35 @@ family("minimax_m3_vl", "MiniMaxM3VLConfig", dict(
 
 
 
+def _lfm_conv_whole(model, T, r, allsum):
+    """LFM2 / LFM3: the short-conv blocks are whole on every rank (the model code sizes them by hidden_size), so
+    their out_proj is not row-parallel: the generic out_proj hook is undone there (the attention's stays)."""
+    for name, mod in model.named_modules():
+        if name.endswith("conv.out_proj") and "forward" in mod.__dict__:
+            del mod.forward
+
+
+# LFM2: short-conv layers whole, GQA attention (out_proj row-parallel, q/k layernorms per head whole), SwiGLU w1/w3/w2
+# whose width the model derives from intermediate_size (2/3, rounded up to block_multiple_of: 96 -> 64, and a rank's
+# 48 -> 32 at T=2, 24 -> 16 at T=4); no head_dim in its config (a rank's config states it)
+_lfm_types = ["conv", "full_attention", "conv", "full_attention"]
+family("lfm2", "Lfm2Config", _common(num_key_value_heads=4, num_hidden_layers=4, layer_types=_lfm_types,
+                                     block_multiple_of=8, conv_L_cache=3),
+       "Lfm2ForCausalLM", GQA, wrong=r"layers\.1\.self_attn\.out_proj\.weight$", wrong_dim=1, patch=_lfm_conv_whole)
+# LFM3: as LFM2, with a per-head sigmoid attention gate (saved as self_attn.gate_proj) split with the heads, sandwich
+# norms, sliding-window layers and an MLP on intermediate_size as is
+family("lfm3", "Lfm3Config", _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, sliding_window=8,
+                                     layer_types=["conv", "sliding_attention", "conv", "full_attention"]),
+       "Lfm3ForCausalLM", GQA, wrong=r"layers\.3\.self_attn\.g_proj\.weight$", patch=_lfm_conv_whole)
+# LFM2-MoE: LFM2's conv and attention, a dense first layer on intermediate_size, routed experts (per expert on disk)
+# on moe_intermediate_size, router and expert_bias whole. Its config never fills layer_types (given here)
+family("lfm2_moe", "Lfm2MoeConfig", _common(num_key_value_heads=4, num_hidden_layers=4, layer_types=_lfm_types,
+                                            moe_intermediate_size=IM, num_experts=8, num_experts_per_tok=2,
+                                            num_dense_layers=1),
+       "Lfm2MoeForCausalLM", GQA + [("moe_intermediate_size", "even")],
+       wrong=r"layers\.0\.feed_forward\.w1\.weight$", patch=_lfm_conv_whole)
+
+
 
 def text_of(cfg):
     return cfg.get("text_config") or cfg
