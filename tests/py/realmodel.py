@@ -838,6 +838,29 @@ family("lfm2_moe", "Lfm2MoeConfig", _common(num_key_value_heads=4, num_hidden_la
                                             num_dense_layers=1),
        "Lfm2MoeForCausalLM", GQA + [("moe_intermediate_size", "even")],
        wrong=r"layers\.0\.feed_forward\.w1\.weight$", patch=_lfm_conv_whole)
+# Ling 3 (bailing_hybrid): KDA layers (q/k/v and their convs, the full-rank forget gate f_proj and dt_bias per channel,
+# b_proj and A_log per head, the output gate g_proj, o_norm per head whole, saved as attention.*, the output as
+# attention.dense) and MLA layers with one sigmoid gate per head (attention.g_proj [H, D]), the two kinds sharing names
+# and told apart by layer_types; DeepSeek-style routed and shared experts. The KDA head count is num_attention_heads
+# (configuration_bailing_hybrid.py __post_init__), so it splits with the MLA heads
+_bh = _mla(num_hidden_layers=4, head_dim=16, q_lora_rank=None, num_experts=8, first_k_dense_replace=1,
+           layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"])
+del _bh["n_routed_experts"]
+family("bailing_hybrid", "BailingHybridConfig", _bh, "BailingHybridForCausalLM",
+       MLA + [("linear_num_heads", "same_as:num_attention_heads")],
+       wrong=r"layers\.0\.self_attn\.forget_gate\.f_proj\.weight$")
+
+
+def _bailing_underived(c):
+    """A Ling config.json without the keys the config class derives (linear_num_heads = num_attention_heads,
+    linear_head_dim = head_dim before head_dim becomes the rope width): head_dim is the KDA head width there."""
+    c["head_dim"] = c.pop("linear_head_dim")
+    del c["linear_num_heads"], c["linear_conv_kernel_dim"]
+
+
+family("bailing_hybrid_underived", "BailingHybridConfig", _bh, "BailingHybridForCausalLM",
+       FAMILIES["bailing_hybrid"]["per_rank"], wrong=r"layers\.2\.self_attn\.forget_gate\.A_log$",
+       config_json=_bailing_underived)
 
 
 
