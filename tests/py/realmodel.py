@@ -861,6 +861,17 @@ def _bailing_underived(c):
 family("bailing_hybrid_underived", "BailingHybridConfig", _bh, "BailingHybridForCausalLM",
        FAMILIES["bailing_hybrid"]["per_rank"], wrong=r"layers\.2\.self_attn\.forget_gate\.A_log$",
        config_json=_bailing_underived)
+# OLMo hybrid: OLMo 3's attention (q_norm [H*hd] and k_norm [KV*hd] over all heads, split with them) and Gated
+# DeltaNet layers (q/k and their convs by key heads, v/g/a/b/A_log/dt_bias and o_proj by value heads, o_norm per head
+# whole). 4 key heads of 32 and 8 value heads of 16 (each key head serves 2 value heads): the key and value widths
+# are equal, since save_pretrained writes the fused conv as equal thirds (q_conv1d / k_conv1d / v_conv1d), which are
+# the true parts only then (transformers' Concatenate reverts to an equal Chunk)
+family("olmo_hybrid", "OlmoHybridConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, linear_num_key_heads=4, linear_num_value_heads=8,
+               linear_key_head_dim=32, linear_value_head_dim=16,
+               layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"]),
+       "OlmoHybridForCausalLM", GQA + GDN, wrong=r"layers\.0\.linear_attn\.conv1d\.weight$",
+       global_norms=("q_norm", "k_norm"))
 
 
 
