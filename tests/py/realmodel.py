@@ -872,6 +872,21 @@ family("olmo_hybrid", "OlmoHybridConfig",
                layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"]),
        "OlmoHybridForCausalLM", GQA + GDN, wrong=r"layers\.0\.linear_attn\.conv1d\.weight$",
        global_norms=("q_norm", "k_norm"))
+# Step 3.5 / 3.7 (Step3p7ForConditionalGeneration, text model_type step3p5): GQA with per-head q/k norms and one
+# sigmoid gate per head (g_proj [H, D]) split with the heads; routed experts stacked on disk (moe.gate_proj /
+# up_proj [E, I, D], moe.down_proj [E, D, I], moe.gate, moe.router_bias), the shared expert (share_expert.*) on
+# share_expert_dim; the vision model and projector whole. Full-attention layers only: a sliding layer's head count
+# is in per_layer_config, which the plan refuses by name. Proves step3p5.
+_st = _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, moe_intermediate_size=IM, share_expert_dim=IM,
+              num_local_experts=8, n_routed_experts=8, num_experts_per_tok=2,
+              sliding_window=8, layer_types=["full_attention"] * 4,
+              mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+family("step3p7", "Step3p7Config", dict(text_config=_st, vision_config=dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2), image_token_id=V - 1),
+       "Step3p7ForConditionalGeneration",
+       _VL + [("text_config.moe_intermediate_size", "even"), ("text_config.share_expert_dim", "even"),
+              ("text_config.num_sliding_attention_heads", "even")],
+       wrong=r"layers\.1\.self_attn\.g_proj\.weight$")
 
 
 

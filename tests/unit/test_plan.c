@@ -697,7 +697,7 @@ static void test_choice(void **state)
 	assert_non_null(strstr(e.msg, "--plan nosuch: no such built-in plan (built-in: bailing-hybrid, cohere2-moe, cosmos3-edge, deepseek-v4, deepseek, ernie4_5-moe, exaone-moe, "
 				   "generic, glm4v-moe, glm4v, gpt-oss, granitemoe, hunyuan-moe, hunyuan-vl, hy-v4, jamba, kda, "
 				   "laguna, lfm, llama, llama4, longcat, mamba2, mimo-v2, minimax-m3, mistral-large4, mixtral, "
-				   "olmo-hybrid, olmoe, phi3, qwen-moe, qwen3-next, qwen3-vl-moe, sarvam-moe"));
+				   "olmo-hybrid, olmoe, phi3, qwen-moe, qwen3-next, qwen3-vl-moe, sarvam-moe, step3p5"));
 }
 
 /* tp_model_open on a missing folder fails cleanly (the ASan build's leak check covers m->src) */
