@@ -146,9 +146,21 @@ def examined():
     return out
 
 
+# What a family's default configuration leaves None although its model code needs it (each built as the model
+# code allows, so that it is classified like the rest): {model_type: function(number of layers) -> overrides}
+FILL = {
+    # Lfm2MoeConfig.layer_types defaults to None and __post_init__ never derives it (configuration_lfm2_moe.py),
+    # while Lfm2MoeDecoderLayer reads config.layer_types[layer_idx]: LFM2's pattern, conv and attention alternating
+    "lfm2_moe": lambda n: {"layer_types": ["conv" if i % 2 == 0 else "full_attention" for i in range(n)]},
+}
+
+
 def _overrides(cls, small):
     d = cls().to_dict()
     kw = {}
+    fill = FILL.get(cls.model_type)
+    if fill:
+        kw.update(fill(min(LAYERS, d.get("num_hidden_layers") or LAYERS)))
     if small:
         kw = {k: v for k, v in SMALL.items() if k in d}
     if "num_hidden_layers" in d:
@@ -174,6 +186,18 @@ def model_class(cfg):
         m = getattr(ma, name)
         with contextlib.suppress(KeyError, ValueError):
             return m[type(cfg)]
+    # no auto class maps this configuration (a composite's text tower, a model_type the auto mappings name under
+    # another: step3p5's Step3p7TextConfig): the model class of its own modeling module built from it, a causal
+    # LM first
+    import importlib
+    from transformers import PreTrainedModel
+    with contextlib.suppress(ImportError):
+        mod = importlib.import_module(type(cfg).__module__.replace(".configuration_", ".modeling_"))
+        cands = [c for c in vars(mod).values() if isinstance(c, type) and issubclass(c, PreTrainedModel)
+                 and getattr(c, "config_class", None) is type(cfg) and "PreTrainedModel" not in c.__name__]
+        cands.sort(key=lambda c: not c.__name__.endswith("ForCausalLM"))
+        if cands:
+            return cands[0]
     raise KeyError("no model class")
 
 
