@@ -146,21 +146,24 @@ def examined():
     return out
 
 
-# What a family's default configuration leaves None although its model code needs it (each built as the model
-# code allows, so that it is classified like the rest): {model_type: function(number of layers) -> overrides}
+# Per family, what its configuration must say for the tiny model to build, or to be of a shape its published
+# checkpoints have (each built as the model code allows, so that it is classified like the rest), applied to
+# every form built: {model_type: function(number of layers) -> overrides}
 FILL = {
     # Lfm2MoeConfig.layer_types defaults to None and __post_init__ never derives it (configuration_lfm2_moe.py),
     # while Lfm2MoeDecoderLayer reads config.layer_types[layer_idx]: LFM2's pattern, conv and attention alternating
     "lfm2_moe": lambda n: {"layer_types": ["conv" if i % 2 == 0 else "full_attention" for i in range(n)]},
+    # Lfm2MLP rounds the MLP width (2/3 of intermediate_size) up to block_multiple_of, 256 by default: at the
+    # small intermediate size (128: width 85, rounded to 256) no rank's width is the source's / T, which the lfm
+    # plan refuses by name, while published widths divide (12288 -> 8192, a rank's 6144 -> 4096 at T=2). 96
+    # rounded to 8 is of that kind (64; 48 -> 32 at T=2, 24 -> 16 at T=4)
+    "lfm2": lambda n: {"intermediate_size": 96, "block_multiple_of": 8},
 }
 
 
 def _overrides(cls, small):
     d = cls().to_dict()
     kw = {}
-    fill = FILL.get(cls.model_type)
-    if fill:
-        kw.update(fill(min(LAYERS, d.get("num_hidden_layers") or LAYERS)))
     if small:
         kw = {k: v for k, v in SMALL.items() if k in d}
     if "num_hidden_layers" in d:
@@ -173,6 +176,9 @@ def _overrides(cls, small):
             kw[sub] = dict(d[sub], **t)
             for k in ("layer_types", "mlp_layer_types"):
                 kw[sub].pop(k, None)
+    fill = FILL.get(cls.model_type)
+    if fill:
+        kw.update(fill(min(LAYERS, d.get("num_hidden_layers") or LAYERS)))
     return kw
 
 
