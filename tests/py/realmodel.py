@@ -887,6 +887,14 @@ family("step3p7", "Step3p7Config", dict(text_config=_st, vision_config=dict(
        _VL + [("text_config.moe_intermediate_size", "even"), ("text_config.share_expert_dim", "even"),
               ("text_config.num_sliding_attention_heads", "even")],
        wrong=r"layers\.1\.self_attn\.g_proj\.weight$")
+# Mellum: Qwen3-MoE's attention (per-head q/k norms whole) and fused experts, with dense layers (mlp_layer_types) and
+# sliding-window layers (its MTP layer, mtp.*, which transformers ignores on load, is not in the test)
+family("mellum", "MellumConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, moe_intermediate_size=IM, num_experts=8,
+               num_experts_per_tok=2, sliding_window=8,
+               layer_types=["sliding_attention", "full_attention"] * 2, mlp_layer_types=["dense", "sparse"] * 2),
+       "MellumForCausalLM", GQA + [("moe_intermediate_size", "even")],
+       wrong=r"layers\.1\.mlp\.experts\.gate_up_proj$", wrong_dim=1)
 
 
 
