@@ -158,6 +158,9 @@ FILL = {
     # plan refuses by name, while published widths divide (12288 -> 8192, a rank's 6144 -> 4096 at T=2). 96
     # rounded to 8 is of that kind (64; 48 -> 32 at T=2, 24 -> 16 at T=4)
     "lfm2": lambda n: {"intermediate_size": 96, "block_multiple_of": 8},
+    # Emu3TextConfig's special token ids (151643...) index past the small vocabulary (nn.Embedding refuses such
+    # a padding_idx), so only its default sizes built, whose vocabulary (184622) no T=4 divides
+    "emu3_text_model": lambda n: {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
 }
 
 

@@ -895,6 +895,8 @@ family("mellum", "MellumConfig",
                layer_types=["sliding_attention", "full_attention"] * 2, mlp_layer_types=["dense", "sparse"] * 2),
        "MellumForCausalLM", GQA + [("moe_intermediate_size", "even")],
        wrong=r"layers\.1\.mlp\.experts\.gate_up_proj$", wrong_dim=1)
+# Emu3's text model (Emu3ForCausalLM on Emu3TextConfig): Llama's attention and MLP
+family("emu3_text_model", "Emu3TextConfig", _common(**_dense), "Emu3ForCausalLM", GQA)
 
 
 
