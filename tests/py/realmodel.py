@@ -897,6 +897,11 @@ family("mellum", "MellumConfig",
        wrong=r"layers\.1\.mlp\.experts\.gate_up_proj$", wrong_dim=1)
 # Emu3's text model (Emu3ForCausalLM on Emu3TextConfig): Llama's attention and MLP
 family("emu3_text_model", "Emu3TextConfig", _common(**_dense), "Emu3ForCausalLM", GQA)
+# Aria's text model: Llama's attention, routed experts fused in the transposed layout (saved as mlp.experts.fc1
+# [E, D, 2I] and fc2 [E, I, D]), shared experts on intermediate_size * moe_num_shared_experts
+family("aria_text", "AriaTextConfig", _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM,
+                                              moe_num_experts=8, moe_topk=2, moe_num_shared_experts=2),
+       "AriaTextForCausalLM", GQA, wrong=r"layers\.1\.mlp\.experts\.gate_up_proj$", wrong_dim=2)
 
 
 
