@@ -902,6 +902,14 @@ family("emu3_text_model", "Emu3TextConfig", _common(**_dense), "Emu3ForCausalLM"
 family("aria_text", "AriaTextConfig", _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM,
                                               moe_num_experts=8, moe_topk=2, moe_num_shared_experts=2),
        "AriaTextForCausalLM", GQA, wrong=r"layers\.1\.mlp\.experts\.gate_up_proj$", wrong_dim=2)
+# dots.3 Note (text, Dots3NoteForCausalLM): DeepSeek-V3.2's MLA and DSA indexer with one sigmoid gate per head
+# (g_proj [H, D]), shared experts on their own intermediate size; every layer indexed attention (use_sliding_window
+# False): a sliding layer's heads are in per_layer_config, which the plan refuses by name
+_d3 = _mla(num_hidden_layers=4, index_topk=8, index_head_dim=16, index_n_heads=4, shared_experts_intermediate_size=24,
+           head_dim=8, use_sliding_window=False)
+family("dots3_note_text", "Dots3NoteTextConfig", _d3, "Dots3NoteForCausalLM",
+       MLA + [("shared_experts_intermediate_size", "even")], ts=(2, 3, 4),
+       wrong=r"layers\.2\.self_attn\.g_proj\.weight$")
 
 
 
