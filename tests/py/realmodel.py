@@ -910,6 +910,14 @@ _d3 = _mla(num_hidden_layers=4, index_topk=8, index_head_dim=16, index_n_heads=4
 family("dots3_note_text", "Dots3NoteTextConfig", _d3, "Dots3NoteForCausalLM",
        MLA + [("shared_experts_intermediate_size", "even")], ts=(2, 3, 4),
        wrong=r"layers\.2\.self_attn\.g_proj\.weight$")
+# Flint: Qwen3-MoE's attention with one sink per head (saved as self_attn.softmax_offset), rotary on the sliding
+# layers only, routed experts with a shared expert, a dense first layer
+family("flint", "FlintConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, moe_intermediate_size=IM,
+               shared_expert_intermediate_size=IM, num_experts=8, num_experts_per_tok=2, sliding_window=8,
+               layer_types=["sliding_attention", "full_attention"] * 2, mlp_only_layers=[0]),
+       "FlintForCausalLM", GQA + [("moe_intermediate_size", "even"), ("shared_expert_intermediate_size", "even")],
+       wrong=r"layers\.1\.self_attn\.sinks$")
 
 
 
