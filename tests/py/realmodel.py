@@ -918,6 +918,14 @@ family("flint", "FlintConfig",
                layer_types=["sliding_attention", "full_attention"] * 2, mlp_only_layers=[0]),
        "FlintForCausalLM", GQA + [("moe_intermediate_size", "even"), ("shared_expert_intermediate_size", "even")],
        wrong=r"layers\.1\.self_attn\.sinks$")
+# Beam: Qwen3-MoE's attention with a sigmoid output gate per channel (self_attn.gate_proj [H*hd, D]) and a gate bias
+# per head (gate_bias [H]), rotary on sliding layers, NoPE with position-dependent query scaling on full ones; fused
+# routed experts, dense layers
+family("beam", "BeamConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, moe_intermediate_size=IM, num_experts=8,
+               num_experts_per_tok=2, n_group=1, topk_group=1, sliding_window=8,
+               layer_types=["sliding_attention", "full_attention"] * 2, mlp_layer_types=["dense", "sparse"] * 2),
+       "BeamForCausalLM", GQA + [("moe_intermediate_size", "even")], wrong=r"layers\.1\.self_attn\.gate_proj\.weight$")
 
 
 
