@@ -926,6 +926,14 @@ family("beam", "BeamConfig",
                num_experts_per_tok=2, n_group=1, topk_group=1, sliding_window=8,
                layer_types=["sliding_attention", "full_attention"] * 2, mlp_layer_types=["dense", "sparse"] * 2),
        "BeamForCausalLM", GQA + [("moe_intermediate_size", "even")], wrong=r"layers\.1\.self_attn\.gate_proj\.weight$")
+# Kolibri 1: Qwen3-MoE's attention and routed experts with shared experts on their own intermediate size, an
+# expert bias in the router (saved as moe.router.expert_bias) and post-attention / post-MLP norms
+family("kolibri1", "Kolibri1Config",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, moe_intermediate_size=IM,
+               shared_expert_intermediate_size=32, num_experts=8, num_experts_per_tok=2, sliding_window=8,
+               layer_types=["sliding_attention", "full_attention"] * 2),
+       "Kolibri1ForCausalLM", GQA + [("moe_intermediate_size", "even"), ("shared_expert_intermediate_size", "even")],
+       wrong=r"layers\.0\.mlp\.shared_experts\.up_proj\.weight$")
 
 
 

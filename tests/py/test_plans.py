@@ -113,7 +113,7 @@ srcu = os.path.join(work, "mystery")
 fixtures.save(srcu, cfg_unknown, dict(fulll, **{"model.extra.weight": np.ones((4, 4), np.float32)}))
 want_unknown = ("tpfs: no built-in plan knows model_type 'mystery' (built-in plans: aria, bailing-hybrid, beam, cohere2-moe, cosmos3-edge, deepseek-v4, deepseek, dots3, "
                 "ernie4_5-moe, exaone-moe, flint, generic, glm4v-moe, glm4v, gpt-oss, granitemoe, hunyuan-moe, "
-                "hunyuan-vl, hy-v4, jamba, kda, laguna, lfm, llama, llama4, longcat, mamba2, mimo-v2, "
+                "hunyuan-vl, hy-v4, jamba, kda, kolibri1, laguna, lfm, llama, llama4, longcat, mamba2, mimo-v2, "
                 "minimax-m3, mistral-large4, mixtral, olmo-hybrid, olmoe, phi3, qwen-moe, qwen3-next, "
                 "qwen3-vl-moe, sarvam-moe, step3p5; 'tpfs plan --list' shows the model "
                 "types each detects, docs/COVERAGE.md the families served and refused); give a plan file with --plan FILE (docs/PLANS.md), "

@@ -182,7 +182,7 @@ def refusals(tmp, F):
         max_position_embeddings=64)).save_pretrained(neox, max_shard_size="64KB")
     builtins = ("aria, bailing-hybrid, beam, cohere2-moe, cosmos3-edge, deepseek-v4, deepseek, dots3, "
                 "ernie4_5-moe, exaone-moe, flint, generic, glm4v-moe, glm4v, gpt-oss, granitemoe, hunyuan-moe, "
-                "hunyuan-vl, hy-v4, jamba, kda, laguna, lfm, llama, llama4, longcat, mamba2, mimo-v2, "
+                "hunyuan-vl, hy-v4, jamba, kda, kolibri1, laguna, lfm, llama, llama4, longcat, mamba2, mimo-v2, "
                 "minimax-m3, mistral-large4, mixtral, olmo-hybrid, olmoe, phi3, qwen-moe, qwen3-next, "
                 "qwen3-vl-moe, sarvam-moe, step3p5; 'tpfs plan --list' shows the model types each detects, docs/COVERAGE.md the families served and refused")
     want = ("tpfs: no built-in plan knows model_type 'gpt_neox' (built-in plans: %s); give a plan file with --plan FILE "

@@ -696,7 +696,7 @@ static void test_choice(void **state)
 	assert_int_equal(tp_plan_choose(NULL, "nosuch", &pl, origin, sizeof origin, &e), -1);
 	assert_non_null(strstr(e.msg, "--plan nosuch: no such built-in plan (built-in: aria, bailing-hybrid, beam, cohere2-moe, cosmos3-edge, deepseek-v4, deepseek, dots3, "
 				   "ernie4_5-moe, exaone-moe, flint, generic, glm4v-moe, glm4v, gpt-oss, granitemoe, hunyuan-moe, "
-				   "hunyuan-vl, hy-v4, jamba, kda, laguna, lfm, llama, llama4, longcat, mamba2, mimo-v2, "
+				   "hunyuan-vl, hy-v4, jamba, kda, kolibri1, laguna, lfm, llama, llama4, longcat, mamba2, mimo-v2, "
 				   "minimax-m3, mistral-large4, mixtral, olmo-hybrid, olmoe, phi3, qwen-moe, qwen3-next, "
 				   "qwen3-vl-moe, sarvam-moe, step3p5"));
 }
