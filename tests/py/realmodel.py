@@ -934,6 +934,14 @@ family("kolibri1", "Kolibri1Config",
                layer_types=["sliding_attention", "full_attention"] * 2),
        "Kolibri1ForCausalLM", GQA + [("moe_intermediate_size", "even"), ("shared_expert_intermediate_size", "even")],
        wrong=r"layers\.0\.mlp\.shared_experts\.up_proj\.weight$")
+# PaddleOCR-VL: an ERNIE 4.5-style dense text model (Llama's names) under model.language_model, saved at the root
+# (model.layers.*), the vision tower (visual.*) and its projector (mlp_AR.*) whole. Proves paddleocr_vl_text.
+family("paddleocr_vl", "PaddleOCRVLConfig", dict(
+    text_config=_common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, rope_parameters=dict(
+        rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2),
+    image_token_id=V - 1), "PaddleOCRVLForConditionalGeneration", _VL,
+       wrong=r"language_model\.layers\.1\.self_attn\.v_proj\.weight$")
 
 
 
