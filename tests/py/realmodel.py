@@ -942,6 +942,8 @@ family("paddleocr_vl", "PaddleOCRVLConfig", dict(
     vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2),
     image_token_id=V - 1), "PaddleOCRVLForConditionalGeneration", _VL,
        wrong=r"language_model\.layers\.1\.self_attn\.v_proj\.weight$")
+# EuroBERT (EuroBertForMaskedLM): Llama's attention (bidirectional) and MLP under an encoder's masked-LM head
+family("eurobert", "EuroBertConfig", _common(**_dense, mask_token_id=3), "EuroBertForMaskedLM", GQA)
 
 
 
