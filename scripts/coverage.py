@@ -146,6 +146,24 @@ def examined():
     return out
 
 
+# Per family, what its configuration must say for the tiny model to build, or to be of a shape its published
+# checkpoints have (each built as the model code allows, so that it is classified like the rest), applied to
+# every form built: {model_type: function(number of layers) -> overrides}
+FILL = {
+    # Lfm2MoeConfig.layer_types defaults to None and __post_init__ never derives it (configuration_lfm2_moe.py),
+    # while Lfm2MoeDecoderLayer reads config.layer_types[layer_idx]: LFM2's pattern, conv and attention alternating
+    "lfm2_moe": lambda n: {"layer_types": ["conv" if i % 2 == 0 else "full_attention" for i in range(n)]},
+    # Lfm2MLP rounds the MLP width (2/3 of intermediate_size) up to block_multiple_of, 256 by default: at the
+    # small intermediate size (128: width 85, rounded to 256) no rank's width is the source's / T, which the lfm
+    # plan refuses by name, while published widths divide (12288 -> 8192, a rank's 6144 -> 4096 at T=2). 96
+    # rounded to 8 is of that kind (64; 48 -> 32 at T=2, 24 -> 16 at T=4)
+    "lfm2": lambda n: {"intermediate_size": 96, "block_multiple_of": 8},
+    # Emu3TextConfig's special token ids (151643...) index past the small vocabulary (nn.Embedding refuses such
+    # a padding_idx), so only its default sizes built, whose vocabulary (184622) no T=4 divides
+    "emu3_text_model": lambda n: {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+}
+
+
 def _overrides(cls, small):
     d = cls().to_dict()
     kw = {}
@@ -161,6 +179,9 @@ def _overrides(cls, small):
             kw[sub] = dict(d[sub], **t)
             for k in ("layer_types", "mlp_layer_types"):
                 kw[sub].pop(k, None)
+    fill = FILL.get(cls.model_type)
+    if fill:
+        kw.update(fill(min(LAYERS, d.get("num_hidden_layers") or LAYERS)))
     return kw
 
 
@@ -174,6 +195,18 @@ def model_class(cfg):
         m = getattr(ma, name)
         with contextlib.suppress(KeyError, ValueError):
             return m[type(cfg)]
+    # no auto class maps this configuration (a composite's text tower, a model_type the auto mappings name under
+    # another: step3p5's Step3p7TextConfig): the model class of its own modeling module built from it, a causal
+    # LM first
+    import importlib
+    from transformers import PreTrainedModel
+    with contextlib.suppress(ImportError):
+        mod = importlib.import_module(type(cfg).__module__.replace(".configuration_", ".modeling_"))
+        cands = [c for c in vars(mod).values() if isinstance(c, type) and issubclass(c, PreTrainedModel)
+                 and getattr(c, "config_class", None) is type(cfg) and "PreTrainedModel" not in c.__name__]
+        cands.sort(key=lambda c: not c.__name__.endswith("ForCausalLM"))
+        if cands:
+            return cands[0]
     raise KeyError("no model class")
 
 

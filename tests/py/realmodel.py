@@ -747,6 +747,204 @@ family("jamba", "JambaConfig",
        patch=_jamba_patch)
 
 
+# --- issue 30: the newest families ---
+
+# Cosmos3 Edge: llama GQA with a relu2 MLP (fc1 / fc2, saved as mlp.up_proj / down_proj), saved by the composite as
+# to_q / to_k / to_v / to_out at the root; the vision tower and projector whole. Proves cosmos3_edge_text too.
+family("cosmos3_edge", "Cosmos3EdgeConfig", dict(
+    text_config=_common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, rope_parameters=dict(
+        rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2),
+    projector_hidden_size=64), "Cosmos3EdgeForConditionalGeneration", _VL,
+       wrong=r"language_model\.layers\.0\.self_attn\.k_proj\.weight$", patch=_rows("fc2"))
+
+# HY V4: DeepSeek-V3.2's MLA and DSA indexer (whole, some layers sharing the previous indexer), a per-head sigmoid
+# output gate (saved as self_attn.linear_gate) and one attention sink per head (learnable_sink_param) split with the
+# heads, hyper-connections whole; dense MLP and shared expert with linear_gate as the gate projection
+_hy4 = _mla(num_hidden_layers=4, index_topk=8, index_head_dim=16, index_n_heads=4, hc_mult=2,
+            mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+del _hy4["first_k_dense_replace"], _hy4["num_key_value_heads"]
+family("hy_v4", "HYV4Config", _hy4, "HYV4ForCausalLM", MLA, ts=(2, 3, 4),
+       wrong=r"layers\.1\.self_attn\.gate_proj\.weight$")
+# HY V4 VL: the same text model under model.language_model (hc_head under its own name), the vision tower whole.
+# Proves hy_v4_vl_text.
+family("hy_v4_vl", "HYV4VLConfig", dict(
+    text_config=dict(_hy4, rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 1, 1])),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                       out_hidden_size=D), image_token_id=V - 1, video_token_id=V - 2),
+       "HYV4VLForConditionalGeneration", [("text_config." + k, v) for k, v in MLA],
+       wrong=r"layers\.2\.self_attn\.sinks$")
+
+# Mistral Large 4: MLA without q-LoRA on Mistral's own names (attention.wq, wkv_a_with_mqa, kv_a_norm, wkv_b, wo),
+# per-head softmax scaling (ssmax_scaling) with the heads, the DSA indexer and LeRoPE's alpha whole; a NoPE layer
+# (its kv_b_proj wider by the rope width: layer 3, every 4th by default) and a layer reusing another's KV (no kv_a:
+# layer 2 reads layer 1's), routed and shared experts. Proves mistral_large4_text.
+_ml4 = dict(_mla(num_hidden_layers=4, index_topk=8, index_head_dim=16, index_n_heads=4, kv_source_layers=[0, 1, 1, 3],
+                 first_k_dense_replace=1), rope_parameters=dict(rope_type="default", rope_theta=10000.0))
+del _ml4["q_lora_rank"]
+family("mistral_large4", "MistralLarge4Config", dict(
+    text_config=_ml4, vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                         head_dim=16), image_token_index=V - 1),
+       "MistralLarge4ForConditionalGeneration", [("text_config." + k, v) for k, v in MLA], ts=(2, 3, 4),
+       wrong=r"layers\.3\.self_attn\.kv_b_proj\.weight$")
+
+# MiniMax-M3 (text): GQA with per-head q/k norms and partial rotary, the block-sparse indexer (its query heads, one
+# per KV group, split in the KV groups; its single key head whole; blocks of 4 keys so that the selection bites at
+# 16 tokens), fused routed experts, a shared expert and a dense MLP with fused gate_up_proj in segments
+_mm3 = _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, rotary_dim=8, intermediate_size=IM,
+               dense_intermediate_size=I, shared_intermediate_size=IM, num_local_experts=8, num_experts_per_tok=2,
+               index_n_heads=4, index_head_dim=16, index_block_size=4, index_topk_blocks=2, index_local_blocks=1,
+               layer_types=["full_attention", "minimax_m3_sparse", "full_attention", "minimax_m3_sparse"],
+               mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+family("minimax_m3_vl_text", "MiniMaxM3VLTextConfig", _mm3, "MiniMaxM3VLForCausalLM",
+       GQA + [("index_n_heads", "groups"), ("dense_intermediate_size", "even"), ("shared_intermediate_size", "even")],
+       wrong=r"layers\.1\.self_attn\.indexer\.q_proj\.weight$")
+# MiniMax-M3 as published (MiniMaxM3SparseForConditionalGeneration): language_model.model.* with the original names
+# (block_sparse_moe.experts.N.w1/w2/w3, self_attn.index_q_proj, dense mlp.gate_proj / up_proj), the vision tower and
+# projectors whole
+family("minimax_m3_vl", "MiniMaxM3VLConfig", dict(
+    text_config=_mm3, vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2),
+    projector_hidden_size=64, image_token_index=V - 1, video_token_index=V - 2),
+       "MiniMaxM3SparseForConditionalGeneration",
+       [("text_config." + k, v) for k, v in FAMILIES["minimax_m3_vl_text"]["per_rank"]],
+       wrong=r"layers\.0\.mlp\.gate_up_proj\.weight$")
+
+
+
+def _lfm_conv_whole(model, T, r, allsum):
+    """LFM2 / LFM3: the short-conv blocks are whole on every rank (the model code sizes them by hidden_size), so
+    their out_proj is not row-parallel: the generic out_proj hook is undone there (the attention's stays)."""
+    for name, mod in model.named_modules():
+        if name.endswith("conv.out_proj") and "forward" in mod.__dict__:
+            del mod.forward
+
+
+# LFM2: short-conv layers whole, GQA attention (out_proj row-parallel, q/k layernorms per head whole), SwiGLU w1/w3/w2
+# whose width the model derives from intermediate_size (2/3, rounded up to block_multiple_of: 96 -> 64, and a rank's
+# 48 -> 32 at T=2, 24 -> 16 at T=4); no head_dim in its config (a rank's config states it)
+_lfm_types = ["conv", "full_attention", "conv", "full_attention"]
+family("lfm2", "Lfm2Config", _common(num_key_value_heads=4, num_hidden_layers=4, layer_types=_lfm_types,
+                                     block_multiple_of=8, conv_L_cache=3),
+       "Lfm2ForCausalLM", GQA, wrong=r"layers\.1\.self_attn\.out_proj\.weight$", wrong_dim=1, patch=_lfm_conv_whole)
+# LFM3: as LFM2, with a per-head sigmoid attention gate (saved as self_attn.gate_proj) split with the heads, sandwich
+# norms, sliding-window layers and an MLP on intermediate_size as is
+family("lfm3", "Lfm3Config", _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, sliding_window=8,
+                                     layer_types=["conv", "sliding_attention", "conv", "full_attention"]),
+       "Lfm3ForCausalLM", GQA, wrong=r"layers\.3\.self_attn\.g_proj\.weight$", patch=_lfm_conv_whole)
+# LFM2-MoE: LFM2's conv and attention, a dense first layer on intermediate_size, routed experts (per expert on disk)
+# on moe_intermediate_size, router and expert_bias whole. Its config never fills layer_types (given here)
+family("lfm2_moe", "Lfm2MoeConfig", _common(num_key_value_heads=4, num_hidden_layers=4, layer_types=_lfm_types,
+                                            moe_intermediate_size=IM, num_experts=8, num_experts_per_tok=2,
+                                            num_dense_layers=1),
+       "Lfm2MoeForCausalLM", GQA + [("moe_intermediate_size", "even")],
+       wrong=r"layers\.0\.feed_forward\.w1\.weight$", patch=_lfm_conv_whole)
+# Ling 3 (bailing_hybrid): KDA layers (q/k/v and their convs, the full-rank forget gate f_proj and dt_bias per channel,
+# b_proj and A_log per head, the output gate g_proj, o_norm per head whole, saved as attention.*, the output as
+# attention.dense) and MLA layers with one sigmoid gate per head (attention.g_proj [H, D]), the two kinds sharing names
+# and told apart by layer_types; DeepSeek-style routed and shared experts. The KDA head count is num_attention_heads
+# (configuration_bailing_hybrid.py __post_init__), so it splits with the MLA heads
+_bh = _mla(num_hidden_layers=4, head_dim=16, q_lora_rank=None, num_experts=8, first_k_dense_replace=1,
+           layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"])
+del _bh["n_routed_experts"]
+family("bailing_hybrid", "BailingHybridConfig", _bh, "BailingHybridForCausalLM",
+       MLA + [("linear_num_heads", "same_as:num_attention_heads")],
+       wrong=r"layers\.0\.self_attn\.forget_gate\.f_proj\.weight$")
+
+
+def _bailing_underived(c):
+    """A Ling config.json without the keys the config class derives (linear_num_heads = num_attention_heads,
+    linear_head_dim = head_dim before head_dim becomes the rope width): head_dim is the KDA head width there."""
+    c["head_dim"] = c.pop("linear_head_dim")
+    del c["linear_num_heads"], c["linear_conv_kernel_dim"]
+
+
+family("bailing_hybrid_underived", "BailingHybridConfig", _bh, "BailingHybridForCausalLM",
+       FAMILIES["bailing_hybrid"]["per_rank"], wrong=r"layers\.2\.self_attn\.forget_gate\.A_log$",
+       config_json=_bailing_underived)
+# OLMo hybrid: OLMo 3's attention (q_norm [H*hd] and k_norm [KV*hd] over all heads, split with them) and Gated
+# DeltaNet layers (q/k and their convs by key heads, v/g/a/b/A_log/dt_bias and o_proj by value heads, o_norm per head
+# whole). 4 key heads of 32 and 8 value heads of 16 (each key head serves 2 value heads): the key and value widths
+# are equal, since save_pretrained writes the fused conv as equal thirds (q_conv1d / k_conv1d / v_conv1d), which are
+# the true parts only then (transformers' Concatenate reverts to an equal Chunk)
+family("olmo_hybrid", "OlmoHybridConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, linear_num_key_heads=4, linear_num_value_heads=8,
+               linear_key_head_dim=32, linear_value_head_dim=16,
+               layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"]),
+       "OlmoHybridForCausalLM", GQA + GDN, wrong=r"layers\.0\.linear_attn\.conv1d\.weight$",
+       global_norms=("q_norm", "k_norm"))
+# Step 3.5 / 3.7 (Step3p7ForConditionalGeneration, text model_type step3p5): GQA with per-head q/k norms and one
+# sigmoid gate per head (g_proj [H, D]) split with the heads; routed experts stacked on disk (moe.gate_proj /
+# up_proj [E, I, D], moe.down_proj [E, D, I], moe.gate, moe.router_bias), the shared expert (share_expert.*) on
+# share_expert_dim; the vision model and projector whole. Full-attention layers only: a sliding layer's head count
+# is in per_layer_config, which the plan refuses by name. Proves step3p5.
+_st = _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, moe_intermediate_size=IM, share_expert_dim=IM,
+              num_local_experts=8, n_routed_experts=8, num_experts_per_tok=2,
+              sliding_window=8, layer_types=["full_attention"] * 4,
+              mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+family("step3p7", "Step3p7Config", dict(text_config=_st, vision_config=dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2), image_token_id=V - 1),
+       "Step3p7ForConditionalGeneration",
+       _VL + [("text_config.moe_intermediate_size", "even"), ("text_config.share_expert_dim", "even"),
+              ("text_config.num_sliding_attention_heads", "even")],
+       wrong=r"layers\.1\.self_attn\.g_proj\.weight$")
+# Mellum: Qwen3-MoE's attention (per-head q/k norms whole) and fused experts, with dense layers (mlp_layer_types) and
+# sliding-window layers (its MTP layer, mtp.*, which transformers ignores on load, is not in the test)
+family("mellum", "MellumConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, moe_intermediate_size=IM, num_experts=8,
+               num_experts_per_tok=2, sliding_window=8,
+               layer_types=["sliding_attention", "full_attention"] * 2, mlp_layer_types=["dense", "sparse"] * 2),
+       "MellumForCausalLM", GQA + [("moe_intermediate_size", "even")],
+       wrong=r"layers\.1\.mlp\.experts\.gate_up_proj$", wrong_dim=1)
+# Emu3's text model (Emu3ForCausalLM on Emu3TextConfig): Llama's attention and MLP
+family("emu3_text_model", "Emu3TextConfig", _common(**_dense), "Emu3ForCausalLM", GQA)
+# Aria's text model: Llama's attention, routed experts fused in the transposed layout (saved as mlp.experts.fc1
+# [E, D, 2I] and fc2 [E, I, D]), shared experts on intermediate_size * moe_num_shared_experts
+family("aria_text", "AriaTextConfig", _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, intermediate_size=IM,
+                                              moe_num_experts=8, moe_topk=2, moe_num_shared_experts=2),
+       "AriaTextForCausalLM", GQA, wrong=r"layers\.1\.mlp\.experts\.gate_up_proj$", wrong_dim=2)
+# dots.3 Note (text, Dots3NoteForCausalLM): DeepSeek-V3.2's MLA and DSA indexer with one sigmoid gate per head
+# (g_proj [H, D]), shared experts on their own intermediate size; every layer indexed attention (use_sliding_window
+# False): a sliding layer's heads are in per_layer_config, which the plan refuses by name
+_d3 = _mla(num_hidden_layers=4, index_topk=8, index_head_dim=16, index_n_heads=4, shared_experts_intermediate_size=24,
+           head_dim=8, use_sliding_window=False)
+family("dots3_note_text", "Dots3NoteTextConfig", _d3, "Dots3NoteForCausalLM",
+       MLA + [("shared_experts_intermediate_size", "even")], ts=(2, 3, 4),
+       wrong=r"layers\.2\.self_attn\.g_proj\.weight$")
+# Flint: Qwen3-MoE's attention with one sink per head (saved as self_attn.softmax_offset), rotary on the sliding
+# layers only, routed experts with a shared expert, a dense first layer
+family("flint", "FlintConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, moe_intermediate_size=IM,
+               shared_expert_intermediate_size=IM, num_experts=8, num_experts_per_tok=2, sliding_window=8,
+               layer_types=["sliding_attention", "full_attention"] * 2, mlp_only_layers=[0]),
+       "FlintForCausalLM", GQA + [("moe_intermediate_size", "even"), ("shared_expert_intermediate_size", "even")],
+       wrong=r"layers\.1\.self_attn\.sinks$")
+# Beam: Qwen3-MoE's attention with a sigmoid output gate per channel (self_attn.gate_proj [H*hd, D]) and a gate bias
+# per head (gate_bias [H]), rotary on sliding layers, NoPE with position-dependent query scaling on full ones; fused
+# routed experts, dense layers
+family("beam", "BeamConfig",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, moe_intermediate_size=IM, num_experts=8,
+               num_experts_per_tok=2, n_group=1, topk_group=1, sliding_window=8,
+               layer_types=["sliding_attention", "full_attention"] * 2, mlp_layer_types=["dense", "sparse"] * 2),
+       "BeamForCausalLM", GQA + [("moe_intermediate_size", "even")], wrong=r"layers\.1\.self_attn\.gate_proj\.weight$")
+# Kolibri 1: Qwen3-MoE's attention and routed experts with shared experts on their own intermediate size, an
+# expert bias in the router (saved as moe.router.expert_bias) and post-attention / post-MLP norms
+family("kolibri1", "Kolibri1Config",
+       _common(num_key_value_heads=4, num_hidden_layers=4, head_dim=16, moe_intermediate_size=IM,
+               shared_expert_intermediate_size=32, num_experts=8, num_experts_per_tok=2, sliding_window=8,
+               layer_types=["sliding_attention", "full_attention"] * 2),
+       "Kolibri1ForCausalLM", GQA + [("moe_intermediate_size", "even"), ("shared_expert_intermediate_size", "even")],
+       wrong=r"layers\.0\.mlp\.shared_experts\.up_proj\.weight$")
+# PaddleOCR-VL: an ERNIE 4.5-style dense text model (Llama's names) under model.language_model, saved at the root
+# (model.layers.*), the vision tower (visual.*) and its projector (mlp_AR.*) whole. Proves paddleocr_vl_text.
+family("paddleocr_vl", "PaddleOCRVLConfig", dict(
+    text_config=_common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16, rope_parameters=dict(
+        rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2),
+    image_token_id=V - 1), "PaddleOCRVLForConditionalGeneration", _VL,
+       wrong=r"language_model\.layers\.1\.self_attn\.v_proj\.weight$")
+# EuroBERT (EuroBertForMaskedLM): Llama's attention (bidirectional) and MLP under an encoder's masked-LM head
+family("eurobert", "EuroBertConfig", _common(**_dense, mask_token_id=3), "EuroBertForMaskedLM", GQA)
+
 
 
 def text_of(cfg):

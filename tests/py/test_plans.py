@@ -111,9 +111,11 @@ cfgl, fulll = fixtures.make("llama", srcl)
 cfg_unknown = dict(cfgl, model_type="mystery", architectures=["MysteryForCausalLM"])
 srcu = os.path.join(work, "mystery")
 fixtures.save(srcu, cfg_unknown, dict(fulll, **{"model.extra.weight": np.ones((4, 4), np.float32)}))
-want_unknown = ("tpfs: no built-in plan knows model_type 'mystery' (built-in plans: cohere2-moe, deepseek-v4, deepseek, ernie4_5-moe, exaone-moe, generic, "
-                "glm4v-moe, glm4v, gpt-oss, granitemoe, hunyuan-moe, hunyuan-vl, jamba, kda, laguna, llama, llama4, longcat, mamba2, mimo-v2, mixtral, "
-                "olmoe, phi3, qwen-moe, qwen3-next, qwen3-vl-moe, sarvam-moe; 'tpfs plan --list' shows the model "
+want_unknown = ("tpfs: no built-in plan knows model_type 'mystery' (built-in plans: aria, bailing-hybrid, beam, cohere2-moe, cosmos3-edge, deepseek-v4, deepseek, dots3, "
+                "ernie4_5-moe, exaone-moe, flint, generic, glm4v-moe, glm4v, gpt-oss, granitemoe, hunyuan-moe, "
+                "hunyuan-vl, hy-v4, jamba, kda, kolibri1, laguna, lfm, llama, llama4, longcat, mamba2, mimo-v2, "
+                "minimax-m3, mistral-large4, mixtral, olmo-hybrid, olmoe, phi3, qwen-moe, qwen3-next, "
+                "qwen3-vl-moe, sarvam-moe, step3p5; 'tpfs plan --list' shows the model "
                 "types each detects, docs/COVERAGE.md the families served and refused); give a plan file with --plan FILE (docs/PLANS.md), "
                 "or, after checking what it does with 'tpfs plan SRC --tp N --plan generic', accept the generic name-based "
                 "guess with --plan generic\n")

@@ -180,9 +180,11 @@ def refusals(tmp, F):
     transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
         vocab_size=RM.V, hidden_size=RM.D, num_hidden_layers=1, num_attention_heads=4, intermediate_size=RM.I,
         max_position_embeddings=64)).save_pretrained(neox, max_shard_size="64KB")
-    builtins = ("cohere2-moe, deepseek-v4, deepseek, ernie4_5-moe, exaone-moe, generic, glm4v-moe, glm4v, gpt-oss, "
-                "granitemoe, hunyuan-moe, hunyuan-vl, jamba, kda, laguna, llama, llama4, longcat, mamba2, mimo-v2, mixtral, "
-                "olmoe, phi3, qwen-moe, qwen3-next, qwen3-vl-moe, sarvam-moe; 'tpfs plan --list' shows the model types each detects, docs/COVERAGE.md the families served and refused")
+    builtins = ("aria, bailing-hybrid, beam, cohere2-moe, cosmos3-edge, deepseek-v4, deepseek, dots3, "
+                "ernie4_5-moe, exaone-moe, flint, generic, glm4v-moe, glm4v, gpt-oss, granitemoe, hunyuan-moe, "
+                "hunyuan-vl, hy-v4, jamba, kda, kolibri1, laguna, lfm, llama, llama4, longcat, mamba2, mimo-v2, "
+                "minimax-m3, mistral-large4, mixtral, olmo-hybrid, olmoe, phi3, qwen-moe, qwen3-next, "
+                "qwen3-vl-moe, sarvam-moe, step3p5; 'tpfs plan --list' shows the model types each detects, docs/COVERAGE.md the families served and refused")
     want = ("tpfs: no built-in plan knows model_type 'gpt_neox' (built-in plans: %s); give a plan file with --plan FILE "
             "(docs/PLANS.md), or, after checking what it does with 'tpfs plan SRC --tp N --plan generic', accept the "
             "generic name-based guess with --plan generic\n" % builtins)

@@ -687,16 +687,18 @@ static void test_choice(void **state)
 		cJSON *c = unknown[i].config ? cJSON_Parse(unknown[i].config) : NULL;
 		assert_int_equal(tp_plan_choose(c, NULL, &pl, origin, sizeof origin, &e), -1);
 		char want[256];
-		snprintf(want, sizeof want, "no built-in plan knows %s (built-in plans: cohere2-moe, deepseek-v4, deepseek, ernie4_5-moe, exaone-moe, generic, ", unknown[i].names);
+		snprintf(want, sizeof want, "no built-in plan knows %s (built-in plans: aria, bailing-hybrid, beam, cohere2-moe, cosmos3-edge, deepseek-v4, deepseek, dots3, ernie4_5-moe, exaone-moe, flint, generic, ", unknown[i].names);
 		if (!strstr(e.msg, want) || !strstr(e.msg, "; 'tpfs plan --list' shows the model types each detects") ||
 		    !strstr(e.msg, "give a plan file with --plan FILE") || !strstr(e.msg, "accept the generic name-based guess with --plan generic"))
 			fail_msg("%s: %s", unknown[i].names, e.msg);
 		cJSON_Delete(c);
 	}
 	assert_int_equal(tp_plan_choose(NULL, "nosuch", &pl, origin, sizeof origin, &e), -1);
-	assert_non_null(strstr(e.msg, "--plan nosuch: no such built-in plan (built-in: cohere2-moe, deepseek-v4, deepseek, ernie4_5-moe, exaone-moe, generic, "
-				   "glm4v-moe, glm4v, gpt-oss, granitemoe, hunyuan-moe, hunyuan-vl, jamba, kda, laguna, llama, llama4, longcat, mamba2, "
-				   "mimo-v2, mixtral, olmoe, phi3, qwen-moe, qwen3-next, qwen3-vl-moe, sarvam-moe"));
+	assert_non_null(strstr(e.msg, "--plan nosuch: no such built-in plan (built-in: aria, bailing-hybrid, beam, cohere2-moe, cosmos3-edge, deepseek-v4, deepseek, dots3, "
+				   "ernie4_5-moe, exaone-moe, flint, generic, glm4v-moe, glm4v, gpt-oss, granitemoe, hunyuan-moe, "
+				   "hunyuan-vl, hy-v4, jamba, kda, kolibri1, laguna, lfm, llama, llama4, longcat, mamba2, mimo-v2, "
+				   "minimax-m3, mistral-large4, mixtral, olmo-hybrid, olmoe, phi3, qwen-moe, qwen3-next, "
+				   "qwen3-vl-moe, sarvam-moe, step3p5"));
 }
 
 /* tp_model_open on a missing folder fails cleanly (the ASan build's leak check covers m->src) */
