@@ -63,6 +63,9 @@ FAMILIES = {
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     # quantized (issue 28): FP8 with 128x128 block scales
     "llama_fp8": ("llama_fp8", None, {}, None), "qwen3_moe_fp8": ("qwen3_moe_fp8", None, {}, None),
+    # DeepSeek-V3's FP8 MoE: vLLM's CPU backend has no kernel to process it (both loaders stop there, after equal
+    # key sets and loaded weights)
+    "deepseek_v3_fp8": ("deepseek_v3_fp8", None, {}, "Unsupported FP8 MoE backend: NONE"),
     # vLLM's Transformers backend (TransformersForCausalLM)
     **{f: ("llama", None, {}, None) for f in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm",
                                                      "hunyuan_v1_dense", "jais2", "olmo", "vaultgemma")},
@@ -74,12 +77,12 @@ FAMILIES = {
 }
 # the CPU backend cannot run their forward (qwen3_moe_fp8: its FP8 linear fails on the 4-row FP8 router,
 # "CHECK_EQ(mat1.size(1), K) failed. 256 vs 4", for the default loader as for sharded_state; weights probed)
-NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "kimi_linear", "glm5_next", "qwen3_moe_fp8"}
+NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "kimi_linear", "glm5_next", "qwen3_moe_fp8", "deepseek_v3_fp8"}
 # forms vLLM's CPU backend builds only on a CPU with AMX: its FP8 block-scaled linear (CPUFp8BlockScaledMMKernel;
 # without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either loader). Where the
 # CPU has none, their mounts are still compared with the reference's bytes, but vLLM is not run on them (nothing
 # to compare), and a line says so.
-NEEDS_AMX = {"llama_fp8", "qwen3_moe_fp8"}
+NEEDS_AMX = {"llama_fp8", "qwen3_moe_fp8", "deepseek_v3_fp8"}
 HAS_AMX = "amx_tile" in open("/proc/cpuinfo").read().split()
 NO_ENGINE = set() if HAS_AMX else NEEDS_AMX
 for _f in sorted(NO_ENGINE & set(FAMILIES)):

@@ -171,6 +171,10 @@ FAMILIES = {
                                                num_key_value_heads=2, intermediate_size=512, moe_intermediate_size=256,
                                                num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
                                                norm_topk_prob=True, tie_word_embeddings=False),
+    # DeepSeek-V3 in its published FP8 form: 4 heads (o_proj's input 256, 128 a rank at T=2), experts and the dense
+    # layer 256 wide (widened to 512 at T=4), the router left unquantized as published; no MTP layer
+    "deepseek_v3_fp8": lambda: tf.DeepseekV3Config(**dict(_MLA, num_attention_heads=4, num_key_value_heads=4,
+                                                          moe_intermediate_size=256)),
     "kimi_linear": lambda: tf.KimiLinearConfig(
         hidden_size=128, num_hidden_layers=3, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
         num_key_value_heads=2, initializer_range=0.1, rms_norm_eps=1e-6, intermediate_size=256,
@@ -260,8 +264,8 @@ def kimi_published(out):
                                  if k.startswith(dense) else k: v for k, v in t.items()})
 
 
-def fp8_block(out, block=128):
-    """Quantizes every *_proj.weight (and an MoE router's mlp.gate.weight: vLLM's Qwen3-MoE builds its router
+def fp8_block(out, block=128, router=True):
+    """Quantizes every *_proj.weight and MLA's kv_a_proj_with_mqa.weight (and an MoE router's mlp.gate.weight: vLLM's Qwen3-MoE builds its router
     with the model's quantization, no modules_to_not_convert given) of OUT/model.safetensors as DeepSeek-V3's
     FP8 checkpoints hold them: the
     weight in F8_E4M3 (each 128x128 block divided by its scale, max |w| / 448), its weight_scale_inv F32
@@ -270,7 +274,7 @@ def fp8_block(out, block=128):
     def quantize(t):
         q = {}
         for k, v in t.items():
-            if not re.search(r"(_proj|\.mlp\.gate)\.weight$", k):
+            if not re.search(r"(_proj(_with_mqa)?|\.mlp\.gate)\.weight$" if router else r"_proj(_with_mqa)?\.weight$", k):
                 q[k] = v
                 continue
             n, m = v.shape
@@ -288,7 +292,8 @@ def fp8_block(out, block=128):
                                                              "weight_block_size": [block, block]}))
 
 
-POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block, "qwen3_moe_fp8": fp8_block}
+POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block, "qwen3_moe_fp8": fp8_block,
+            "deepseek_v3_fp8": lambda out: fp8_block(out, router=False)}
 
 
 # At T=4 (the probe's second size, vllm_probe.py) every head count is doubled (2 -> 4 attention heads, and
@@ -299,7 +304,8 @@ POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block, "qwen3_moe_fp
 WIDE_KEYS = ("hidden_size", "num_attention_heads", "linear_num_key_heads", "linear_num_value_heads",
              "linear_num_heads", "index_n_heads")
 WIDE = {"kimi_linear": {"moe_intermediate_size": 1024}, "glm5_next": {"num_key_value_heads": 4},
-        "qwen3_moe_fp8": {"moe_intermediate_size": 512}}
+        "qwen3_moe_fp8": {"moe_intermediate_size": 512},
+        "deepseek_v3_fp8": {"moe_intermediate_size": 512, "intermediate_size": 512}}
 
 
 def widen(cfg, family, tp):
