@@ -63,6 +63,7 @@ FAMILIES = {
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     # quantized (issue 28): FP8 with 128x128 block scales
     "llama_fp8": ("llama_fp8", None, {}, None), "qwen3_moe_fp8": ("qwen3_moe_fp8", None, {}, None),
+    "mixtral_fp8": ("mixtral_fp8", None, {}, None),
     # DeepSeek-V3's FP8 MoE: vLLM's CPU backend has no kernel to process it (both loaders stop there, after equal
     # key sets and loaded weights)
     "deepseek_v3_fp8": ("deepseek_v3_fp8", None, {}, "Unsupported FP8 MoE backend: NONE"),
@@ -82,7 +83,7 @@ NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "kimi_linear", "glm5_next", "qwen3_moe
 # without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either loader). Where the
 # CPU has none, their mounts are still compared with the reference's bytes, but vLLM is not run on them (nothing
 # to compare), and a line says so.
-NEEDS_AMX = {"llama_fp8", "qwen3_moe_fp8", "deepseek_v3_fp8"}
+NEEDS_AMX = {"llama_fp8", "qwen3_moe_fp8", "deepseek_v3_fp8", "mixtral_fp8"}
 HAS_AMX = "amx_tile" in open("/proc/cpuinfo").read().split()
 NO_ENGINE = set() if HAS_AMX else NEEDS_AMX
 for _f in sorted(NO_ENGINE & set(FAMILIES)):

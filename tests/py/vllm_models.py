@@ -175,6 +175,10 @@ FAMILIES = {
     # layer 256 wide (widened to 512 at T=4), the router left unquantized as published; no MTP layer
     "deepseek_v3_fp8": lambda: tf.DeepseekV3Config(**dict(_MLA, num_attention_heads=4, num_key_value_heads=4,
                                                           moe_intermediate_size=256)),
+    # Mixtral in FP8 block form: the experts (w1, w3, w2) 256 wide (512 at T=4), the router left as vLLM builds it
+    "mixtral_fp8": lambda: tf.MixtralConfig(**dict(COMMON, hidden_size=256, num_attention_heads=4, head_dim=128),
+                                            num_key_value_heads=2, intermediate_size=256, num_local_experts=4,
+                                            num_experts_per_tok=2, tie_word_embeddings=False),
     "kimi_linear": lambda: tf.KimiLinearConfig(
         hidden_size=128, num_hidden_layers=3, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
         num_key_value_heads=2, initializer_range=0.1, rms_norm_eps=1e-6, intermediate_size=256,
@@ -274,7 +278,8 @@ def fp8_block(out, block=128, router=True):
     def quantize(t):
         q = {}
         for k, v in t.items():
-            if not re.search(r"(_proj(_with_mqa)?|\.mlp\.gate)\.weight$" if router else r"_proj(_with_mqa)?\.weight$", k):
+            if not re.search(r"(_proj(_with_mqa)?|\.w[123]|\.mlp\.gate)\.weight$" if router
+                             else r"(_proj(_with_mqa)?|\.w[123])\.weight$", k):
                 q[k] = v
                 continue
             n, m = v.shape
@@ -293,7 +298,8 @@ def fp8_block(out, block=128, router=True):
 
 
 POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block, "qwen3_moe_fp8": fp8_block,
-            "deepseek_v3_fp8": lambda out: fp8_block(out, router=False)}
+            "deepseek_v3_fp8": lambda out: fp8_block(out, router=False),
+            "mixtral_fp8": lambda out: fp8_block(out, router=False)}
 
 
 # At T=4 (the probe's second size, vllm_probe.py) every head count is doubled (2 -> 4 attention heads, and
@@ -305,7 +311,8 @@ WIDE_KEYS = ("hidden_size", "num_attention_heads", "linear_num_key_heads", "line
              "linear_num_heads", "index_n_heads")
 WIDE = {"kimi_linear": {"moe_intermediate_size": 1024}, "glm5_next": {"num_key_value_heads": 4},
         "qwen3_moe_fp8": {"moe_intermediate_size": 512},
-        "deepseek_v3_fp8": {"moe_intermediate_size": 512, "intermediate_size": 512}}
+        "deepseek_v3_fp8": {"moe_intermediate_size": 512, "intermediate_size": 512},
+        "mixtral_fp8": {"intermediate_size": 512}}
 
 
 def widen(cfg, family, tp):
