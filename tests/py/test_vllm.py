@@ -108,11 +108,11 @@ HTTP = "llama" if TOKENS_MODE != "none" and "llama" in FAMILIES else None  # als
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]  # ids on both ranks' vocab shards
 WRONG = "llama"  # the family whose view is broken on purpose (T=2)
 # broken views the probe must refuse, each in its own way: name -> (what it breaks, the failure it must show)
-BROKEN = {"kv-swapped": "loaded", "key-missing": "Missing keys", "key-extra": "KeyError",
-          "dtype-cast": "keys", "shape-narrowed": "keys"}
-# and of the FP8 view (T=2): two block-scale rows of a fused qkv scale swapped (same names, shapes and dtypes)
-WRONG_FP8 = "llama_fp8"
-BROKEN_FP8 = {"scale-rows-swapped": "loaded"}
+# (the family whose view each breaks, at T=2; the FP8 one swaps two block-scale rows of a fused qkv scale:
+# same names, shapes and dtypes)
+BROKEN = {"kv-swapped": (WRONG, "loaded"), "key-missing": (WRONG, "Missing keys"), "key-extra": (WRONG, "KeyError"),
+          "dtype-cast": (WRONG, "keys"), "shape-narrowed": (WRONG, "keys"),
+          "scale-rows-swapped": ("llama_fp8", "loaded")}
 
 
 def vllm_python():
@@ -180,7 +180,7 @@ def same_files(fails, what, served, ref, tp):
 
 
 def break_view(kind, src, view, out):
-    """Writes the reference files of a deliberately broken llama view at T=2 to OUT (BROKEN)."""
+    """Writes the reference files of a deliberately broken view at T=2 to OUT (BROKEN)."""
     import torch
     from safetensors.torch import load_file, save_file
     import vllm_view_ref
@@ -328,16 +328,12 @@ def main():
                     continue
                 cases.append({"name": "%s/tp%d" % (fam, tp), "src": src, "served": mnt, "tp": tp, "engine": engine,
                               "impersonate": imp, "stop": stop})
-        if WRONG in FAMILIES and 2 in PROBE_TP:
-            for kind in BROKEN:
+        for kind, (fam, _) in BROKEN.items():
+            if fam in FAMILIES and fam not in NO_ENGINE and 2 in PROBE_TP:
                 out = os.path.join(work, "broken", kind)
-                break_view(kind, srcs[WRONG, 2], vllm_view_ref.load_view(os.path.join(VIEWS, "llama.json")), out)
-                cases.append({"name": "%s/%s" % (WRONG, kind), "src": srcs[WRONG, 2], "served": out, "tp": 2})
-        if WRONG_FP8 in FAMILIES and WRONG_FP8 not in NO_ENGINE and 2 in PROBE_TP:
-            for kind in BROKEN_FP8:
-                out = os.path.join(work, "broken", kind)
-                break_view(kind, srcs[WRONG_FP8, 2], vllm_view_ref.load_view(os.path.join(VIEWS, "llama_fp8.json")), out)
-                cases.append({"name": "%s/%s" % (WRONG_FP8, kind), "src": srcs[WRONG_FP8, 2], "served": out, "tp": 2})
+                break_view(kind, srcs[fam, 2], vllm_view_ref.load_view(os.path.join(VIEWS, FAMILIES[fam][0] + ".json")),
+                           out)
+                cases.append({"name": "%s/%s" % (fam, kind), "src": srcs[fam, 2], "served": out, "tp": 2})
         times["mount + reference"] = time.time() - t0
         with open(os.path.join(work, "cases.json"), "w") as f:
             json.dump(cases, f)
@@ -398,8 +394,8 @@ def main():
         probs = probe_problems(r)
         n = max((x.get("tensors", 0) for x in r.get("ranks", {}).values()), default=0)
         kind = c["name"].split("/")[1]
-        if kind in BROKEN or kind in BROKEN_FP8:
-            want = BROKEN.get(kind) or BROKEN_FP8[kind]
+        if kind in BROKEN:
+            want = BROKEN[kind][1]
             caught = not r.get("ok") and (want in probs or any(want in v for v in probs.values()))
             print("%-24s %-6s %-9s %-8s %-10s %s" % (c["name"], "caught" if caught else "MISSED", n,
                                                      r.get("seconds"), "(" + want + ")", "; ".join(probs.values())))
