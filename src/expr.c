@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { V_INT, V_STR, V_LIST, V_MISSING } vkind;
+typedef enum { V_INT, V_STR, V_LIST, V_MISSING, V_OBJ } vkind; /* V_OBJ: an object, for has() only */
 
 typedef struct val {
 	vkind k;
@@ -185,6 +185,8 @@ static int from_json(P *p, const cJSON *n, const char *name, val *out)
 	} else if (cJSON_IsArray(n)) {
 		out->k = V_LIST;
 		out->list = n;
+	} else if (p->guard) { /* has(quantization_config.kv_cache_scheme): present; call() refuses other uses */
+		out->k = V_OBJ;
 	} else {
 		return perr(p, "config value '%s' is an object, not a value", name);
 	}
@@ -224,6 +226,9 @@ static int call(P *p, const char *fn, val *out)
 		return perr(p, "unknown function or wrong number of arguments: %s()", fn);
 	if (p->skip)
 		return 0; /* parsed, not evaluated */
+	for (int i = 0; i < n; i++)
+		if (a[i].k == V_OBJ && strcmp(fn, "has") != 0)
+			return perr(p, "config value '%s' is an object, not a value (only has() takes one)", a[i].name);
 	if (strcmp(fn, "has") == 0 && n == 1) {
 		out->i = a[0].k != V_MISSING;
 	} else if (strcmp(fn, "first") == 0 && n >= 1) {

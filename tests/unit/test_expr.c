@@ -121,6 +121,10 @@ static void test_config(void **state)
 	bad("half", "config value 'half' is not an integer");
 	bad("huge", "config value 'huge' is not an integer");
 	bad("obj", "config value 'obj' is an object, not a value");
+	ok("has(obj)", 1); /* an object is present (has(quantization_config.kv_cache_scheme)) ... */
+	ok("!has(obj) || 2 > 1", 1);
+	bad("first(obj, 1)", "only has() takes one"); /* ... and has() is all that takes one */
+	bad("has(obj + 1)", "is not an integer");
 	bad("len(nosuch)", "key 'nosuch' is missing");
 	/* a missing value at the top: rc 1, TP_ERULE, naming the key */
 	tp_expr_ctx c = ctx(0);
