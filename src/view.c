@@ -117,6 +117,7 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 	if (check_template(x->name, origin, k, &vs, e) < 0 ||
 	    (x->if_missing && check_template(x->if_missing, origin, k, &vs, e) < 0))
 		return -1;
+	const cJSON *shp = cJSON_GetObjectItemCaseSensitive(o, "shape");
 	if (cst) {
 		x->kind = TP_VE_CONST;
 		x->per = str_of(o, "per");
@@ -127,6 +128,23 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: a constant is {\"dtype\": \"F32\" or \"BF16\", "
 				       "\"value\": N} with \"per\": a source template", origin, k);
 		x->cvalue = val->valuedouble;
+		/* "shape": [d, ...]: every element the value (vLLM's [1] scale slots); none: a scalar */
+		uint64_t numel = 1;
+		int n = shp ? (cJSON_IsArray(shp) ? cJSON_GetArraySize(shp) : -1) : 0;
+		cJSON_ArrayForEach(it, shp)
+		{
+			double d = cJSON_IsNumber(it) ? it->valuedouble : 0;
+			if (d != (double)(int64_t)d || d < 1 || d > TP_VIEW_CONST_MAX || x->rs_ndim >= ST_MAX_DIMS) {
+				n = -1;
+				break;
+			}
+			numel *= (uint64_t)d;
+			x->rs_shape[x->rs_ndim++] = (int64_t)d;
+		}
+		if (n < 0 || n > ST_MAX_DIMS || numel > TP_VIEW_CONST_MAX)
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: a constant's \"shape\" is a list of at most %d "
+				       "dimensions, each >= 1, of at most %d elements in all", origin, k, ST_MAX_DIMS,
+				       TP_VIEW_CONST_MAX);
 		return check_template(x->per, origin, k, &vs, e);
 	}
 	x->kind = TP_VE_CAT;
@@ -137,7 +155,6 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 				       "widened to F32, as the engine holds them)", origin, k);
 		x->to_f32 = 1;
 	}
-	const cJSON *shp = cJSON_GetObjectItemCaseSensitive(o, "shape");
 	if (shp) { /* served reshaped: vLLM's parameter shape where the checkpoint's differs, same bytes */
 		int n = cJSON_IsArray(shp) ? cJSON_GetArraySize(shp) : 0, frees = 0;
 		cJSON_ArrayForEach(it, shp)
@@ -206,58 +223,52 @@ static int same_entry(const cJSON *a, const cJSON *b)
 	return (na && nb && !strcmp(na, nb)) || (!na && !nb && da && db && !strcmp(da, db));
 }
 
-/* "extends": NAME. The view is the built-in view NAME (of the same engine) with this file put over
- * it: each top-level field replaces the parent's; each entry of "tensors" replaces the parent's
- * entry of the same key (same_entry) where it stands, an entry {"remove": NAME} takes away the
- * parent's entry making NAME, and any other entry is appended. A parent may itself extend another,
- * 4 levels at most. Consumes child; returns the merged object, or NULL with e set. */
-static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e)
+/* Puts object over (a view file, or a fragment: fragment set) over base, as "extends" and
+ * "include" say: each top-level field of a view but extends, include, tensors, refuse and defaults
+ * replaces base's (a fragment's other fields are its own: name, description); each entry of
+ * "tensors" replaces base's entry of the same key (same_entry) where it stands, an entry
+ * {"remove": NAME} takes away base's entry making NAME, and any other entry is appended; "refuse"
+ * entries are appended to base's; "defaults" are merged key by key (over's value wins). what names
+ * base in messages. Returns 0, or -1 with e set (base is then the caller's to free). */
+static int merge_over(cJSON *base, const cJSON *over, int fragment, const char *origin, const char *what, tp_err *e)
 {
-	const char *base = str_of(child, "extends"), *engine = str_of(child, "engine");
-	if (!cJSON_GetObjectItemCaseSensitive(child, "extends"))
-		return child;
-	cJSON *parent = NULL;
-	if (!base || depth >= 4)
-		tp_fail(e, TP_EINVAL, "%s: \"extends\" names one built-in view (at most 4 levels deep)", origin);
-	for (int i = 0; base && depth < 4 && i < tp_view_builtin_count() && !parent; i++) {
-		size_t l;
-		const char *t = tp_view_builtin_text(i, &l);
-		cJSON *c = tp_json_parse("built-in view", t, l, e);
-		const char *n = c ? str_of(c, "name") : NULL, *en = c ? str_of(c, "engine") : NULL;
-		if (c && n && !strcmp(n, base) && (!engine || (en && !strcmp(en, engine))))
-			parent = extend(c, origin, depth + 1, e);
-		else
-			cJSON_Delete(c);
-	}
-	if (!parent) {
-		if (base && depth < 4)
-			tp_fail(e, TP_EINVAL, "%s: \"extends\": no built-in %s view '%s'", origin, engine ? engine : "", base);
-		cJSON_Delete(child);
-		return NULL;
-	}
 	const cJSON *it;
 	int oom = 0;
-	cJSON_ArrayForEach(it, child)
+	cJSON_ArrayForEach(it, over)
 	{
-		if (!strcmp(it->string, "extends") || !strcmp(it->string, "tensors"))
+		const char *k = it->string;
+		int list = !strcmp(k, "refuse") || !strcmp(k, "defaults");
+		if (!strcmp(k, "extends") || !strcmp(k, "include") || !strcmp(k, "tensors") || (fragment && !list))
 			continue;
+		cJSON *have = cJSON_GetObjectItemCaseSensitive(base, k);
+		if (list && have && cJSON_IsArray(have) == cJSON_IsArray(it) && cJSON_IsObject(have) == cJSON_IsObject(it)) {
+			const cJSON *x;
+			cJSON_ArrayForEach(x, it)
+			{
+				cJSON *dup = cJSON_Duplicate(x, 1);
+				oom |= !dup;
+				if (dup && cJSON_IsArray(have))
+					cJSON_AddItemToArray(have, dup);
+				else if (dup && cJSON_GetObjectItemCaseSensitive(have, x->string))
+					cJSON_ReplaceItemInObjectCaseSensitive(have, x->string, dup);
+				else if (dup)
+					cJSON_AddItemToObject(have, x->string, dup);
+			}
+			continue;
+		}
 		cJSON *dup = cJSON_Duplicate(it, 1);
 		oom |= !dup;
-		if (dup && cJSON_GetObjectItemCaseSensitive(parent, it->string))
-			cJSON_ReplaceItemInObjectCaseSensitive(parent, it->string, dup);
+		if (dup && have)
+			cJSON_ReplaceItemInObjectCaseSensitive(base, k, dup);
 		else if (dup)
-			cJSON_AddItemToObject(parent, it->string, dup);
+			cJSON_AddItemToObject(base, k, dup);
 	}
-	cJSON *pt = cJSON_GetObjectItemCaseSensitive(parent, "tensors");
-	const cJSON *ct = cJSON_GetObjectItemCaseSensitive(child, "tensors");
-	if (ct && !cJSON_IsArray(ct)) {
-		tp_fail(e, TP_EINVAL, "%s: \"tensors\" is a list", origin);
-		goto bad;
-	}
-	if (!cJSON_IsArray(pt)) {
-		tp_fail(e, TP_EINVAL, "%s: \"extends\": view '%s' has no \"tensors\" list", origin, base);
-		goto bad;
-	}
+	cJSON *pt = cJSON_GetObjectItemCaseSensitive(base, "tensors");
+	const cJSON *ct = cJSON_GetObjectItemCaseSensitive(over, "tensors");
+	if (ct && !cJSON_IsArray(ct))
+		return tp_fail(e, TP_EINVAL, "%s: \"tensors\" is a list", origin);
+	if (!cJSON_IsArray(pt))
+		return tp_fail(e, TP_EINVAL, "%s: view '%s' has no \"tensors\" list", origin, what);
 	cJSON_ArrayForEach(it, ct)
 	{
 		const char *rm = str_of(it, "remove");
@@ -269,11 +280,9 @@ static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e)
 				if (!hit && rm && n && !strcmp(n, rm))
 					hit = x;
 			}
-			if (!hit || cJSON_GetArraySize(it) != 1) {
-				tp_fail(e, TP_EINVAL, "%s: {\"remove\": NAME} takes away the entry of view '%s' making NAME "
-					       "(%s: none)", origin, base, rm ? rm : "not a name");
-				goto bad;
-			}
+			if (!hit || cJSON_GetArraySize(it) != 1)
+				return tp_fail(e, TP_EINVAL, "%s: {\"remove\": NAME} takes away the entry of view '%s' making "
+					       "NAME (%s: none)", origin, what, rm ? rm : "not a name");
 			cJSON_Delete(cJSON_DetachItemViaPointer(pt, hit));
 			continue;
 		}
@@ -289,23 +298,85 @@ static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e)
 		else if (dup)
 			cJSON_AddItemToArray(pt, dup);
 	}
-	if (oom) {
+	return oom ? tp_fail(e, TP_ENOMEM, "%s: out of memory", origin) : 0;
+}
+
+static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e);
+
+/* The built-in view (fragment 0: extended already) or fragment (fragment 1) NAME of engine, parsed;
+ * NULL with e set where there is none. */
+static cJSON *builtin(const char *name, const char *engine, int fragment, const char *origin, int depth, tp_err *e)
+{
+	for (int i = 0; i < tp_view_builtin_count(); i++) {
+		size_t l;
+		const char *t = tp_view_builtin_text(i, &l);
+		cJSON *c = tp_json_parse("built-in view", t, l, e);
+		const char *n = c ? str_of(c, "name") : NULL, *en = c ? str_of(c, "engine") : NULL;
+		int frag = c && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "fragment"));
+		if (c && n && !strcmp(n, name) && frag == fragment && (!engine || (en && !strcmp(en, engine))))
+			return fragment ? c : extend(c, origin, depth + 1, e);
+		cJSON_Delete(c);
+	}
+	tp_fail(e, TP_EINVAL, "%s: \"%s\": no built-in %s %s '%s'", origin, fragment ? "include" : "extends",
+		engine ? engine : "", fragment ? "fragment" : "view", name);
+	return NULL;
+}
+
+/* "extends": NAME and "include": [FRAGMENT, ...]. The view is the built-in view NAME (of the same
+ * engine; none: an empty view), then each built-in fragment in order (views/<engine>/fragments:
+ * entries shared by views, such as a quantization's scales), then this file, each put over what
+ * came before (merge_over). A parent may itself extend another, 4 levels at most; a fragment
+ * neither extends nor includes. Consumes child; returns the merged object, or NULL with e set. */
+static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e)
+{
+	const char *base = str_of(child, "extends"), *engine = str_of(child, "engine");
+	const cJSON *inc = cJSON_GetObjectItemCaseSensitive(child, "include"), *it;
+	int ext = cJSON_GetObjectItemCaseSensitive(child, "extends") != NULL;
+	cJSON *parent = NULL;
+	if (!ext && !inc)
+		return child;
+	if ((ext && !base) || depth >= 4)
+		tp_fail(e, TP_EINVAL, "%s: \"extends\" names one built-in view (at most 4 levels deep)", origin);
+	else if (inc && (!cJSON_IsArray(inc) || cJSON_GetArraySize(inc) < 1 || cJSON_GetArraySize(inc) > 8))
+		tp_fail(e, TP_EINVAL, "%s: \"include\" is a list of 1 to 8 built-in fragment names", origin);
+	else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(child, "fragment")))
+		tp_fail(e, TP_EINVAL, "%s: a fragment neither extends a view nor includes fragments", origin);
+	else if (ext)
+		parent = builtin(base, engine, 0, origin, depth, e);
+	else if (!(parent = cJSON_CreateObject()) || !cJSON_AddArrayToObject(parent, "tensors")) {
 		tp_fail(e, TP_ENOMEM, "%s: out of memory", origin);
-		goto bad;
+		cJSON_Delete(parent);
+		parent = NULL;
+	}
+	const cJSON *incs = parent ? inc : NULL;
+	cJSON_ArrayForEach(it, incs)
+	{
+		cJSON *frag = cJSON_IsString(it) ? builtin(it->valuestring, engine, 1, origin, depth, e) : NULL;
+		if (!cJSON_IsString(it))
+			tp_fail(e, TP_EINVAL, "%s: \"include\" holds fragment names", origin);
+		if (!frag || merge_over(parent, frag, 1, origin, it->valuestring, e) < 0) {
+			cJSON_Delete(frag);
+			cJSON_Delete(parent);
+			parent = NULL;
+			break;
+		}
+		cJSON_Delete(frag);
+	}
+	if (parent && merge_over(parent, child, 0, origin, base ? base : "(included)", e) < 0) {
+		cJSON_Delete(parent);
+		parent = NULL;
 	}
 	cJSON_Delete(child);
 	return parent;
-bad:
-	cJSON_Delete(parent);
-	cJSON_Delete(child);
-	return NULL;
 }
 
 int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, tp_err *e)
 {
 	static const char *keys[] = {"tpfs_view", "engine", "name", "proven", "plans", "model_types", "quant_methods", "pad_vocab",
 				     "keep_rest", "tensors", "description", "comment", "defaults", "drop_layers", "refuse",
-				     NULL};
+				     "fragment", NULL};
+	static const char *fkeys[] = {"tpfs_view", "engine", "name", "fragment", "description", "comment", "tensors",
+				      "refuse", "defaults", NULL};
 	memset(v, 0, sizeof *v);
 	tp_fmt(v->origin, sizeof v->origin, "%s", origin);
 	v->json = tp_json_parse(origin, text, len, e);
@@ -318,13 +389,16 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 	if (!(v->json = extend(v->json, origin, 0, e)))
 		return -1;
 	const cJSON *o = v->json, *it;
+	v->fragment = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "fragment"));
 	cJSON_ArrayForEach(it, o)
 	{
 		int known = 0;
-		for (int i = 0; keys[i]; i++)
-			known |= !strcmp(it->string, keys[i]);
+		for (int i = 0; (v->fragment ? fkeys : keys)[i]; i++)
+			known |= !strcmp(it->string, (v->fragment ? fkeys : keys)[i]);
 		if (!known) {
-			tp_fail(e, TP_EINVAL, "%s: unknown field '%s'", origin, it->string);
+			tp_fail(e, TP_EINVAL, "%s: %s field '%s'", origin,
+				v->fragment ? "a fragment holds tensors, refuse and defaults only, not the" : "unknown",
+				it->string);
 			goto bad;
 		}
 	}
@@ -344,7 +418,8 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 		}
 		v->proven = np ? proven[0] : NULL;
 	}
-	if (str_list(cJSON_GetObjectItemCaseSensitive(o, "plans"), v->plans, 16, &v->nplans) < 0 || !v->nplans) {
+	if (!v->fragment &&
+	    (str_list(cJSON_GetObjectItemCaseSensitive(o, "plans"), v->plans, 16, &v->nplans) < 0 || !v->nplans)) {
 		tp_fail(e, TP_EINVAL, "%s: \"plans\": the plans the view applies to (at most 16 names)", origin);
 		goto bad;
 	}
@@ -457,6 +532,11 @@ int tp_view_choose(const char *engine, const char *text, size_t len, const char 
 	if (text) {
 		if (tp_view_parse(text, len, engine, v, e) < 0)
 			return -1;
+		if (v->fragment) {
+			tp_fail(e, TP_EINVAL, "%s: '%s' is a fragment (entries views include), not a view", engine, v->name);
+			tp_view_free(v);
+			return -1;
+		}
 		if (!listed(v->plans, v->nplans, plan)) {
 			tp_fail(e, TP_EINVAL, "%s: view '%s' applies to plans other than '%s'", engine, v->name, plan);
 			tp_view_free(v);
@@ -480,7 +560,7 @@ int tp_view_choose(const char *engine, const char *text, size_t len, const char 
 		snprintf(origin, sizeof origin, "built-in view %d", i);
 		if (tp_view_parse(t, l, origin, &c, e) < 0)
 			return -1;
-		if (strcmp(c.engine, engine) != 0) {
+		if (strcmp(c.engine, engine) != 0 || c.fragment) {
 			tp_view_free(&c);
 			continue;
 		}

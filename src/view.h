@@ -27,6 +27,7 @@
 struct cJSON;
 
 #define TP_VIEW_VARS 4 /* template variables in one entry */
+#define TP_VIEW_CONST_MAX 4096 /* elements of one constant ("const" with "shape") */
 
 typedef enum tp_ventry_kind { TP_VE_CAT, TP_VE_CONST, TP_VE_DROP } tp_ventry_kind;
 
@@ -40,7 +41,8 @@ typedef struct tp_ventry {
 	const char *if_missing;/* the entry applies only where this source tensor (expanded) is absent */
 	int optional;          /* a binding whose other pieces are missing is skipped, not refused */
 	int to_f32;            /* "dtype": "F32": BF16 / F16 pieces served widened to F32 */
-	uint32_t rs_ndim;      /* "shape": [d, ...] (one d may be -1): the served shape, same bytes */
+	uint32_t rs_ndim;      /* "shape": [d, ...] (one d may be -1): the served shape, same bytes;
+	                        * CONST: the constant's shape (0: a scalar) */
 	int64_t rs_shape[ST_MAX_DIMS];
 	const char *when;      /* a plan expression over config.json and T ("when"): the entry applies only
 	                        * where it is true (the caller evaluates it, setting off) */
@@ -74,6 +76,7 @@ typedef struct tp_view {
 	const char *drop_prefix, *drop_key;
 	uint64_t drop_from;
 	int keep_rest;
+	int fragment;          /* "fragment": true: entries other views include ("include"), never chosen */
 	tp_ventry *e;
 	size_t ne;
 } tp_view;

@@ -326,19 +326,21 @@ static int resolve_const(vres *c, size_t k)
 		if (lookup(c, name) >= 0)
 			return tp_fail(c->e, TP_EINVAL, "%s: tensors[%zu]: the constant '%s' is also a source tensor",
 				       c->v->origin, k, name);
-		uint8_t *bytes = malloc(4);
+		size_t numel = 1, esz = x->cdtype == ST_BF16 ? 2 : 4;
+		for (uint32_t a = 0; a < x->rs_ndim; a++)
+			numel *= (size_t)x->rs_shape[a]; /* at most TP_VIEW_CONST_MAX (view.c) */
+		uint8_t *bytes = malloc(numel * esz);
 		if (keep_block(c, bytes) < 0)
 			return -1;
 		float f = (float)x->cvalue;
 		uint32_t u;
 		memcpy(&u, &f, 4);
-		if (x->cdtype == ST_BF16) {
-			uint16_t h = (uint16_t)(u >> 16);
-			memcpy(bytes, &h, 2);
-		} else {
-			memcpy(bytes, &u, 4);
-		}
-		tp_sdesc d = {.name = keep_name(c, name), .cbytes = bytes, .dtype = x->cdtype, .ndim = 0};
+		uint16_t h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* BF16: rounded to nearest even */
+		for (size_t j = 0; j < numel; j++)
+			memcpy(bytes + j * esz, esz == 2 ? (const void *)&h : (const void *)&u, esz);
+		tp_sdesc d = {.name = keep_name(c, name), .cbytes = bytes, .dtype = x->cdtype, .ndim = x->rs_ndim};
+		for (uint32_t a = 0; a < x->rs_ndim; a++)
+			d.shape[a] = (uint64_t)x->rs_shape[a];
 		if (!d.name)
 			return tp_fail(c->e, TP_ENOMEM, "out of memory");
 		if (add_desc(c, c->all[i].f, &d) < 0)

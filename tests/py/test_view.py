@@ -348,6 +348,13 @@ p = tt.tpfs("plan", kl, "--tp", "2", "--view", "vllm")
 F.check(p.returncode == 1 and "refuses this checkpoint at T=2" in p.stderr and "pads each rank's expert shard"
         in p.stderr and "moe_intermediate_size=%d" % kcfg["moe_intermediate_size"] in p.stderr,
         "kimi_linear with moe_intermediate_size / T < 256 is refused under --view vllm (%s)" % p.stderr.strip()[:400])
+dsa = os.path.join(work, "glm_moe_dsa")  # DSA in FP8: vLLM dequantizes the indexer's wk while loading
+acfg, _ = fixtures.make("glm_moe_dsa", dsa)
+acfg["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
+json.dump(acfg, open(os.path.join(dsa, "config.json"), "w"))
+p = tt.tpfs("plan", dsa, "--tp", "2", "--view", "vllm")
+F.check(p.returncode == 1 and "deepseek_v32_fp8" in p.stderr and "_try_load_fp8_indexer_wk" in p.stderr,
+        "DeepSeek-V3.2 / GLM-5 in FP8 is refused with the indexer's reason (%s)" % p.stderr.strip()[-400:])
 ds = os.path.join(work, "qwen3_5")  # plan qwen3-next, whose one view (qwen3_next) does not list qwen3_5
 fixtures.make("qwen3_5", ds)
 os.mkdir(os.path.join(work, "m6"))
@@ -356,12 +363,31 @@ F.check(p.returncode == 1 and "no vllm view for plan" in p.stderr and "hf view" 
         "a plan with no vLLM view is refused by name (%s)" % p.stderr.strip()[:300])
 q = os.path.join(work, "quant")
 shutil.copytree(src, q)
+
+
+def ct(acts, typ, group=None, kv=False):
+    """A compressed-tensors quantization_config as llm-compressor writes one scheme (group_0 on Linear)."""
+    w = {"num_bits": 8, "type": typ, "symmetric": True, "strategy": "group" if group else "channel",
+         "group_size": group, "dynamic": False}
+    a = dict(acts, num_bits=8, type=typ, symmetric=True) if acts else None
+    return {"quant_method": "compressed-tensors", "format": "%s-quantized" % typ, "ignore": ["lm_head"],
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": w, "input_activations": a}},
+            "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True} if kv else None}
+
+
 # quantized checkpoints: only a view listing the quant_method serves one (test_vllm proves llama_fp8), each
 # refusing the forms it does not make; another method, or none named, is refused by name
 for qcfg, want in (({"quant_method": "fp8"}, "only FP8 with 128x128 block scales"),
                    ({"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "static"},
                     "static activation scales"),
                    ({"quant_method": "awq", "bits": 4}, "with model_type 'llama' quantized by quant_method 'awq'"),
+                   # compressed-tensors (llama_ct.json): the W8A8 forms vLLM holds as the view makes them only
+                   (ct({"strategy": "token", "dynamic": False}, "int"), "a static INT8 input scale is one [1] slot"),
+                   (ct({"strategy": "token", "dynamic": True}, "int", group=128), "only symmetric 8-bit weights"),
+                   (ct(None, "float"), "weight-only schemes (W8A16)"),
+                   (ct({"strategy": "token", "dynamic": True}, "float", kv=True), "a quantized KV cache"),
+                   (dict(ct({"strategy": "token", "dynamic": True}, "float"), format="pack-quantized"),
+                    "only the float-quantized and int-quantized formats"),
                    ({"bits": 4}, "has no quant_method string")):
     json.dump(dict(config, quantization_config=qcfg), open(os.path.join(q, "config.json"), "w"))
     p = tt.tpfs("plan", q, "--tp", "2", "--view", "vllm")

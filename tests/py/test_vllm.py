@@ -63,7 +63,15 @@ FAMILIES = {
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     # quantized (issue 28): FP8 with 128x128 block scales
     "llama_fp8": ("llama_fp8", None, {}, None), "qwen3_moe_fp8": ("qwen3_moe_fp8", None, {}, None),
-    "mixtral_fp8": ("mixtral_fp8", None, {}, None),
+    "mixtral_fp8": ("mixtral_fp8", None, {}, None), "glm4_moe_fp8": ("glm4_moe_fp8", None, {}, None),
+    # compressed-tensors W8A8 (issue 28): FP8 and INT8 per channel with dynamic activations; FP8 per tensor with static
+    # input scales, which vLLM's CPU backend cannot process (its _C has no static_scaled_fp8_quant), and Qwen3-MoE in
+    # FP8 (no CPU FP8 MoE kernel for compressed-tensors): both loaders stop there, after equal key sets and loaded
+    # weights
+    "llama_ct_fp8": ("llama_ct", None, {}, None), "llama_ct_int8": ("llama_ct", None, {}, None),
+    "llama_ct_fp8_static": ("llama_ct", None, {}, "static_scaled_fp8_quant() expected at most 0 argument"),
+    "qwen3_moe_ct_fp8": ("qwen3_moe_ct", None, {}, "Unsupported FP8 MoE backend: NONE"),
+    "qwen3_moe_ct_int8": ("qwen3_moe_ct", None, {}, None),
     # DeepSeek-V3's FP8 MoE: vLLM's CPU backend has no kernel to process it (both loaders stop there, after equal
     # key sets and loaded weights)
     "deepseek_v3_fp8": ("deepseek_v3_fp8", None, {}, "Unsupported FP8 MoE backend: NONE"),
@@ -77,13 +85,16 @@ FAMILIES = {
     "glm5_next": ("glm5_next", "cuda-dsa", {"enable_prefix_caching": False, "mm_encoder_tp_mode": "data"}, None),
 }
 # the CPU backend cannot run their forward (qwen3_moe_fp8: its FP8 linear fails on the 4-row FP8 router,
-# "CHECK_EQ(mat1.size(1), K) failed. 256 vs 4", for the default loader as for sharded_state; weights probed)
-NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "kimi_linear", "glm5_next", "qwen3_moe_fp8", "deepseek_v3_fp8"}
+# "CHECK_EQ(mat1.size(1), K) failed. 256 vs 4", for the default loader as for sharded_state; weights probed;
+# glm4_moe_fp8: "expected scalar type Float but found BFloat16" in the forward, both loaders: its F32 router
+# beside the FP8 MoE)
+NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "kimi_linear", "glm5_next", "qwen3_moe_fp8", "deepseek_v3_fp8",
+           "glm4_moe_fp8", "llama_ct_fp8_static", "qwen3_moe_ct_fp8"}
 # forms vLLM's CPU backend builds only on a CPU with AMX: its FP8 block-scaled linear (CPUFp8BlockScaledMMKernel;
 # without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either loader). Where the
 # CPU has none, their mounts are still compared with the reference's bytes, but vLLM is not run on them (nothing
 # to compare), and a line says so.
-NEEDS_AMX = {"llama_fp8", "qwen3_moe_fp8", "deepseek_v3_fp8", "mixtral_fp8"}
+NEEDS_AMX = {"llama_fp8", "qwen3_moe_fp8", "deepseek_v3_fp8", "mixtral_fp8", "glm4_moe_fp8", "llama_ct_fp8_static"}
 HAS_AMX = "amx_tile" in open("/proc/cpuinfo").read().split()
 NO_ENGINE = set() if HAS_AMX else NEEDS_AMX
 for _f in sorted(NO_ENGINE & set(FAMILIES)):
@@ -91,12 +102,13 @@ for _f in sorted(NO_ENGINE & set(FAMILIES)):
           "its view's bytes are still compared with the reference" % _f)
 PROBE_TP = [int(t) for t in (os.environ.get("TPFS_VLLM_TP") or "2,4").split(",")]
 # token runs: tied embeddings (qwen2), an MoE stack with a shared expert and its gate (qwen2_moe), Gated DeltaNet
-# (qwen3_next), FP8 block scales (llama_fp8, where the CPU has AMX); llama (fused qkv, one KV head replicated) over
+# (qwen3_next), FP8 block scales (llama_fp8, where the CPU has AMX), compressed-tensors INT8 per channel in the
+# attention and the experts (qwen3_moe_ct_int8); llama (fused qkv, one KV head replicated) over
 # HTTP and at TP=1. Not MLA: vLLM's CPU MLA gives other
 # tokens on two default-loader starts of the same checkpoint (deepseek_v3: [[217, 435, 435, ...]] then [[217, 978,
 # 393, ...]]), so its tokens prove nothing; its weights are proven by the probe.
 TOKENS_MODE = os.environ.get("TPFS_VLLM_TOKENS") or "some"  # some | all | none
-TOKENS = ["qwen2", "qwen2_moe", "qwen3_next", "llama_fp8"]
+TOKENS = ["qwen2", "qwen2_moe", "qwen3_next", "llama_fp8", "qwen3_moe_ct_int8"]
 NONDETERMINISTIC = {"deepseek_v3", "kimi_k2"}  # TOKENS_MODE=all: their tokens are printed, not required
 if os.environ.get("TPFS_VLLM_CASES"):
     _only = os.environ["TPFS_VLLM_CASES"].split(",")

@@ -179,6 +179,14 @@ FAMILIES = {
     "mixtral_fp8": lambda: tf.MixtralConfig(**dict(COMMON, hidden_size=256, num_attention_heads=4, head_dim=128),
                                             num_key_value_heads=2, intermediate_size=256, num_local_experts=4,
                                             num_experts_per_tok=2, tie_word_embeddings=False),
+    # GLM-4.5 in FP8 block form: 4 heads of 128 (2 KV heads), the dense layer 512 wide, the experts 256 (512 at T=4),
+    # the router left unquantized (vLLM's GateLinear takes no quantization)
+    "glm4_moe_fp8": lambda: tf.Glm4MoeConfig(**dict(COMMON, hidden_size=256, num_attention_heads=4, head_dim=128),
+                                             num_key_value_heads=2, intermediate_size=512, moe_intermediate_size=256,
+                                             n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                                             first_k_dense_replace=1, n_group=1, topk_group=1, use_qk_norm=True,
+                                             attention_bias=True, tie_word_embeddings=False,
+                                             pad_token_id=0, bos_token_id=1, eos_token_id=2),
     "kimi_linear": lambda: tf.KimiLinearConfig(
         hidden_size=128, num_hidden_layers=3, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
         num_key_value_heads=2, initializer_range=0.1, rms_norm_eps=1e-6, intermediate_size=256,
@@ -297,9 +305,62 @@ def fp8_block(out, block=128, router=True):
                                                              "weight_block_size": [block, block]}))
 
 
+# compressed-tensors (issue 28), made by the compressed-tensors package as llm-compressor saves them: its preset
+# scheme applied to every Linear but lm_head (and an MoE router, "re:.*mlp.gate$", as the published MoE checkpoints
+# leave it), each weight's scale set from max |w| (per output channel, or per tensor for FP8's preset), static input
+# scales drawn, then ModelCompressor's compression and quantization_config. family -> (base family, preset)
+CT = {"llama_ct_fp8": ("llama", "FP8_DYNAMIC"), "llama_ct_int8": ("llama", "W8A8"),
+      "llama_ct_fp8_static": ("llama", "FP8"),
+      "qwen3_moe_ct_fp8": ("qwen3_moe", "FP8_DYNAMIC"), "qwen3_moe_ct_int8": ("qwen3_moe", "W8A8")}
+FAMILIES.update({f: FAMILIES[base] for f, (base, _) in CT.items()})  # the base family's config
+
+
+def compressed_tensors(model, out, preset):
+    """Saves MODEL to OUT quantized by compressed-tensors' PRESET (see CT)."""
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import (QuantizationConfig, QuantizationStatus, apply_quantization_config,
+                                                 preset_name_to_scheme)
+    scheme = preset_name_to_scheme(preset, ["Linear"])
+    ignore = ["lm_head"] + (["re:.*mlp.gate$"] if getattr(model.config, "num_experts", 0) else [])
+    apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": scheme}, ignore=ignore,
+                                                        quantization_status=QuantizationStatus.INITIALIZED))
+    qmax = 127.0 if scheme.weights.type == "int" else 448.0
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for _, m in model.named_modules():
+            if hasattr(m, "weight_scale"):
+                a = m.weight.float().abs()
+                a = a.amax(dim=1, keepdim=True) if scheme.weights.strategy == "channel" else a.amax().reshape(1)
+                m.weight_scale.copy_((a / qmax).clamp(min=1e-8).to(m.weight_scale.dtype).reshape(m.weight_scale.shape))
+            if hasattr(m, "input_scale"):
+                m.input_scale.copy_((0.01 + 0.02 * torch.rand(m.input_scale.shape, generator=g)).to(m.input_scale.dtype))
+    comp = ModelCompressor.from_pretrained_model(model)
+    comp.compress_model(model)
+    model.save_pretrained(out)
+    comp.update_config(out)
+    if getattr(model.config, "num_experts", 0):
+        # transformers 5 holds the experts as one fused parameter (no Linear for compressed-tensors to target):
+        # written here as llm-compressor's published MoE checkpoints hold them (made from per-expert Linears),
+        # each expert's gate/up/down weight quantized per output channel like the Linears above
+        def experts(t):
+            q = {}
+            for k, v in t.items():
+                if not re.search(r"\.mlp\.experts\.\d+\.(gate|up|down)_proj\.weight$", k):
+                    q[k] = v
+                    continue
+                sc = (v.float().abs().amax(dim=1, keepdim=True) / qmax).clamp(min=1e-8).to(torch.bfloat16)
+                w = v.float() / sc.float()
+                q[k] = w.round().clamp(-128, 127).to(torch.int8) if qmax == 127.0 else w.to(torch.float8_e4m3fn)
+                q[k[:-len("weight")] + "weight_scale"] = sc
+            return q
+        edit_tensors(out, experts)
+        edit_config(out, lambda c: c["quantization_config"].update(ignore=ignore))
+
+
 POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block, "qwen3_moe_fp8": fp8_block,
             "deepseek_v3_fp8": lambda out: fp8_block(out, router=False),
-            "mixtral_fp8": lambda out: fp8_block(out, router=False)}
+            "mixtral_fp8": lambda out: fp8_block(out, router=False),
+            "glm4_moe_fp8": lambda out: fp8_block(out, router=False)}
 
 
 # At T=4 (the probe's second size, vllm_probe.py) every head count is doubled (2 -> 4 attention heads, and
@@ -312,7 +373,9 @@ WIDE_KEYS = ("hidden_size", "num_attention_heads", "linear_num_key_heads", "line
 WIDE = {"kimi_linear": {"moe_intermediate_size": 1024}, "glm5_next": {"num_key_value_heads": 4},
         "qwen3_moe_fp8": {"moe_intermediate_size": 512},
         "deepseek_v3_fp8": {"moe_intermediate_size": 512, "intermediate_size": 512},
-        "mixtral_fp8": {"intermediate_size": 512}}
+        "mixtral_fp8": {"intermediate_size": 512}, "glm4_moe_fp8": {"moe_intermediate_size": 512},
+        # vLLM's CPU Int8 MoE kernel (CPUExpertsInt8) takes expert intermediates divisible by 32 per rank only
+        "qwen3_moe_ct_int8": {"moe_intermediate_size": 128}, "qwen3_moe_ct_fp8": {"moe_intermediate_size": 128}}
 
 
 def widen(cfg, family, tp):
@@ -340,7 +403,10 @@ def make(family, out, seed=0, tp=2):
         model = getattr(tf, MODEL_CLS[family])(cfg).to(torch.bfloat16)
     else:
         model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    model.save_pretrained(out)
+    if family in CT:
+        compressed_tensors(model, out, CT[family][1])
+    else:
+        model.save_pretrained(out)
     if family in MTP:
         add_mtp(out, getattr(cfg, "text_config", cfg).num_hidden_layers, MTP[family])
     if family in BF16:

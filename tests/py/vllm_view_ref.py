@@ -253,11 +253,19 @@ def cut(family, cfg, name, x, T, r, pad):
         # the scale as it narrows the weight, in units of one 128x128 block (adjust_block_scale_shard), so
         # the weight's rule applies to the scale's rows and columns (the view serves only cuts on blocks)
         name = name[:-len("_scale_inv")]
+    scale = re.search(r"\.(weight|input)_scale$", name)
+    if scale:
+        # compressed-tensors W8A8 scales (ChannelQuantScaleParameter [out, 1]: output_dim 0 only, so cut as
+        # the weight's rows where the weight's rows are cut, whole where its columns are (row-parallel);
+        # PerTensorScaleParameter / an input scale [1]: one value per loaded shard, whole)
+        name = name[:scale.start()] + ".weight"
     for pat, how in CUTS[family]:
         if re.fullmatch(pat, name):
             break
     else:
         raise ViewError("%s: no vLLM cut known for this tensor" % name)
+    if scale and (x.numel() == 1 or how == "row"):
+        return x
     if how == "vocab":
         return cut_vocab(x, T, r, pad)
     if how == "column":
@@ -359,7 +367,8 @@ DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 def plan_view(view, cfg, names, T=1):
     """The served tensors: a list of (served name, recipe, first source name) where recipe is
     ("cat", [names], dtype, shape) / ("stack", [[names] per e], dtype, shape) (dtype None: the pieces',
-    or "F32": widened; shape None: as made, or the served shape) / ("const", dtype, value); and the
+    or "F32": widened; shape None: as made, or the served shape) / ("const", dtype, value, shape: [] a
+    scalar); and the
     source names used."""
     used, served = set(), []
     dl = view.get("drop_layers")
@@ -396,7 +405,8 @@ def plan_view(view, cfg, names, T=1):
                 continue  # the entry applies only where that source tensor is absent
             sname = fill(entry["name"], b)
             if "const" in entry:
-                served.append((sname, ("const", entry["const"]["dtype"], entry["const"]["value"]), fill(first, b)))
+                served.append((sname, ("const", entry["const"]["dtype"], entry["const"]["value"],
+                                       entry.get("shape", [])), fill(first, b)))
                 continue
             if stack:
                 es = sorted(int(m.group(stack)) for m in (rx.fullmatch(n) for n in names)
@@ -457,7 +467,7 @@ def build(src, view, T, r, family=None):
     parts = {}
     for sname, recipe, first in plan_view(view, cfg, set(where), T):
         if recipe[0] == "const":
-            t = torch.tensor(recipe[2], dtype=DTYPES[recipe[1]])
+            t = torch.full(recipe[3], recipe[2], dtype=DTYPES[recipe[1]])
         elif recipe[0] == "cat":  # one piece as it is (a 0-d tensor cannot be concatenated)
             t = piece(recipe[1][0]) if len(recipe[1]) == 1 else torch.cat([piece(n) for n in recipe[1]], 0)
         else:
@@ -485,32 +495,21 @@ def write(src, view, T, out, ranks=None, family=None):
             save_file(built[f], os.path.join(out, "model-rank-%d-part-%d.safetensors" % (r, p)))
 
 
-def load_view(path):
-    """A view file, with "extends" applied as views/vllm/README.md says: the named view of the same
-    folder under it, each top-level field of this file replacing the parent's, each "tensors" entry
-    replacing the parent's of the same name (a drop entry: of the same drop template) where it
-    stands, {"remove": NAME} taking the parent's entry making NAME away, any other appended."""
-    with open(path) as f:
-        view = json.load(f)
-    base = view.pop("extends", None)
-    if base is None:
-        return view
-    parent = None
-    for f in sorted(glob.glob(os.path.join(os.path.dirname(path) or ".", "*.json"))):
-        with open(f) as fh:
-            if json.load(fh).get("name") == base:
-                parent = load_view(f)
-    if parent is None:
-        raise ViewError("%s: extends %r, which no view beside it is" % (path, base))
-    tensors = parent.get("tensors", [])
+def merge_over(base, over, path, what, fragment=False):
+    """Puts view (or fragment) OVER over BASE in place, as views/vllm/README.md says: each top-level
+    field of a view but extends / include / tensors / refuse / defaults replacing base's (a fragment
+    adds only its tensors, refuse and defaults), each "tensors" entry replacing base's of the same
+    name (a drop entry: of the same drop template) where it stands, {"remove": NAME} taking base's
+    entry making NAME away, any other appended; refuse entries appended; defaults merged by key."""
+    tensors = base.setdefault("tensors", [])
 
     def key(e):
         return ("name", e["name"]) if "name" in e else ("drop", e.get("drop"))
-    for e in view.pop("tensors", []):
+    for e in over.get("tensors", []):
         if "remove" in e:
             hit = [x for x in tensors if x.get("name") == e["remove"]]
             if len(e) != 1 or not hit:
-                raise ViewError("%s: remove %r: no entry makes it" % (path, e["remove"]))
+                raise ViewError("%s: remove %r: no entry of %s makes it" % (path, e["remove"], what))
             tensors.remove(hit[0])
             continue
         at = [i for i, x in enumerate(tensors) if key(x) == key(e)]
@@ -518,9 +517,46 @@ def load_view(path):
             tensors[at[0]] = e
         else:
             tensors.append(e)
-    parent.update(view)
-    parent["tensors"] = tensors
-    return parent
+    for k, x in over.items():
+        if k in ("extends", "include", "tensors"):
+            continue
+        if k == "refuse":
+            base["refuse"] = base.get("refuse", []) + x
+        elif k == "defaults":
+            base["defaults"] = dict(base.get("defaults", {}), **x)
+        elif not fragment:
+            base[k] = x
+
+
+def load_view(path):
+    """A view file, with "extends" and "include" applied as views/vllm/README.md says: the named
+    view of the same folder (none: an empty view), then each named fragment of its fragments/
+    folder in order, then this file, each put over what came before (merge_over)."""
+    with open(path) as f:
+        view = json.load(f)
+    base, inc = view.get("extends"), view.get("include", [])
+    if base is None and not inc:
+        return view
+    folder = os.path.dirname(path) or "."
+    if os.path.basename(folder) == "fragments":
+        raise ViewError("%s: a fragment neither extends nor includes" % path)
+    out = {"tensors": []}
+    if base is not None:
+        out = None
+        for f in sorted(glob.glob(os.path.join(folder, "*.json"))):
+            with open(f) as fh:
+                if json.load(fh).get("name") == base:
+                    out = load_view(f)
+        if out is None:
+            raise ViewError("%s: extends %r, which no view beside it is" % (path, base))
+    for name in inc:
+        frag = os.path.join(folder, "fragments", name + ".json")
+        if not os.path.isfile(frag):
+            raise ViewError("%s: includes %r, which no fragment in fragments/ is" % (path, name))
+        with open(frag) as fh:
+            merge_over(out, json.load(fh), path, name, fragment=True)
+    merge_over(out, view, path, base or "(included)")
+    return out
 
 
 if __name__ == "__main__":

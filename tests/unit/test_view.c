@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <cJSON.h>
 
 #include "view.h"
 
@@ -268,6 +269,120 @@ static void test_extends(void **state)
 	}
 }
 
+/* A constant with "shape": every element the value, in the dtype (BF16 rounded to nearest); shapes
+ * that are not a list of 1..4096 whole elements are refused. */
+static void test_const_shape(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "L.0.o L.1.o");
+	tp_vplan p;
+	tp_err e;
+	int rc = resolve(&f, "[{\"name\": \"L.{i}.zp\", \"const\": {\"dtype\": \"BF16\", \"value\": 0.1}, \"shape\": [2, 3], "
+			 "\"per\": \"L.{i}.o\"}, {\"name\": \"L.{i}.ks\", \"const\": {\"dtype\": \"F32\", \"value\": 1.0}, "
+			 "\"shape\": [1], \"per\": \"L.{i}.o\"}]", NULL, &p, &e);
+	if (rc < 0)
+		fail_msg("%s", e.msg);
+	const tp_sdesc *z = find(&p, "L.1.zp", NULL), *k = find(&p, "L.0.ks", NULL);
+	assert_non_null(z);
+	assert_non_null(k);
+	assert_int_equal(z->dtype, ST_BF16);
+	assert_int_equal(z->ndim, 2);
+	assert_int_equal(z->shape[0], 2);
+	assert_int_equal(z->shape[1], 3);
+	for (int j = 0; j < 6; j++) { /* 0.1f = 0x3dcccccd: BF16 0x3dcd (rounded up), not 0x3dcc (truncated) */
+		uint16_t h;
+		memcpy(&h, z->cbytes + 2 * j, 2);
+		assert_int_equal(h, 0x3dcd);
+	}
+	assert_int_equal(k->ndim, 1);
+	assert_int_equal(k->shape[0], 1);
+	float one;
+	memcpy(&one, k->cbytes, 4);
+	assert_true(one == 1.0f);
+	tp_vplan_free(&p);
+	const char *bad[] = {"[0]", "[-1]", "[4097]", "[64, 65]", "[1.5]", "3", "[1, 1, 1, 1, 1, 1, 1, 1, 1]"};
+	char t[512];
+	for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+		snprintf(t, sizeof t, "[{\"name\": \"c\", \"const\": {\"dtype\": \"F32\", \"value\": 1}, \"shape\": %s, "
+			 "\"per\": \"L.0.o\"}]", bad[j]);
+		assert_int_equal(resolve(&f, t, NULL, &p, &e), -2);
+		assert_non_null(strstr(e.msg, "a constant's \"shape\""));
+	}
+	fx_free(&f);
+}
+
+/* "include": built-in fragments put over the parent (or an empty view) before the file: their
+ * entries (a file's entry of the same name replaces one), their refusals appended to the parent's
+ * and the file's, defaults merged by key; a fragment is never chosen nor mounted, holds no view
+ * fields, neither extends nor includes; a missing fragment, a view named as one, and a list that
+ * is not one are refused. */
+static void test_include(void **state)
+{
+	(void)state;
+	tp_view v;
+	tp_err e;
+	const char *text = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"q\", \"plans\": [\"llama\"], "
+			   "\"quant_methods\": [\"fp8\"], \"include\": [\"fp8_block\", \"fp8_attention\"], "
+			   "\"refuse\": [{\"if\": \"T > 8\", \"reason\": \"mine\"}], \"tensors\": [{\"name\": "
+			   "\"model.layers.{i}.self_attn.attn.q_scale\", \"const\": {\"dtype\": \"F32\", \"value\": 2}, "
+			   "\"per\": \"model.layers.{i}.self_attn.o_proj.weight\"}]}";
+	assert_int_equal(tp_view_parse(text, strlen(text), "q.json", &v, &e), 0);
+	assert_false(v.fragment);
+	assert_int_equal(v.ne, 6); /* qkv and gate_up scales, four KV-cache scales (q_scale replaced) */
+	int q = -1;
+	for (size_t k = 0; k < v.ne; k++)
+		if (v.e[k].name && !strcmp(v.e[k].name, "model.layers.{i}.self_attn.attn.q_scale"))
+			q = (int)k;
+	assert_true(q >= 0 && v.e[q].cdtype == ST_F32 && v.e[q].cvalue == 2);
+	assert_int_equal(cJSON_GetArraySize(v.refuse), 4); /* the fragment's three, then this file's */
+	assert_string_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(v.refuse, 3), "reason")->valuestring,
+			    "mine");
+	tp_view_free(&v);
+	/* over a parent: the parent's defaults kept beside the file's, refusals accumulated */
+	text = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"c\", \"extends\": \"llama_fp8\", "
+	       "\"defaults\": {\"x\": 3}, \"refuse\": [{\"if\": \"T > 8\", \"reason\": \"mine\"}], \"tensors\": []}";
+	assert_int_equal(tp_view_parse(text, strlen(text), "c.json", &v, &e), 0);
+	assert_int_equal(cJSON_GetArraySize(v.refuse), 4);
+	assert_non_null(cJSON_GetObjectItemCaseSensitive(v.defaults, "x"));
+	assert_non_null(cJSON_GetObjectItemCaseSensitive(v.defaults, "tie_word_embeddings"));
+	tp_view_free(&v);
+	/* a fragment parses, is skipped by the built-in choice and refused as a mounted view */
+	size_t l = 0;
+	const char *ft = NULL;
+	for (int i = 0; i < tp_view_builtin_count() && !ft; i++) {
+		const char *t = tp_view_builtin_text(i, &l);
+		if (strstr(t, "\"name\": \"fp8_block\""))
+			ft = t;
+	}
+	assert_non_null(ft);
+	assert_int_equal(tp_view_parse(ft, l, "fp8_block", &v, &e), 0);
+	assert_true(v.fragment);
+	tp_view_free(&v);
+	assert_int_equal(tp_view_choose("vllm", ft, l, "llama", "llama", "fp8", &v, &e), -1);
+	assert_non_null(strstr(e.msg, "is a fragment"));
+	assert_int_equal(tp_view_choose("vllm", NULL, 0, "llama", "llama", "fp8", &v, &e), 0);
+	assert_string_equal(v.name, "llama_fp8");
+	tp_view_free(&v);
+	const char *bad[] = {"\"include\": [\"nope\"]", "\"include\": [\"llama\"]", "\"include\": \"fp8_block\"",
+			     "\"include\": []", "\"include\": [3]", "\"fragment\": true, \"plans\": [\"llama\"]",
+			     "\"fragment\": true, \"include\": [\"fp8_block\"]"};
+	const char *why[] = {"no built-in vllm fragment 'nope'", "no built-in vllm fragment 'llama'",
+			     "a list of 1 to 8", "a list of 1 to 8", "holds fragment names", "not the field 'plans'",
+			     "neither extends"};
+	char t2[512];
+	for (int k = 0; k < 7; k++) {
+		snprintf(t2, sizeof t2, "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"c\", %s, \"plans\": [\"llama\"], "
+			 "\"tensors\": []}", bad[k]);
+		if (k >= 5) /* a fragment: its own fields only */
+			snprintf(t2, sizeof t2, "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"c\", %s, \"tensors\": []}",
+				 bad[k]);
+		assert_int_equal(tp_view_parse(t2, strlen(t2), "c.json", &v, &e), -1);
+		if (!strstr(e.msg, why[k]))
+			fail_msg("%d: %s", k, e.msg);
+	}
+}
+
 static void test_stack(void **state)
 {
 	(void)state;
@@ -466,7 +581,8 @@ int main(void)
 		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when), cmocka_unit_test(test_refuse_proven_parse), cmocka_unit_test(test_extends),
 		cmocka_unit_test(test_stack),            cmocka_unit_test(test_parts_and_sources),
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
-		cmocka_unit_test(test_shape),
+		cmocka_unit_test(test_shape),            cmocka_unit_test(test_const_shape),
+		cmocka_unit_test(test_include),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
