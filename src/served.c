@@ -188,6 +188,10 @@ static int add_tensor(bld *b, const st_header *const *src, const tp_sdesc *d)
 				int absent;
 				if (add_piece(b, src, d, k, &absent, ps, &pn, &dt) < 0)
 					return -1;
+				if (!pn && d->npieces > 1) { /* scalars concatenated: each one element along a new axis */
+					pn = 1;
+					ps[0] = 1;
+				}
 				if (absent) {
 					gone++;
 					continue;
@@ -204,7 +208,7 @@ static int add_tensor(bld *b, const st_header *const *src, const tp_sdesc *d)
 					continue;
 				}
 				if (pn != ndim || !pn)
-					return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': piece %u has %u dimensions where the first has %u (pieces are concatenated along the first axis: a scalar is not)",
+					return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': piece %u has %u dimensions where the first has %u (pieces are concatenated along the first axis; scalars make a vector)",
 						       b->fname, d->name, k, pn, ndim);
 				for (uint32_t a = 1; a < ndim; a++)
 					if (ps[a] != shape[a])

@@ -35,7 +35,8 @@ typedef struct tp_pdesc {
 
 /* A served tensor as the caller describes it.
  * - pieces: pieces[0 .. npieces) cut and concatenated along the first axis (they must agree in
- *   dtype and in every other local dimension; one piece may be a scalar);
+ *   dtype and in every other local dimension; a lone piece may be a scalar, and several scalar
+ *   pieces make a vector of them: vLLM's per-shard scale slots, [3] from q's, k's, v's 0-d scale);
  * - stacked: with nstack > 0, pieces holds nstack groups of npieces (group e at
  *   pieces[e x npieces]), each concatenated as above, and the groups (all of the same local
  *   shape) stacked along a new first axis of length nstack. A piece that is not on this rank

@@ -305,6 +305,42 @@ def fp8_block(out, block=128, router=True):
                                                              "weight_block_size": [block, block]}))
 
 
+def nvfp4(out, router=False, moe=False):
+    """Quantizes every *_proj.weight (and a router's mlp.gate.weight where router) of OUT/model.safetensors in
+    ModelOpt's NVFP4 form as NVIDIA's published checkpoints hold it (no quantizer package: written to the layout):
+    weight U8 [out, in/2], two E2M1 values a byte (the even element in the low nibble), weight_scale F8_E4M3
+    [out, in/16] (per group of 16: max |w| / 6 over weight_scale_2), weight_scale_2 F32 0-d (max |w| / (6 * 448)),
+    input_scale F32 0-d; config.json's quantization_config in the published config.json form (quant_method modelopt,
+    quant_algo NVFP4, group_size 16, ignore [lm_head])."""
+    e2m1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+    g = torch.Generator().manual_seed(11)
+
+    def quantize(t):
+        q = {}
+        for k, v in t.items():
+            if not re.search(r"(_proj|\.w[123]" + (r"|\.mlp\.gate" if router else "") + r")\.weight$", k):
+                q[k] = v
+                continue
+            w = v.float()
+            n, m = w.shape
+            s2 = (w.abs().max() / (6.0 * 448.0)).clamp(min=1e-12)
+            grp = w.reshape(n, m // 16, 16)
+            sc = (grp.abs().amax(dim=2) / 6.0 / s2).clamp(min=2 ** -6, max=448.0).to(torch.float8_e4m3fn)
+            x = grp / (sc.float() * s2)[:, :, None]
+            idx = (x.abs()[..., None] - e2m1).abs().argmin(dim=-1) | ((x < 0).to(torch.int64) << 3)
+            idx = idx.reshape(n, m).to(torch.uint8)
+            base = k[:-len("weight")]
+            q[k] = (idx[:, 0::2] | (idx[:, 1::2] << 4)).contiguous()
+            q[base + "weight_scale"] = sc.contiguous()
+            q[base + "weight_scale_2"] = s2.reshape(())
+            q[base + "input_scale"] = (0.01 + 0.02 * torch.rand((), generator=g)).float()
+        return q
+    edit_tensors(out, quantize)
+    edit_config(out, lambda c: c.update(quantization_config={
+        "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+        "ignore": ["lm_head"] + (["model.layers.*.mlp.gate"] if moe and not router else [])}))
+
+
 # compressed-tensors (issue 28), made by the compressed-tensors package as llm-compressor saves them: its preset
 # scheme applied to every Linear but lm_head (and an MoE router, "re:.*mlp.gate$", as the published MoE checkpoints
 # leave it), each weight's scale set from max |w| (per output channel, or per tensor for FP8's preset), static input
@@ -313,6 +349,8 @@ CT = {"llama_ct_fp8": ("llama", "FP8_DYNAMIC"), "llama_ct_int8": ("llama", "W8A8
       "llama_ct_fp8_static": ("llama", "FP8"),
       "qwen3_moe_ct_fp8": ("qwen3_moe", "FP8_DYNAMIC"), "qwen3_moe_ct_int8": ("qwen3_moe", "W8A8")}
 FAMILIES.update({f: FAMILIES[base] for f, (base, _) in CT.items()})  # the base family's config
+FAMILIES["llama_nvfp4"] = FAMILIES["llama_fp8"]  # NVFP4 (nvfp4): the FP8 families' sizes
+FAMILIES["qwen3_moe_nvfp4"] = FAMILIES["qwen3_moe_fp8"]
 
 
 def compressed_tensors(model, out, preset):
@@ -360,7 +398,8 @@ def compressed_tensors(model, out, preset):
 POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block, "qwen3_moe_fp8": fp8_block,
             "deepseek_v3_fp8": lambda out: fp8_block(out, router=False),
             "mixtral_fp8": lambda out: fp8_block(out, router=False),
-            "glm4_moe_fp8": lambda out: fp8_block(out, router=False)}
+            "glm4_moe_fp8": lambda out: fp8_block(out, router=False), "llama_nvfp4": nvfp4,
+            "qwen3_moe_nvfp4": lambda out: nvfp4(out, moe=True)}
 
 
 # At T=4 (the probe's second size, vllm_probe.py) every head count is doubled (2 -> 4 attention heads, and
@@ -374,6 +413,7 @@ WIDE = {"kimi_linear": {"moe_intermediate_size": 1024}, "glm5_next": {"num_key_v
         "qwen3_moe_fp8": {"moe_intermediate_size": 512},
         "deepseek_v3_fp8": {"moe_intermediate_size": 512, "intermediate_size": 512},
         "mixtral_fp8": {"intermediate_size": 512}, "glm4_moe_fp8": {"moe_intermediate_size": 512},
+        "qwen3_moe_nvfp4": {"moe_intermediate_size": 512},
         # vLLM's CPU Int8 MoE kernel (CPUExpertsInt8) takes expert intermediates divisible by 32 per rank only
         "qwen3_moe_ct_int8": {"moe_intermediate_size": 128}, "qwen3_moe_ct_fp8": {"moe_intermediate_size": 128}}
 

@@ -3,6 +3,7 @@ general plugin `tpfs_vllm_probe`, entry point group vllm.general_plugins, so tha
 workers load it too; vllm_probe.py imports it directly).
 
 - impersonate_cuda_dsa(): lets the CPU platform build DSA models as vLLM on CUDA builds them.
+- impersonate_nvfp4_emulation(): lets the CPU platform build ModelOpt NVFP4 linears (vLLM's emulation kernel).
 - register(): the plugin's entry point. With TPFS_VLLM_KEYS=DIR it wraps the loaders' load_weights so
   that each worker writes to DIR a digest of the weights each loader leaves (after load_weights,
   before process_weights_after_loading). (The key set is the probe's, vllm_probe.py.)
@@ -44,6 +45,26 @@ def impersonate_cuda_dsa():
     from vllm.multimodal.processing import processor
     processor.BaseMultiModalProcessor.requires_tokenizer = False
     encoder_budget.get_mm_max_toks_per_item = lambda proc, mm_counts, cache: {m: 16 for m in mm_counts}
+
+
+def impersonate_nvfp4_emulation():
+    """Lets vLLM's CPU platform build a ModelOpt NVFP4 linear: vLLM 0.32 lists no NVFP4 GEMM kernel for the
+    CPU platform (kernels/linear/__init__.py _POSSIBLE_NVFP4_KERNELS), so init_nvfp4_linear_kernel fails
+    while the model is built, for every loader. The one change: the CPU platform's list gets vLLM's own
+    EmulationNvFp4LinearKernel (dequantize, then a BF16 matmul), the fallback every other platform lists.
+    The parameters the layer creates and its loaders fill do not depend on the kernel (ModelOptLinearMethod's
+    scheme creates them); the kernel's processing is vLLM's own. Likewise for the experts, below."""
+    from vllm.model_executor.kernels import linear
+    from vllm.model_executor.kernels.linear.nvfp4.emulation import EmulationNvFp4LinearKernel
+    from vllm.platforms import PlatformEnum
+    have = linear._POSSIBLE_NVFP4_KERNELS.setdefault(PlatformEnum.CPU, [])
+    if EmulationNvFp4LinearKernel not in have:
+        have.append(EmulationNvFp4LinearKernel)
+    # the experts: vLLM's NVFP4 MoE emulation backend (its last fallback) says it supports only CUDA and XPU
+    # devices (TritonExperts._supports_current_device); on CPU it is let build (its forward needs Triton: no run)
+    from vllm.model_executor.layers.fused_moe.experts.nvfp4_emulation_moe import (
+        Nvfp4QuantizationEmulationTritonExperts as experts)
+    experts._supports_current_device = staticmethod(lambda: True)
 
 
 def register():

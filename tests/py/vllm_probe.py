@@ -177,6 +177,8 @@ def worker(rank, tp, port, cases_path, out_path):
         try:
             if case.get("impersonate") == "cuda-dsa":
                 vllm_plugin.impersonate_cuda_dsa()
+            if case.get("impersonate") == "nvfp4-emulation":
+                vllm_plugin.impersonate_nvfp4_emulation()
             got = {}
             for how in ("auto", "sharded_state"):
                 vc = engine_config(case, how)

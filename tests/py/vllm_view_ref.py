@@ -253,18 +253,22 @@ def cut(family, cfg, name, x, T, r, pad):
         # the scale as it narrows the weight, in units of one 128x128 block (adjust_block_scale_shard), so
         # the weight's rule applies to the scale's rows and columns (the view serves only cuts on blocks)
         name = name[:-len("_scale_inv")]
-    scale = re.search(r"\.(weight|input)_scale$", name)
+    scale = re.search(r"\.(weight_scale|weight_scale_2|input_scale)$", name)
+    if scale and x.numel() == 1:
+        # a per-tensor scale (PerTensorScaleParameter: one slot per loaded shard; ModelOpt's 0-d
+        # weight_scale_2 and input_scale, compressed-tensors' [1]): whole
+        return x
     if scale:
         # compressed-tensors W8A8 scales (ChannelQuantScaleParameter [out, 1]: output_dim 0 only, so cut as
-        # the weight's rows where the weight's rows are cut, whole where its columns are (row-parallel);
-        # PerTensorScaleParameter / an input scale [1]: one value per loaded shard, whole)
+        # the weight's rows where the weight's rows are cut, whole where its columns are (row-parallel));
+        # NVFP4 group scales [out, in/16] (ModelWeightParameter: input_dim 1, output_dim 0): cut as the weight
         name = name[:scale.start()] + ".weight"
     for pat, how in CUTS[family]:
         if re.fullmatch(pat, name):
             break
     else:
         raise ViewError("%s: no vLLM cut known for this tensor" % name)
-    if scale and (x.numel() == 1 or how == "row"):
+    if scale and how == "row" and x.shape[-1] == 1:
         return x
     if how == "vocab":
         return cut_vocab(x, T, r, pad)
@@ -445,6 +449,14 @@ def config_of(src):
         return json.load(f)
 
 
+def cat(pieces):
+    """The pieces concatenated along the first axis: one piece as it is (a 0-d tensor too); several 0-d
+    pieces as a vector of them (vLLM's per-shard scale slots: [3] from q's, k's and v's scalar)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    return torch.cat([x.reshape(1) if x.ndim == 0 else x for x in pieces], 0)
+
+
 def build(src, view, T, r, family=None):
     """{part index: {served name: tensor}} for rank r."""
     cfg = config_of(src)
@@ -468,10 +480,10 @@ def build(src, view, T, r, family=None):
     for sname, recipe, first in plan_view(view, cfg, set(where), T):
         if recipe[0] == "const":
             t = torch.full(recipe[3], recipe[2], dtype=DTYPES[recipe[1]])
-        elif recipe[0] == "cat":  # one piece as it is (a 0-d tensor cannot be concatenated)
-            t = piece(recipe[1][0]) if len(recipe[1]) == 1 else torch.cat([piece(n) for n in recipe[1]], 0)
+        elif recipe[0] == "cat":
+            t = cat([piece(n) for n in recipe[1]])
         else:
-            t = torch.stack([torch.cat([piece(n) for n in g], 0) for g in recipe[1]], 0)
+            t = torch.stack([cat([piece(n) for n in g]) for g in recipe[1]], 0)
         if recipe[0] != "const" and recipe[2] and t.dtype != DTYPES[recipe[2]]:
             if t.dtype not in (torch.bfloat16, torch.float16):
                 raise ViewError("%s: %s pieces cannot be widened to %s" % (sname, t.dtype, recipe[2]))

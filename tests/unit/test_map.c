@@ -868,7 +868,8 @@ static mpiece add_source(mworld *w, st_dtype dt, uint32_t ndim, uint64_t first, 
 }
 
 /* A random world: 1 to 3 source files, 1 to 4 served tensors of 1 to 4 pieces each (concatenated
- * on axis 0: each piece split on axis 0 its own way or whole; or all split alike on axis 1),
+ * on axis 0: each piece split on axis 0 its own way or whole; or all split alike on axis 1; or
+ * scalars, several of which make a vector),
  * some stacked over 1 to 8 experts (sometimes owned, expert parallelism), and one or two
  * constants. */
 static void random_world(mworld *w)
@@ -895,8 +896,8 @@ static void random_world(mworld *w)
 		int owned = t->nstack && rnd() % 3 == 0;
 		int whole = !t->nstack && rnd() % 5 == 0; /* owned whole by unit `u` of 8: absent from other ranks */
 		uint64_t u = rnd() % 8;
-		if (ndim == 1 && t->npieces == 1 && !f4 && rnd() % 4 == 0)
-			ndim = 0; /* a scalar piece (alone in its group) */
+		if (ndim == 1 && !f4 && rnd() % 4 == 0)
+			ndim = 0; /* scalar pieces: alone in a group, or several making a vector */
 		/* each piece's axis 0 and spec, the same in every group */
 		uint64_t first[4];
 		tp_spec spec[4];
@@ -1022,6 +1023,7 @@ static int naive_served(const mworld *w, const mtensor *t, uint32_t T, uint32_t 
 	}
 	uint32_t groups = t->nstack ? t->nstack : 1, held = 0, bad = 0;
 	const tcase *c0 = &w->cases[t->pc[0].file][t->pc[0].ci];
+	uint32_t nd = c0->ndim == 0 && t->npieces > 1 ? 1 : c0->ndim; /* several scalars: a vector of them */
 	uint64_t gshape[ST_MAX_DIMS] = {0};
 	for (uint32_t g = 0; g < groups; g++) {
 		int mine = 0;
@@ -1036,7 +1038,9 @@ static int naive_served(const mworld *w, const mtensor *t, uint32_t T, uint32_t 
 			if (!h)
 				continue;
 			mine = 1;
-			if (k == 0)
+			if (nd != c0->ndim)
+				gshape[0] = k + 1;
+			else if (k == 0)
 				memcpy(gshape, lsh, sizeof gshape);
 			else
 				gshape[0] += lsh[0];
@@ -1053,11 +1057,11 @@ static int naive_served(const mworld *w, const mtensor *t, uint32_t T, uint32_t 
 	if (!held)
 		return 0;
 	if (t->nstack) {
-		*ndim = c0->ndim + 1;
+		*ndim = nd + 1;
 		shape[0] = held;
-		memcpy(shape + 1, gshape, c0->ndim * sizeof *gshape);
+		memcpy(shape + 1, gshape, nd * sizeof *gshape);
 	} else {
-		*ndim = c0->ndim;
+		*ndim = nd;
 		memcpy(shape, gshape, sizeof gshape);
 	}
 	if (t->widen) /* each 2-byte value as the F32 of the same number (the compiler's conversions) */
@@ -1472,7 +1476,7 @@ static void test_multi_source_refusals(void **state)
 	} bad[] = {
 		{{{0, ia, rep}, {0, ic, rep}}, 2, 0, "piece 1 is F32, the tensor BF16"},
 		{{{0, ia, rep}, {0, id, rep}}, 2, 0, "piece 1 is 5 along axis 1 where the first piece is 6"},
-		{{{0, ia, rep}, {0, is, rep}}, 2, 0, "a scalar is not"},
+		{{{0, ia, rep}, {0, is, rep}}, 2, 0, "concatenated along the first axis"},
 		{{{0, ia, rep}, {0, ib, rep}}, 1, 2, "group 1's local shape differs from group 0's"},
 		{{{0, ia, tp_spec_owned(2, 0)}, {0, ib, tp_spec_owned(2, 1)}}, 2, 0, "group 0 is only partly on rank 0"},
 		{{{0, 99, rep}}, 1, 0, "names tensor 99 of source 0, which does not exist"},
