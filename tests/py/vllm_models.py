@@ -306,7 +306,8 @@ def fp8_block(out, block=128, router=True):
 
 
 def nvfp4(out, router=False, moe=False):
-    """Quantizes every *_proj.weight (and a router's mlp.gate.weight where router) of OUT/model.safetensors in
+    """Quantizes every *_proj.weight and MLA's kv_a_proj_with_mqa.weight (and a router's mlp.gate.weight where
+    router) of OUT/model.safetensors in
     ModelOpt's NVFP4 form as NVIDIA's published checkpoints hold it (no quantizer package: written to the layout):
     weight U8 [out, in/2], two E2M1 values a byte (the even element in the low nibble), weight_scale F8_E4M3
     [out, in/16] (per group of 16: max |w| / 6 over weight_scale_2), weight_scale_2 F32 0-d (max |w| / (6 * 448)),
@@ -318,7 +319,7 @@ def nvfp4(out, router=False, moe=False):
     def quantize(t):
         q = {}
         for k, v in t.items():
-            if not re.search(r"(_proj|\.w[123]" + (r"|\.mlp\.gate" if router else "") + r")\.weight$", k):
+            if not re.search(r"(_proj(_with_mqa)?|\.w[123]" + (r"|\.mlp\.gate" if router else "") + r")\.weight$", k):
                 q[k] = v
                 continue
             w = v.float()
@@ -351,6 +352,7 @@ CT = {"llama_ct_fp8": ("llama", "FP8_DYNAMIC"), "llama_ct_int8": ("llama", "W8A8
 FAMILIES.update({f: FAMILIES[base] for f, (base, _) in CT.items()})  # the base family's config
 FAMILIES["llama_nvfp4"] = FAMILIES["llama_fp8"]  # NVFP4 (nvfp4): the FP8 families' sizes
 FAMILIES["qwen3_moe_nvfp4"] = FAMILIES["qwen3_moe_fp8"]
+FAMILIES["deepseek_v3_nvfp4"] = FAMILIES["deepseek_v3_fp8"]
 
 
 def compressed_tensors(model, out, preset):
@@ -399,7 +401,7 @@ POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block, "qwen3_moe_fp
             "deepseek_v3_fp8": lambda out: fp8_block(out, router=False),
             "mixtral_fp8": lambda out: fp8_block(out, router=False),
             "glm4_moe_fp8": lambda out: fp8_block(out, router=False), "llama_nvfp4": nvfp4,
-            "qwen3_moe_nvfp4": lambda out: nvfp4(out, moe=True)}
+            "qwen3_moe_nvfp4": lambda out: nvfp4(out, moe=True), "deepseek_v3_nvfp4": lambda out: nvfp4(out, moe=True)}
 
 
 # At T=4 (the probe's second size, vllm_probe.py) every head count is doubled (2 -> 4 attention heads, and
@@ -414,6 +416,7 @@ WIDE = {"kimi_linear": {"moe_intermediate_size": 1024}, "glm5_next": {"num_key_v
         "deepseek_v3_fp8": {"moe_intermediate_size": 512, "intermediate_size": 512},
         "mixtral_fp8": {"intermediate_size": 512}, "glm4_moe_fp8": {"moe_intermediate_size": 512},
         "qwen3_moe_nvfp4": {"moe_intermediate_size": 512},
+        "deepseek_v3_nvfp4": {"moe_intermediate_size": 512, "intermediate_size": 512},
         # vLLM's CPU Int8 MoE kernel (CPUExpertsInt8) takes expert intermediates divisible by 32 per rank only
         "qwen3_moe_ct_int8": {"moe_intermediate_size": 128}, "qwen3_moe_ct_fp8": {"moe_intermediate_size": 128}}
 
