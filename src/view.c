@@ -134,14 +134,15 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 		cJSON_ArrayForEach(it, shp)
 		{
 			double d = cJSON_IsNumber(it) ? it->valuedouble : 0;
-			if (d != (double)(int64_t)d || d < 1 || d > TP_VIEW_CONST_MAX || x->rs_ndim >= ST_MAX_DIMS) {
+			if (d != (double)(int64_t)d || d < 1 || d > TP_VIEW_CONST_MAX || x->rs_ndim >= ST_MAX_DIMS ||
+			    numel * (uint64_t)d > TP_VIEW_CONST_MAX) { /* numel <= 4096 so far: no overflow */
 				n = -1;
 				break;
 			}
 			numel *= (uint64_t)d;
 			x->rs_shape[x->rs_ndim++] = (int64_t)d;
 		}
-		if (n < 0 || n > ST_MAX_DIMS || numel > TP_VIEW_CONST_MAX)
+		if (n < 0 || n > ST_MAX_DIMS)
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: a constant's \"shape\" is a list of at most %d "
 				       "dimensions, each >= 1, of at most %d elements in all", origin, k, ST_MAX_DIMS,
 				       TP_VIEW_CONST_MAX);

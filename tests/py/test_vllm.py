@@ -80,6 +80,7 @@ FAMILIES = {
     # key sets and loaded weights)
     "deepseek_v3_fp8": ("deepseek_v3_fp8", None, {}, "Unsupported FP8 MoE backend: NONE"),
     # vLLM's Transformers backend (TransformersForCausalLM)
+    "mellum": ("qwen3_moe", None, {}, None),  # TransformersMoEForCausalLM: qwen3_moe's key set (probed)
     **{f: ("llama", None, {}, None) for f in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm",
                                                      "hunyuan_v1_dense", "jais2", "olmo", "vaultgemma")},
     # not run on CPU (no tokens): DSA as CUDA builds it; Kimi Linear with prefix caching off (on, the hybrid's

@@ -187,6 +187,11 @@ FAMILIES = {
                                              first_k_dense_replace=1, n_group=1, topk_group=1, use_qk_norm=True,
                                              attention_bias=True, tie_word_embeddings=False,
                                              pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    # Mellum (vLLM's Transformers MoE backend): Qwen3-MoE's attention, a dense first layer, sliding and full layers
+    "mellum": lambda: tf.MellumConfig(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
+                                      num_local_experts=4, num_experts_per_tok=2, sliding_window=16,
+                                      layer_types=["sliding_attention", "full_attention"],
+                                      mlp_layer_types=["dense", "sparse"], tie_word_embeddings=False, **COMMON),
     "kimi_linear": lambda: tf.KimiLinearConfig(
         hidden_size=128, num_hidden_layers=3, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
         num_key_value_heads=2, initializer_range=0.1, rms_norm_eps=1e-6, intermediate_size=256,

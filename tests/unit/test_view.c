@@ -301,7 +301,8 @@ static void test_const_shape(void **state)
 	memcpy(&one, k->cbytes, 4);
 	assert_true(one == 1.0f);
 	tp_vplan_free(&p);
-	const char *bad[] = {"[0]", "[-1]", "[4097]", "[64, 65]", "[1.5]", "3", "[1, 1, 1, 1, 1, 1, 1, 1, 1]"};
+	const char *bad[] = {"[0]", "[-1]", "[4097]", "[64, 65]", "[1.5]", "3", "[1, 1, 1, 1, 1, 1, 1, 1, 1]",
+			     "[4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096]"}; /* 2^96: would wrap to 0 */
 	char t[512];
 	for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
 		snprintf(t, sizeof t, "[{\"name\": \"c\", \"const\": {\"dtype\": \"F32\", \"value\": 1}, \"shape\": %s, "
