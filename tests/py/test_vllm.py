@@ -76,6 +76,8 @@ FAMILIES = {
     "llama_nvfp4": ("llama_nvfp4", "nvfp4-emulation", {}, None),
     "qwen3_moe_nvfp4": ("qwen3_moe_nvfp4", "nvfp4-emulation", {}, None),
     "deepseek_v3_nvfp4": ("deepseek_v3_nvfp4", "nvfp4-emulation", {}, None),
+    "glm4_moe_nvfp4": ("glm4_moe_nvfp4", "nvfp4-emulation", {}, None),
+    "mixtral_nvfp4": ("mixtral_nvfp4", "nvfp4-emulation", {}, None),
     # DeepSeek-V3's FP8 MoE: vLLM's CPU backend has no kernel to process it (both loaders stop there, after equal
     # key sets and loaded weights)
     "deepseek_v3_fp8": ("deepseek_v3_fp8", None, {}, "Unsupported FP8 MoE backend: NONE"),
@@ -96,7 +98,7 @@ FAMILIES = {
 # llama_nvfp4: vLLM on CPU has no NVFP4 kernel; the probe builds it with vLLM's emulation kernel, not a run)
 NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "kimi_linear", "glm5_next", "qwen3_moe_fp8", "deepseek_v3_fp8",
            "glm4_moe_fp8", "llama_ct_fp8_static", "qwen3_moe_ct_fp8", "llama_nvfp4", "qwen3_moe_nvfp4",
-           "deepseek_v3_nvfp4"}
+           "deepseek_v3_nvfp4", "glm4_moe_nvfp4", "mixtral_nvfp4"}
 # forms vLLM's CPU backend builds only on a CPU with AMX: its FP8 block-scaled linear (CPUFp8BlockScaledMMKernel;
 # without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either loader). Where the
 # CPU has none, their mounts are still compared with the reference's bytes, but vLLM is not run on them (nothing

@@ -358,6 +358,8 @@ FAMILIES.update({f: FAMILIES[base] for f, (base, _) in CT.items()})  # the base 
 FAMILIES["llama_nvfp4"] = FAMILIES["llama_fp8"]  # NVFP4 (nvfp4): the FP8 families' sizes
 FAMILIES["qwen3_moe_nvfp4"] = FAMILIES["qwen3_moe_fp8"]
 FAMILIES["deepseek_v3_nvfp4"] = FAMILIES["deepseek_v3_fp8"]
+FAMILIES["glm4_moe_nvfp4"] = FAMILIES["glm4_moe_fp8"]
+FAMILIES["mixtral_nvfp4"] = FAMILIES["mixtral_fp8"]
 
 
 def compressed_tensors(model, out, preset):
@@ -406,7 +408,8 @@ POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block, "qwen3_moe_fp
             "deepseek_v3_fp8": lambda out: fp8_block(out, router=False),
             "mixtral_fp8": lambda out: fp8_block(out, router=False),
             "glm4_moe_fp8": lambda out: fp8_block(out, router=False), "llama_nvfp4": nvfp4,
-            "qwen3_moe_nvfp4": lambda out: nvfp4(out, moe=True), "deepseek_v3_nvfp4": lambda out: nvfp4(out, moe=True)}
+            "qwen3_moe_nvfp4": lambda out: nvfp4(out, moe=True), "deepseek_v3_nvfp4": lambda out: nvfp4(out, moe=True),
+            "glm4_moe_nvfp4": lambda out: nvfp4(out, moe=True), "mixtral_nvfp4": nvfp4}
 
 
 # At T=4 (the probe's second size, vllm_probe.py) every head count is doubled (2 -> 4 attention heads, and
@@ -422,6 +425,7 @@ WIDE = {"kimi_linear": {"moe_intermediate_size": 1024}, "glm5_next": {"num_key_v
         "mixtral_fp8": {"intermediate_size": 512}, "glm4_moe_fp8": {"moe_intermediate_size": 512},
         "qwen3_moe_nvfp4": {"moe_intermediate_size": 512},
         "deepseek_v3_nvfp4": {"moe_intermediate_size": 512, "intermediate_size": 512},
+        "glm4_moe_nvfp4": {"moe_intermediate_size": 512}, "mixtral_nvfp4": {"intermediate_size": 512},
         # vLLM's CPU Int8 MoE kernel (CPUExpertsInt8) takes expert intermediates divisible by 32 per rank only
         "qwen3_moe_ct_int8": {"moe_intermediate_size": 128}, "qwen3_moe_ct_fp8": {"moe_intermediate_size": 128}}
 
