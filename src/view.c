@@ -391,11 +391,12 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 		return -1;
 	const cJSON *o = v->json, *it;
 	v->fragment = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "fragment"));
+	const char *const *ks = v->fragment ? fkeys : keys;
 	cJSON_ArrayForEach(it, o)
 	{
 		int known = 0;
-		for (int i = 0; (v->fragment ? fkeys : keys)[i]; i++)
-			known |= !strcmp(it->string, (v->fragment ? fkeys : keys)[i]);
+		for (int i = 0; ks[i]; i++)
+			known |= !strcmp(it->string, ks[i]);
 		if (!known) {
 			tp_fail(e, TP_EINVAL, "%s: %s field '%s'", origin,
 				v->fragment ? "a fragment holds tensors, refuse and defaults only, not the" : "unknown",

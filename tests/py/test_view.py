@@ -388,6 +388,12 @@ for qcfg, want in (({"quant_method": "fp8"}, "only FP8 with 128x128 block scales
                    (ct({"strategy": "token", "dynamic": True}, "float", kv=True), "a quantized KV cache"),
                    (dict(ct({"strategy": "token", "dynamic": True}, "float"), format="pack-quantized"),
                     "only the float-quantized and int-quantized formats"),
+                   # ModelOpt (llama_nvfp4.json): NVFP4 in groups of 16 only
+                   ({"quant_method": "modelopt", "quant_algo": "W4A16_NVFP4", "group_size": 16, "ignore": ["lm_head"]},
+                    "only ModelOpt's NVFP4"),
+                   ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 32, "ignore": ["lm_head"]},
+                    "only NVFP4 groups of 16"),
+                   ({"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4"}}, "the legacy ModelOpt form"),
                    ({"bits": 4}, "has no quant_method string")):
     json.dump(dict(config, quantization_config=qcfg), open(os.path.join(q, "config.json"), "w"))
     p = tt.tpfs("plan", q, "--tp", "2", "--view", "vllm")

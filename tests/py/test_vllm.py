@@ -95,7 +95,8 @@ FAMILIES = {
 # "CHECK_EQ(mat1.size(1), K) failed. 256 vs 4", for the default loader as for sharded_state; weights probed;
 # glm4_moe_fp8: "expected scalar type Float but found BFloat16" in the forward, both loaders: its F32 router
 # beside the FP8 MoE;
-# llama_nvfp4: vLLM on CPU has no NVFP4 kernel; the probe builds it with vLLM's emulation kernel, not a run)
+# the NVFP4 families: vLLM on CPU has no NVFP4 kernel; the probe builds them with vLLM's emulation kernels, not a
+# run)
 NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "kimi_linear", "glm5_next", "qwen3_moe_fp8", "deepseek_v3_fp8",
            "glm4_moe_fp8", "llama_ct_fp8_static", "qwen3_moe_ct_fp8", "llama_nvfp4", "qwen3_moe_nvfp4",
            "deepseek_v3_nvfp4", "glm4_moe_nvfp4", "mixtral_nvfp4"}

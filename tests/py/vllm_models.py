@@ -281,6 +281,12 @@ def kimi_published(out):
                                  if k.startswith(dense) else k: v for k, v in t.items()})
 
 
+def quantized(name, router):
+    """Whether fp8_block and nvfp4 quantize tensor NAME: every *_proj.weight, MLA's kv_a_proj_with_mqa.weight,
+    Mixtral's experts' w1 / w2 / w3, and an MoE router's mlp.gate.weight where router."""
+    return re.search(r"(_proj(_with_mqa)?|\.w[123]" + (r"|\.mlp\.gate" if router else "") + r")\.weight$", name)
+
+
 def fp8_block(out, block=128, router=True):
     """Quantizes every *_proj.weight and MLA's kv_a_proj_with_mqa.weight (and an MoE router's mlp.gate.weight: vLLM's Qwen3-MoE builds its router
     with the model's quantization, no modules_to_not_convert given) of OUT/model.safetensors as DeepSeek-V3's
@@ -291,8 +297,7 @@ def fp8_block(out, block=128, router=True):
     def quantize(t):
         q = {}
         for k, v in t.items():
-            if not re.search(r"(_proj(_with_mqa)?|\.w[123]|\.mlp\.gate)\.weight$" if router
-                             else r"(_proj(_with_mqa)?|\.w[123])\.weight$", k):
+            if not quantized(k, router):
                 q[k] = v
                 continue
             n, m = v.shape
@@ -324,7 +329,7 @@ def nvfp4(out, router=False, moe=False):
     def quantize(t):
         q = {}
         for k, v in t.items():
-            if not re.search(r"(_proj(_with_mqa)?|\.w[123]" + (r"|\.mlp\.gate" if router else "") + r")\.weight$", k):
+            if not quantized(k, router):
                 q[k] = v
                 continue
             w = v.float()
