@@ -96,6 +96,7 @@ static int cmd_mount(int argc, char **argv)
 		{"cuda-min-bytes", required_argument, 0, 'B'}, {"config", required_argument, 0, 'c'},
 		{"ep", no_argument, 0, 'E'}, {"view", required_argument, 0, 'W'},
 		{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
+		{"pp", required_argument, 0, 'Q'}, {"pp-layers", required_argument, 0, 'G'},
 		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 	tp_model_opts mo = {.log = tp_log_model};
 	const char *ranks = NULL;
@@ -177,10 +178,15 @@ static int cmd_mount(int argc, char **argv)
 		return die_usage(usage_mount, "give SRC and MNT");
 	if (!have_t)
 		return die_usage(usage_mount, "--tp N is required");
+	if (model_options_check(&mo, usage_mount))
+		return 2;
 	uint8_t serve[TP_MAX_T];
 	if (ranks) {
 		tp_err re;
-		if (tp_ranks_parse(ranks, mo.T, serve, &fo.nserve, &re) < 0)
+		uint64_t nr = (uint64_t)mo.T * (mo.pp > 1 ? mo.pp : 1); /* with stages: rank = stage x T + TP rank */
+		if (nr > TP_MAX_T)
+			return die_usage(usage_mount, "--pp x --tp: at most 1024 ranks in all");
+		if (tp_ranks_parse(ranks, (uint32_t)nr, serve, &fo.nserve, &re) < 0)
 			return die_usage(usage_mount, re.msg);
 		fo.serve = serve;
 	}

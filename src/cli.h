@@ -22,10 +22,14 @@ int die_usage(const char *u, const char *msg);
 int parse_u32(const char *s, uint32_t *out);
 
 /* Parses an option that mount and plan share (--tp, --plan, --strict, --unmatched, --pad-vocab, --ep,
- * --view) into mo.
+ * --view, --pp, --pp-layers) into mo.
  * Returns 1 when c was one of them, 0 when it was not, or 2 (the exit status) after a usage
  * error. *have_t records --tp. */
 int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, const char *usage);
+
+/* Checks what the shared options say together once all are parsed (--pp-layers against --pp,
+ * --pp without a view). Returns 0, or 2 after a usage error. */
+int model_options_check(const tp_model_opts *mo, const char *usage);
 
 /* tpfs plan (cli_plan.c): argv after the command name; returns the exit status. */
 int cmd_plan(int argc, char **argv);

@@ -46,7 +46,17 @@ const char *const usage_mount =
 	"                      (docs/PLANS.md); 'tpfs plan SRC --tp N --view vllm' shows every key\n"
 	"  --ranks LIST        serve only these rank folders of the N-way split, e.g. 8-15 or 0,3 (one\n"
 	"                      node of a multi-node job; the source is read only for these ranks);\n"
-	"                      the folders keep their global numbers (8-15 gives rank8 .. rank15)\n"
+	"                      the folders keep their global numbers (8-15 gives rank8 .. rank15).\n"
+	"                      Under --view with --pp, ranks are vLLM's: stage x N + TP rank\n"
+	"  --pp P              pipeline stages, under --view vllm only: P x N ranks, stage s's TP rank\n"
+	"                      t served as model-pp-{s}-tp-{t}-part-{p}.safetensors holding exactly\n"
+	"                      the tensors of its layers (the first stage also the embedding, the last\n"
+	"                      the final norm and lm_head), for 'vllm serve MNT --load-format\n"
+	"                      sharded_state -tp N -pp P'. Layers are divided as vLLM divides them\n"
+	"                      (the remainder to the stages before the last); a family whose stages\n"
+	"                      are not proven is refused by name\n"
+	"  --pp-layers LIST    layers per stage, e.g. 2,3,2: what VLLM_PP_LAYER_PARTITION says to vLLM\n"
+	"                      (give both the same list)\n"
 	"  --plan NAME|FILE    a built-in plan by name, or a plan file (default: detect from config.json;\n"
 	"                      'tpfs plan --list' lists the built-in plans). A model_type no built-in\n"
 	"                      plan knows is refused; --plan generic opts in to a guess by tensor name\n"
@@ -101,8 +111,8 @@ const char *const usage_mount =
 
 const char *const usage_plan =
 	"usage: tpfs plan SRC --tp N [--rank R] [--json] [--plan NAME|FILE] [--strict] [--unmatched refuse|replicate]\n"
-	"                 [--pad-vocab[=M]] [--ep] [--view hf|vllm|FILE]\n"
-	"       tpfs plan SRC --tp N --io [--ranks LIST]\n"
+	"                 [--pad-vocab[=M]] [--ep] [--view hf|vllm|FILE] [--pp P [--pp-layers LIST]]\n"
+	"       tpfs plan SRC --tp N [--view vllm --pp P] --io [--ranks LIST]\n"
 	"       tpfs plan --list\n"
 	"\n"
 	"Prints, for rank R (default 0), every tensor: the rule that matched, how it is split, its\n"
@@ -110,7 +120,8 @@ const char *const usage_plan =
 	"and the tensors no rule matched (refused, each named with its shape, unless --unmatched\n"
 	"replicate serves them whole). Nothing is mounted. With --view vllm: each part file of rank R\n"
 	"as the engine reads it, every served tensor with its local shape and the source tensors it is\n"
-	"made of (concatenated, stacked, or a constant).\n"
+	"made of (concatenated, stacked, or a constant); with --pp, each stage's layers, and R is a\n"
+	"rank of all P x N (stage x N + TP rank).\n"
 	"--ep (expert parallelism, as for mount) also prints which routed experts each rank holds.\n"
 	"--plan is as for mount: a model_type no built-in plan knows is refused; --plan generic opts\n"
 	"in to a guess by tensor name that refuses what a name cannot tell.\n"
@@ -158,6 +169,20 @@ int parse_u32(const char *s, uint32_t *out)
 	return 0;
 }
 
+static uint32_t pp_given; /* --pp-layers: how many stages it gave */
+
+int model_options_check(const tp_model_opts *mo, const char *usage)
+{
+	if (mo->pp > 1 && !mo->view)
+		return die_usage(usage, "--pp: pipeline stages are served under an engine view only (--view vllm: vLLM's "
+			"model-pp-{s}-tp-{t} files); rank folders are per TP rank");
+	if (mo->pp_layers && pp_given != (mo->pp ? mo->pp : 1))
+		return die_usage(usage, "--pp-layers: give one layer count per stage (--pp of them)");
+	if (mo->pp > 1 && mo->ep)
+		return die_usage(usage, "--pp with --ep: not served together");
+	return 0;
+}
+
 int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, const char *usage)
 {
 	uint32_t v;
@@ -184,6 +209,24 @@ int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, const c
 	case 'W': /* --view hf (the rank folders), an engine, or a view file */
 		mo->view = !strcmp(arg, "hf") ? NULL : arg;
 		return 1;
+	case 'Q':
+		if (parse_u32(arg, &mo->pp) < 0 || mo->pp < 1 || mo->pp > TP_PP_MAX)
+			return die_usage(usage, "--pp: give a number of pipeline stages between 1 and 64");
+		return 1;
+	case 'G': { /* --pp-layers 2,3,2: layers per stage (vLLM's VLLM_PP_LAYER_PARTITION) */
+		static uint32_t given[TP_PP_MAX];
+		char buf[1024], *save = NULL, *tok;
+		pp_given = 0;
+		snprintf(buf, sizeof buf, "%s", arg);
+		for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			if (pp_given == TP_PP_MAX || parse_u32(tok, &given[pp_given]) < 0 || given[pp_given] < 1)
+				return die_usage(usage, "--pp-layers: give the layers of each stage, e.g. 2,3,2 (as "
+					"VLLM_PP_LAYER_PARTITION), each at least 1");
+			pp_given++;
+		}
+		mo->pp_layers = given;
+		return 1;
+	}
 	case 'V':
 		mo->pad_vocab = 64;
 		if (arg && (parse_u32(arg, &v) < 0 || v < 1))

@@ -204,16 +204,25 @@ static int io_need(const tp_model *m, const uint8_t *sel, uint64_t page, tp_io_n
 	if (m->view) {
 		size_t np = m->vplan.nparts;
 		tp_io_need *per = calloc(m->nn ? m->nn : 1, sizeof *per);
-		if (!per)
+		const uint32_t **node = calloc((size_t)m->W * (np ? np : 1), sizeof *node);
+		if (!per || !node) {
+			free(per);
+			free(node);
 			return tp_fail(e, TP_ENOMEM, "out of memory");
-		if (tp_io_need_served(m->vs, m->T, np, sel, (const uint32_t *const *)m->vnode, m->nn, page, per, e) < 0) {
+		}
+		for (uint32_t g = 0; g < m->W; g++) /* each part file's table of sources (empty slots: none read) */
+			for (size_t k = 0; k < np; k++)
+				node[(size_t)g * np + k] = m->vnode[tp_model_view_slot(m, g, k) ? m->vslot_part[(g / m->T) * np + k] : 0];
+		int rc = tp_io_need_served(m->vs, m->W, np, sel, node, m->nn, page, per, e);
+		free(node);
+		if (rc < 0) {
 			free(per);
 			return -1;
 		}
 		for (uint32_t i = 0; i < m->nn; i++)
 			sum->bytes += per[i].bytes, sum->pages += per[i].pages;
 		free(per);
-		for (uint32_t r = 0; r < m->T; r++)
+		for (uint32_t r = 0; r < m->W; r++)
 			for (size_t p = 0; sel[r] && p < np; p++)
 				*files += m->vs[(size_t)r * np + p].size;
 		return 0;
@@ -245,13 +254,18 @@ static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const 
 	printf("source: %s\nplan:   %s\n", m->src, m->plan_origin);
 	if (m->view)
 		printf("view:   %s (the part files each rank's loader reads)\n", m->view->origin);
-	printf("ranks:  %u\npage:   %llu bytes\n\n", m->T, (unsigned long long)page);
+	uint32_t R = m->view ? m->W : m->T; /* view ranks: P x T with stages */
+	if (m->P > 1)
+		printf("ranks:  %u (%u stages x %u; rank = stage x %u + TP rank)\npage:   %llu bytes\n\n", R, m->P, m->T, m->T,
+		       (unsigned long long)page);
+	else
+		printf("ranks:  %u\npage:   %llu bytes\n\n", R, (unsigned long long)page);
 	printf("%-8s %16s %16s %16s %10s\n", "rank", m->view ? "part_files" : "rank_files", "source_runs", "page_touch_min",
 	       "x_files");
 	tp_io_need set = {0, 0};
 	uint64_t set_files = 0;
-	for (uint32_t r = 0; r <= m->T; r++) {
-		int total = r == m->T;
+	for (uint32_t r = 0; r <= R; r++) {
+		int total = r == R;
 		if (!total && !sel[r])
 			continue;
 		if (!total)
@@ -271,7 +285,7 @@ static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const 
 		       files ? (double)(sum.pages * page) / (double)files : 0.0);
 	}
 	printf("\nserved set: %s (%u of %u ranks): %s %s, page-touch minimum %s of a %s source (%.2fx)\n",
-	       ranks ? ranks : "all", nsel, m->T, m->view ? "part files" : "rank files", human(set_files, a, sizeof a),
+	       ranks ? ranks : "all", nsel, R, m->view ? "part files" : "rank files", human(set_files, a, sizeof a),
 	       human(set.pages * page, b, sizeof b),
 	       human(src, c, sizeof c), src ? (double)(set.pages * page) / (double)src : 0.0);
 	return 0;
@@ -281,20 +295,31 @@ static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const 
  * made of (concatenated, stacked, or a constant). */
 static void print_view(const tp_model *m, uint32_t rank)
 {
-	printf("source: %s\nplan:   %s\nview:   %s (%s)\nranks:  %u (showing rank %u)\n\n", m->src, m->plan_origin,
-	       m->view->origin, m->view->proven ? m->view->proven : "not proven", m->T, rank);
+	printf("source: %s\nplan:   %s\nview:   %s (%s)\n", m->src, m->plan_origin, m->view->origin,
+	       m->view->proven ? m->view->proven : "not proven");
+	if (m->P > 1) {
+		printf("ranks:  %u: %u pipeline stages x %u (showing rank %u: stage %u, TP rank %u)\nstages:", m->W, m->P, m->T,
+		       rank, rank / m->T, rank % m->T);
+		for (uint32_t s = 0; s < m->P; s++)
+			printf("%s %u: layers [%llu, %llu)%s%s", s ? "," : "", s, (unsigned long long)m->pp_start[s],
+			       (unsigned long long)m->pp_start[s + 1], s == 0 ? " + first" : "", s == m->P - 1 ? " + last" : "");
+		printf("\n\n");
+	} else {
+		printf("ranks:  %u (showing rank %u)\n\n", m->T, rank);
+	}
 	printf("%-60s %-6s %-22s %12s  %s\n", "served tensor", "dtype", "local shape", "local bytes", "made of");
-	size_t np = m->vplan.nparts;
+	size_t np = m->vplan.nparts, nf = 0;
 	uint64_t total = 0;
-	for (size_t p = 0; p < np; p++) {
+	for (size_t k = 0; tp_model_view_slot(m, rank, k); k++, nf++) {
+		size_t p = m->vslot_part[(size_t)(rank / m->T) * np + k];
 		const tp_vpart *pt = &m->vplan.parts[p];
-		const tp_served *S = &m->vs[(size_t)rank * np + p];
+		const tp_served *S = &m->vs[(size_t)rank * np + k];
 		char fname[96], a[32];
-		tp_model_view_name(rank, p, fname, sizeof fname);
+		tp_model_view_name(m, rank, k, fname, sizeof fname);
 		printf("-- %s (%s, from %s)\n", fname, human(S->size, a, sizeof a), m->n[m->vsrc_node[pt->file]].path);
 		total += S->size;
-		for (size_t k = 0; k < S->n; k++) {
-			const tp_stensor *t = &S->t[k];
+		for (size_t j0 = 0; j0 < S->n; j0++) {
+			const tp_stensor *t = &S->t[j0];
 			const tp_sdesc *d = NULL;
 			for (size_t j = 0; j < pt->n && !d; j++) /* a listing, not a hot path */
 				if (pt->d[j].name == t->name || !strcmp(pt->d[j].name, t->name))
@@ -316,7 +341,7 @@ static void print_view(const tp_model *m, uint32_t rank)
 		}
 	}
 	char a[32];
-	printf("\nrank %u: %zu part files, %s\n", rank, np, human(total, a, sizeof a));
+	printf("\nrank %u: %zu part files, %s\n", rank, nf, human(total, a, sizeof a));
 }
 
 int cmd_plan(int argc, char **argv)
@@ -327,7 +352,8 @@ int cmd_plan(int argc, char **argv)
 		{"unmatched", required_argument, 0, 'U'},
 		{"pad-vocab", optional_argument, 0, 'V'}, {"list", no_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
 		{"io", no_argument, 0, 'i'}, {"ranks", required_argument, 0, 'K'}, {"ep", no_argument, 0, 'E'},
-		{"view", required_argument, 0, 'W'}, {0, 0, 0, 0}};
+		{"view", required_argument, 0, 'W'}, {"pp", required_argument, 0, 'Q'},
+		{"pp-layers", required_argument, 0, 'G'}, {0, 0, 0, 0}};
 	const char *ranks = NULL;
 	int io = 0;
 	plan_ctx pc = {0};
@@ -376,16 +402,19 @@ int cmd_plan(int argc, char **argv)
 		return die_usage(usage_plan, "give SRC");
 	if (!have_t)
 		return die_usage(usage_plan, "--tp N is required");
-	if (rank >= mo.T)
-		return die_usage(usage_plan, "--rank must be below --tp");
+	if (model_options_check(&mo, usage_plan))
+		return 2;
+	uint32_t nranks = mo.T * (mo.pp > 1 && mo.view ? mo.pp : 1); /* view ranks: stage x T + TP rank */
+	if (rank >= nranks)
+		return die_usage(usage_plan, mo.pp > 1 ? "--rank must be below --tp x --pp" : "--rank must be below --tp");
 	uint8_t sel[TP_MAX_T];
-	uint32_t nsel = mo.T;
+	uint32_t nsel = nranks > TP_MAX_T ? TP_MAX_T : nranks;
 	memset(sel, 1, sizeof sel);
 	if (ranks) {
 		tp_err re;
 		if (!io)
 			return die_usage(usage_plan, "--ranks goes with --io");
-		if (tp_ranks_parse(ranks, mo.T, sel, &nsel, &re) < 0)
+		if (tp_ranks_parse(ranks, nsel, sel, &nsel, &re) < 0)
 			return die_usage(usage_plan, re.msg);
 	}
 	mo.src = argv[optind];

@@ -169,6 +169,12 @@ char *stats_text(tp_fs *fs, size_t *len);
 void fh_free(fhandle *h);
 /* MADV_RANDOM on every source mapping (exact source reads), or nothing (--source-io readahead). */
 void advise_sources(const tp_fs *fs);
+/* --view: the vplan part view rank g's part file k is cut from. */
+static inline size_t vpart_of(const tp_fs *fs, uint32_t g, size_t k)
+{
+	return fs->m->vslot_part[(size_t)(g / fs->m->T) * fs->vnp + k];
+}
+
 /* Whether rank r's folder is served (--ranks). */
 int served(const tp_fs *fs, uint32_t r);
 /* This thread's scratch with a buffer of at least need bytes, or NULL (out of memory). */

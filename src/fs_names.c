@@ -81,21 +81,28 @@ int vdecode(const tp_fs *fs, fuse_ino_t ino, uint32_t *r, size_t *p)
 		return -1;
 	*r = (uint32_t)((ino - fs->vpart_ino) / fs->vnp);
 	*p = (size_t)((ino - fs->vpart_ino) % fs->vnp);
-	return served(fs, *r) ? 0 : -1;
+	return served(fs, *r) && tp_model_view_slot(fs->m, *r, *p) ? 0 : -1;
 }
 
-/* The view's part file called name ("model-rank-R-part-P.safetensors"), or 0. */
+/* The view's part file called name ("model-rank-R-part-K.safetensors", or with stages
+ * "model-pp-S-tp-R-part-K.safetensors"), or 0. */
 static fuse_ino_t vlookup(const tp_fs *fs, const char *name)
 {
-	unsigned r;
+	unsigned r, s = 0;
 	size_t p;
 	int len = 0;
-	if (sscanf(name, "model-rank-%u-part-%zu.safetensors%n", &r, &p, &len) != 2 || name[len] || r >= fs->T ||
-	    p >= fs->vnp || !served(fs, r))
+	const tp_model *m = fs->m;
+	if (m->P > 1 ? sscanf(name, "model-pp-%u-tp-%u-part-%zu.safetensors%n", &s, &r, &p, &len) != 3
+		     : sscanf(name, "model-rank-%u-part-%zu.safetensors%n", &r, &p, &len) != 2)
+		return 0;
+	if (name[len] || r >= m->T || s >= m->P)
+		return 0;
+	uint32_t g = s * m->T + r;
+	if (!tp_model_view_slot(m, g, p) || !served(fs, g))
 		return 0;
 	char canon[96];
-	tp_model_view_name(r, p, canon, sizeof canon);
-	return strcmp(canon, name) ? 0 : fs->vpart_ino + (fuse_ino_t)r * fs->vnp + p;
+	tp_model_view_name(m, g, p, canon, sizeof canon);
+	return strcmp(canon, name) ? 0 : fs->vpart_ino + (fuse_ino_t)g * fs->vnp + p;
 }
 
 static size_t stats_size(const tp_fs *fs);
@@ -133,7 +140,7 @@ static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 	} else if (fs->vnp && ino >= fs->vpart_ino) {
 		size_t p;
 		if (vdecode(fs, ino, &r, &p) == 0) { /* a part file: its own source file's owner and mode */
-			uint32_t own = fs->m->vsrc_node[fs->m->vplan.parts[p].file];
+			uint32_t own = fs->m->vsrc_node[fs->m->vplan.parts[vpart_of(fs, r, p)].file];
 			st->st_mode = S_IFREG | (atomic_load(&fs->ns[own].mode) & 0555);
 			st->st_uid = atomic_load(&fs->ns[own].uid);
 			st->st_gid = atomic_load(&fs->ns[own].gid);
@@ -290,10 +297,13 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 				for (uint32_t seen = 0; rk < fs->T; rk++)
 					if (served(fs, rk) && seen++ == want)
 						break;
-				tp_model_view_name(rk, p, name, sizeof name);
-				nm = name;
-				child = fs->vpart_ino + (fuse_ino_t)rk * fs->vnp + p;
+				uint32_t g = rk;
 				rk = 0;
+				if (!tp_model_view_slot(fs->m, g, p))
+					continue; /* a stage with fewer parts */
+				tp_model_view_name(fs->m, g, p, name, sizeof name);
+				nm = name;
+				child = fs->vpart_ino + (fuse_ino_t)g * fs->vnp + p;
 			} else {
 				nm = q == nc + np ? STATS_NAME : "config.json";
 				child = q == nc + np ? fs->stats_ino : fs->cfg_ino;
@@ -345,6 +355,8 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 		}
 	for (r = 0; r < fs->T && fs->vnp; r++) /* a view's part files, for the ranks served */
 		for (size_t p = 0; p < fs->vnp && served(fs, r); p++) {
+			if (!tp_model_view_slot(fs->m, r, p))
+				continue;
 			total += fs->m->vs[(size_t)r * fs->vnp + p].size;
 			files++;
 		}
@@ -472,9 +484,11 @@ char *stats_text(tp_fs *fs, size_t *len)
 	if (!b)
 		return NULL;
 	size_t w = (size_t)snprintf(b, cap,
-				    "tpfs %s\nsource: %s\ntp: %u\nplan: %s\nreadahead: %s\ngather: %s\n"
+				    "tpfs %s\nsource: %s\ntp: %u\n%s%.0u%splan: %s\nreadahead: %s\ngather: %s\n"
 				    "%-6s %16s %16s %10s %10s %10s\n",
-				    TPFS_VERSION, fs->m->src, fs->T, fs->m->plan_origin, fs->ra_note, fs->gather_note, "rank",
+				    TPFS_VERSION, fs->m->src, fs->m->T, fs->m->P > 1 ? "pp: " : "", fs->m->P > 1 ? fs->m->P : 0,
+				    fs->m->P > 1 ? " (rank = stage x tp + TP rank)\n" : "", fs->m->plan_origin, fs->ra_note,
+				    fs->gather_note, "rank",
 				    "bytes_served", "source_bytes", "reads", "copied", "gpu");
 	for (uint32_t r = 0; r < fs->T && w < cap; r++)
 		if (served(fs, r))

@@ -266,6 +266,7 @@ typedef struct rfile {
 	_Atomic uint64_t *win;   /* its prefetch window */
 	const char *path;        /* a rank folder's file: the source's path; a part file: NULL */
 	size_t part;             /* a part file: its number */
+	const tp_model *m;       /* a part file: the model (its name) */
 	tp_src one;              /* a layout's table */
 	uint32_t one_node;
 } rfile;
@@ -281,21 +282,24 @@ static void rfile_tensors(tp_fs *fs, uint32_t r, uint32_t i, rfile *rf)
 	rf->node = &rf->one_node;
 }
 
-/* Rank r's part p of the view. */
+/* View rank r's part file p (slot p: vplan part vpart_of(r, p)). */
 static void rfile_part(tp_fs *fs, uint32_t r, size_t p, rfile *rf)
 {
-	size_t k = (size_t)r * fs->vnp + p;
-	*rf = (rfile){.f = tp_file_of_served(&fs->m->vs[k]), .rank = r, .nsrc = fs->m->vplan.parts[p].nsrc,
-		      .tab = fs->vtab[p], .node = fs->m->vnode[p], .loc = &fs->vloc[k], .win = &fs->vwin[k], .part = p};
+	size_t k = (size_t)r * fs->vnp + p, vp = vpart_of(fs, r, p);
+	*rf = (rfile){.f = tp_file_of_served(&fs->m->vs[k]), .rank = r, .nsrc = fs->m->vplan.parts[vp].nsrc,
+		      .tab = fs->vtab[vp], .node = fs->m->vnode[vp], .loc = &fs->vloc[k], .win = &fs->vwin[k], .part = p, .m = fs->m};
 }
 
-/* How messages name the file: "PATH (rank R)" or "model-rank-R-part-P (view)". */
+/* How messages name the file: "PATH (rank R)" or "model-rank-R-part-P.safetensors (view)". */
 static const char *rf_name(const rfile *rf, char *buf, size_t cap)
 {
 	if (rf->path)
 		snprintf(buf, cap, "%s (rank %u)", rf->path, rf->rank);
-	else
-		snprintf(buf, cap, "model-rank-%u-part-%zu (view)", rf->rank, rf->part);
+	else {
+		char nm[96];
+		tp_model_view_name(rf->m, rf->rank, rf->part, nm, sizeof nm);
+		snprintf(buf, cap, "%s (view)", nm);
+	}
 	return buf;
 }
 

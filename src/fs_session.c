@@ -176,8 +176,8 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	pthread_mutex_init(&fs.fh_lock, NULL);
 	fs.o = o;
 	fs.nn = m->nn;
-	fs.T = m->T;
-	fs.stats_ino = 2 + (fuse_ino_t)m->T * m->nn;
+	fs.T = m->view ? m->W : m->T; /* view ranks: P x T with stages */
+	fs.stats_ino = 2 + (fuse_ino_t)fs.T * m->nn;
 	fs.cfg_ino = m->config_text ? fs.stats_ino + 1 : 0;
 	fs.ifd = fs.stop[0] = fs.stop[1] = fs.inval[0] = fs.inval[1] = -1;
 	clock_gettime(CLOCK_REALTIME, &fs.started);
@@ -195,9 +195,9 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	if (m->view) { /* the part files: their inodes after config.json's, each part's table of sources */
 		fs.vnp = m->vplan.nparts;
 		fs.vpart_ino = fs.stats_ino + 2;
-		fs.vloc = calloc((size_t)m->T * fs.vnp + 1, sizeof *fs.vloc);
+		fs.vloc = calloc((size_t)fs.T * fs.vnp + 1, sizeof *fs.vloc);
 		fs.vtab = calloc(fs.vnp + 1, sizeof *fs.vtab);
-		fs.vwin = calloc((size_t)m->T * fs.vnp + 1, sizeof *fs.vwin);
+		fs.vwin = calloc((size_t)fs.T * fs.vnp + 1, sizeof *fs.vwin);
 		for (size_t p = 0; fs.vtab && p < fs.vnp; p++) {
 			const tp_vpart *pt = &m->vplan.parts[p];
 			if (!(fs.vtab[p] = calloc(pt->nsrc + 1, sizeof *fs.vtab[p])))
@@ -212,7 +212,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 			goto out_ra;
 		}
 	}
-	fs.hdr = calloc((size_t)m->nn * m->T, sizeof *fs.hdr);
+	fs.hdr = calloc((size_t)m->nn * fs.T, sizeof *fs.hdr);
 	if (!fs.hdr) {
 		tp_fail(e, TP_ENOMEM, "out of memory");
 		goto out_ra;
@@ -230,12 +230,12 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		if (m->n[i].kind == TN_TENSORS && m->n[i].map && o->source_io == 0) /* no marks: checked each time */
 			fs.ns[i].resid = calloc((m->n[i].src_size + RC_CHUNK - 1) / RC_CHUNK + 1, sizeof *fs.ns[i].resid);
 	}
-	fs.rs = calloc(m->T, sizeof *fs.rs);
+	fs.rs = calloc(fs.T, sizeof *fs.rs);
 	if (!fs.rs) {
 		tp_fail(e, TP_ENOMEM, "out of memory");
 		goto out_ns;
 	}
-	fs.win = calloc((size_t)m->nn * m->T, sizeof *fs.win);
+	fs.win = calloc((size_t)m->nn * fs.T, sizeof *fs.win);
 	if (!fs.win) {
 		tp_fail(e, TP_ENOMEM, "out of memory");
 		goto out_rs;
@@ -393,11 +393,11 @@ out_ns:
 		free((void *)fs.ns[i].resid);
 	free(fs.ns);
 out_hdr:
-	for (size_t k = 0; k < (size_t)m->nn * m->T; k++)
+	for (size_t k = 0; k < (size_t)m->nn * fs.T; k++)
 		free(atomic_load(&fs.hdr[k]));
 	free(fs.hdr);
 out_ra:
-	for (size_t k = 0; fs.vloc && k < (size_t)m->T * fs.vnp; k++)
+	for (size_t k = 0; fs.vloc && k < (size_t)fs.T * fs.vnp; k++)
 		free(atomic_load(&fs.vloc[k]));
 	free((void *)fs.vloc);
 	for (size_t p = 0; fs.vtab && p < fs.vnp; p++)

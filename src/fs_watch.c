@@ -152,13 +152,15 @@ void after_reply(tp_fs *fs, uint32_t i)
 /* --view: the part files of every rank that read node i (pages, or with off -1 attributes). */
 static void inval_parts(tp_fs *fs, uint32_t i, off_t off)
 {
-	for (size_t p = 0; p < fs->vnp && atomic_load(&fs->ready); p++) {
-		int reads = 0;
-		for (uint32_t k = 0; k < fs->m->vplan.parts[p].nsrc && !reads; k++)
-			reads = fs->m->vnode[p][k] == i;
-		for (uint32_t r = 0; reads && r < fs->T; r++)
-			fuse_lowlevel_notify_inval_inode(fs->se, fs->vpart_ino + (fuse_ino_t)r * fs->vnp + p, off, 0);
-	}
+	for (uint32_t r = 0; r < fs->T && atomic_load(&fs->ready); r++)
+		for (size_t p = 0; p < fs->vnp && tp_model_view_slot(fs->m, r, p); p++) {
+			size_t vp = vpart_of(fs, r, p);
+			int reads = 0;
+			for (uint32_t k = 0; k < fs->m->vplan.parts[vp].nsrc && !reads; k++)
+				reads = fs->m->vnode[vp][k] == i;
+			if (reads)
+				fuse_lowlevel_notify_inval_inode(fs->se, fs->vpart_ino + (fuse_ino_t)r * fs->vnp + p, off, 0);
+		}
 }
 
 /* Every file served from node i: its rank copies, the view's part files that read it, and

@@ -203,7 +203,7 @@ int tp_io_need_served(const tp_served *vs, uint32_t T, size_t np, const uint8_t 
 			const tp_served *S = &vs[(size_t)r * np + p];
 			for (size_t k = 0; k < S->nparts; k++)
 				if (S->parts[k].src != TP_PART_CONST)
-					cnt[node[p][S->parts[k].src] + 1]++, total++;
+					cnt[node[(size_t)r * np + p][S->parts[k].src] + 1]++, total++;
 		}
 	for (uint32_t g = 0; g < nnodes; g++) /* cnt[g]: where source g's cuts start */
 		cnt[g + 1] += cnt[g];
@@ -222,7 +222,7 @@ int tp_io_need_served(const tp_served *vs, uint32_t T, size_t np, const uint8_t 
 			for (size_t k = 0; k < S->nparts; k++) {
 				const tp_part *t = &S->parts[k];
 				if (t->src != TP_PART_CONST)
-					cs[fill[node[p][t->src]]++] = (cut){t->base, t->outer, t->stride, S->pieces + t->pi, t->np};
+					cs[fill[node[(size_t)r * np + p][t->src]]++] = (cut){t->base, t->outer, t->stride, S->pieces + t->pi, t->np};
 			}
 		}
 	tp_piece *pc = NULL;

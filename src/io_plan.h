@@ -41,7 +41,7 @@ int tp_io_need_of(const tp_layout *lay, uint32_t T, const uint8_t *sel, uint64_t
 		  tp_err *e);
 
 /* The same for a view's part files: vs[r * np + p] is rank r's part p, whose table of sources
- * is node[p][0 .. its nsrc) (each a source number below nnodes; the same for every rank). For each
+ * is node[r * np + p][0 .. its nsrc) (each a source number below nnodes). For each
  * source g, out[g] (nnodes entries) receives the union over the ranks r < T with sel[r] (sel
  * NULL: all) of every part's cuts of it: a source tensor two parts or two ranks read counts once.
  * Constants read nothing; a widened part counts the source bytes it widens. Returns 0, or -1 (out

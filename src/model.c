@@ -409,8 +409,13 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 	memset(m, 0, sizeof *m);
 	m->o = o;
 	m->T = o->T;
+	m->P = o->pp > 1 ? o->pp : 1;
+	m->W = m->P * o->T;
 	if (o->T < 1 || o->T > TP_MAX_T)
 		return tp_fail(e, TP_ELIMIT, "--tp %u: T must be between 1 and %d", o->T, TP_MAX_T);
+	if (o->pp > TP_PP_MAX || (uint64_t)o->pp * o->T > TP_MAX_T)
+		return tp_fail(e, TP_ELIMIT, "--pp %u: from 1 to %d stages, and at most %d ranks in all (--pp x --tp)", o->pp,
+			       TP_PP_MAX, TP_MAX_T);
 	m->src = strdup(o->src);
 	if (!m->src) {
 		tp_fail(e, TP_ENOMEM, "out of memory");

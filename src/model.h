@@ -92,6 +92,8 @@ typedef struct tp_model_opts {
 	int config_global;     /* serve config.json unchanged in every rank folder (--config global) */
 	int ep;                /* expert parallelism: routed experts whole, rank r holding [r*E/T, (r+1)*E/T) */
 	const char *view;      /* NULL: the hf view (rank folders); an engine ("vllm"), or a view file */
+	uint32_t pp;           /* --pp: pipeline stages under the view (0 or 1: none) */
+	const uint32_t *pp_layers; /* --pp-layers: layers per stage (pp of them), or NULL: as vLLM divides them */
 	int keep_going;        /* tpfs plan: report every tensor that cannot be cut (log level 2),
 	                        * replicate it in the layouts, count it in nrefused, and go on */
 	tp_log_fn log;
@@ -126,7 +128,15 @@ typedef struct tp_model {
 	tp_vplan vplan;
 	uint32_t *vsrc_node;     /* vplan's source index -> node */
 	uint32_t **vnode;        /* [p]: part p's table of sources as nodes (vsrc_node of its srcs) */
-	tp_served *vs;           /* [r * vplan.nparts + p]: rank r's part p */
+	/* Pipeline stages (--pp): P stages of T ranks; view rank g = s x T + t (stage s, TP rank t), as
+	 * vLLM numbers its workers. Stage s's files are its parts k < vstage_np[s], each vplan part
+	 * vslot_part[s x nparts + k] cut for TP rank t and holding the stage's tensors only. Without
+	 * --pp: P 1, and slot k is part k. */
+	uint32_t P, W;           /* stages; view ranks, P x T */
+	uint64_t pp_start[TP_PP_MAX + 1]; /* stage s holds layers [pp_start[s], pp_start[s + 1]) */
+	uint32_t *vstage_np;     /* [s] */
+	uint32_t *vslot_part;    /* [s x nparts + k] */
+	tp_served *vs;           /* [g x vplan.nparts + k]: view rank g's part file k */
 } tp_model;
 
 /* Hands a message to the model's log callback (o->log), if any: level 0 warn, 1 info, 2 error. */
@@ -150,8 +160,12 @@ uint32_t tp_node_resolve(const tp_model *m, uint32_t dir, const char *rel);
  * holds, [*first, *first + *count). Both 0 without --ep. */
 void tp_model_ep_range(const tp_model *m, int d, uint32_t r, uint64_t *first, uint64_t *count);
 
-/* The name of rank r's part p under the view: "model-rank-{r}-part-{p}.safetensors". */
-void tp_model_view_name(uint32_t r, size_t p, char *out, size_t cap);
+/* The name of view rank g's part file k: "model-rank-{g}-part-{k}.safetensors", or with stages
+ * (P > 1) "model-pp-{s}-tp-{t}-part-{k}.safetensors" (vLLM's sharded_state patterns). */
+void tp_model_view_name(const tp_model *m, uint32_t g, size_t k, char *out, size_t cap);
+
+/* Whether view rank g has a part file k (a stage may have fewer parts than the view). */
+int tp_model_view_slot(const tp_model *m, uint32_t g, size_t k);
 
 /* Per-rank value of a config count the plan lists under per_rank; -1 if missing. */
 int64_t tp_model_rank_count(const tp_model *m, const tp_per_rank *pr, uint32_t r);

@@ -16,9 +16,17 @@
 
 #include "slurp.h"
 
-void tp_model_view_name(uint32_t r, size_t p, char *out, size_t cap)
+void tp_model_view_name(const tp_model *m, uint32_t g, size_t k, char *out, size_t cap)
 {
-	snprintf(out, cap, "model-rank-%u-part-%zu.safetensors", r, p);
+	if (m->P > 1)
+		snprintf(out, cap, "model-pp-%u-tp-%u-part-%zu.safetensors", g / m->T, g % m->T, k);
+	else
+		snprintf(out, cap, "model-rank-%u-part-%zu.safetensors", g, k);
+}
+
+int tp_model_view_slot(const tp_model *m, uint32_t g, size_t k)
+{
+	return m->vstage_np && g < m->W && k < m->vstage_np[g / m->T];
 }
 
 int tp_model_view_choose(tp_model *m, tp_err *e)
@@ -26,7 +34,9 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 	const tp_model_opts *o = m->o;
 	m->pad_vocab = o->pad_vocab;
 	if (!o->view)
-		return 0;
+		return o->pp > 1 ? tp_fail(e, TP_EINVAL, "--pp %u: pipeline stages are served under an engine view only "
+					   "(--view vllm: vLLM's model-pp-{s}-tp-{t} files); rank folders are per TP rank", o->pp)
+				 : 0;
 	if (o->ep)
 		return tp_fail(e, TP_EINVAL, "--view %s with --ep: not proven (vLLM places experts itself); mount without "
 			       "--ep", o->view);
@@ -65,6 +75,22 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 		}
 		m->pad_vocab = m->view->pad_vocab;
 	}
+	if (m->P > 1) { /* stages: the view must place every tensor, for this model type */
+		const tp_view *v = m->view;
+		int listed = 0;
+		for (uint32_t k = 0; k < v->npp_types && model_type; k++)
+			listed |= !strcmp(v->pp_types[k], model_type);
+		if (!v->pp_layers || !listed) {
+			char types[512] = "";
+			for (uint32_t k = 0, w = 0; k < v->npp_types && w < sizeof types; k++)
+				w += (uint32_t)snprintf(types + w, sizeof types - w, "%s%s", k ? ", " : "", v->pp_types[k]);
+			tp_fail(e, TP_EINVAL, "--pp %u: %s has %s: pipeline stages are proven for %s, not for model_type '%s'; "
+				"mount without --pp", m->P, v->origin, v->pp_layers ? "stages" : "no pipeline stages",
+				v->pp_layers ? types : "no model type under it", model_type ? model_type : "(none)");
+			tp_model_view_free(m);
+			return -1;
+		}
+	}
 	tp_model_log(m, 1, "view: %s (%s)", m->view->origin, m->view->proven ? m->view->proven : "not proven");
 	return 0;
 }
@@ -102,6 +128,8 @@ static int read_by_loader(const tp_model *m, const cJSON *root_index, uint32_t f
 	return 0;
 }
 
+static int build_stages(tp_model *m, tp_expr_ctx *c, tp_err *e);
+
 int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 {
 	if (!m->view)
@@ -123,6 +151,7 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 	tp_expr_ctx c = m->cfg; /* the one lookup order: the plan's prefixes, the top, the view's defaults */
 	c.defaults = m->view->defaults;
 	tp_expr_bind(&c, "T", m->T);
+	tp_expr_bind(&c, "P", m->P);
 	int rc = 0;
 	for (size_t k = 0; rc == 0 && k < m->view->ne; k++) { /* "when": the entries this config.json leaves out */
 		tp_ventry *x = &m->view->e[k];
@@ -169,9 +198,11 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 	if (rc < 0)
 		return -1;
 	size_t np = m->vplan.nparts;
-	m->vs = calloc((size_t)m->T * (np ? np : 1), sizeof *m->vs);
+	m->vs = calloc((size_t)m->W * (np ? np : 1), sizeof *m->vs);
 	m->vnode = calloc(np ? np : 1, sizeof *m->vnode);
-	if (!m->vs || !m->vnode)
+	m->vstage_np = calloc(m->P, sizeof *m->vstage_np);
+	m->vslot_part = calloc((size_t)m->P * (np ? np : 1), sizeof *m->vslot_part);
+	if (!m->vs || !m->vnode || !m->vstage_np || !m->vslot_part)
 		return tp_fail(e, TP_ENOMEM, "out of memory");
 	for (size_t p = 0; p < np; p++) {
 		const tp_vpart *pt = &m->vplan.parts[p];
@@ -180,24 +211,115 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 		for (uint32_t k = 0; k < pt->nsrc; k++)
 			m->vnode[p][k] = m->vsrc_node[pt->srcs[k]];
 	}
-	for (uint32_t r = 0; r < m->T; r++) {
-		for (size_t p = 0; p < np; p++) {
-			const tp_vpart *pt = &m->vplan.parts[p];
-			const st_header *hs[64], **h = pt->nsrc <= 64 ? hs : malloc(pt->nsrc * sizeof *h);
-			if (!h)
-				return tp_fail(e, TP_ENOMEM, "out of memory");
-			for (uint32_t k = 0; k < pt->nsrc; k++)
-				h[k] = &m->n[m->vnode[p][k]].h;
-			const tp_node *own = &m->n[m->vsrc_node[pt->file]];
-			char fname[96];
-			tp_model_view_name(r, p, fname, sizeof fname);
-			rc = tp_served_build(h, pt->nsrc, pt->d, pt->n, own->h.meta, own->h.nmeta, m->rf.rank_meta + 3 * (size_t)r,
-					     3, m->T, r, fname, &m->vs[r * np + p], e);
-			if (h != hs)
-				free(h);
-			if (rc < 0)
-				return -1;
+	return build_stages(m, &c, e);
+}
+
+#define STAGE_EVERY 0xff /* build_stages: a tensor on every stage */
+
+/* Whether served tensor d (of part pt), which the view's "pp" places on stage st, is made of
+ * source tensors the same rules place on that stage (or do not place): a tensor served on one
+ * stage from another's, such as lm_head.weight from model.embed_tokens.weight (tied
+ * embeddings, which vLLM's Llama holds on both the first and the last stage), is refused rather
+ * than served where the engine may hold it otherwise. Returns 0, or -1 with e set. */
+static int same_stage(const tp_model *m, const tp_vpart *pt, const tp_sdesc *d, int st, tp_err *e)
+{
+	size_t p = (size_t)(pt - m->vplan.parts);
+	for (uint32_t j = 0; j < d->npieces * (d->nstack ? d->nstack : 1); j++) {
+		const tp_pdesc *pd = &d->pieces[j];
+		const char *src = m->n[m->vnode[p][pd->file]].h.t[pd->tensor].name;
+		tp_err pe;
+		tp_err_clear(&pe);
+		int ps = tp_view_stage(m->view, src, m->P, m->pp_start, &pe);
+		if (ps >= 0 && ps != st) {
+			char a[24], b[24];
+			snprintf(a, sizeof a, st == TP_PP_EVERY ? "every stage" : "stage %d", st);
+			snprintf(b, sizeof b, ps == TP_PP_EVERY ? "every stage" : "stage %d", ps);
+			return tp_fail(e, TP_EPLAN, "%s: --pp %u: tensor '%s' is served on %s but made of '%s', which the "
+				       "view's \"pp\" places on %s (tied embeddings?): where the engine holds it is not "
+				       "proven, so it is refused rather than guessed; mount without --pp",
+				       m->view->origin, m->P, d->name, a, src, b);
 		}
+	}
+	return 0;
+}
+
+/* Every view rank's part files: without stages, rank g's part k is vplan part k cut for g; with
+ * stages (P > 1), the layers of each stage (tp_pp_partition over config.json's count) and the
+ * stage of every served tensor (tp_view_stage) decide which tensors each stage's files hold, the
+ * parts left empty for a stage being left out and the rest numbered from 0. c: config.json's
+ * lookup. Returns 0, or -1 with e set. */
+static int build_stages(tp_model *m, tp_expr_ctx *c, tp_err *e)
+{
+	size_t np = m->vplan.nparts, maxn = 1;
+	for (size_t p = 0; p < np; p++)
+		maxn = m->vplan.parts[p].n > maxn ? m->vplan.parts[p].n : maxn;
+	uint8_t *stage = NULL;
+	if (m->P > 1) {
+		const cJSON *x = tp_config_get(c, m->view->pp_count);
+		if (!cJSON_IsNumber(x) || x->valuedouble < 1 || x->valuedouble >= 1e15 ||
+		    x->valuedouble != (double)(uint64_t)x->valuedouble)
+			return tp_fail(e, TP_EINVAL, "--pp %u: config.json has no layer count '%s' (%s divides the layers by it)",
+				       m->P, m->view->pp_count, m->view->origin);
+		if (tp_pp_partition((uint64_t)x->valuedouble, m->P, m->o->pp_layers, m->pp_start, e) < 0)
+			return -1;
+		if (!(stage = malloc(maxn)))
+			return tp_fail(e, TP_ENOMEM, "out of memory");
+	}
+	tp_sdesc *d = m->P > 1 ? malloc(maxn * sizeof *d) : NULL;
+	if (m->P > 1 && !d) {
+		free(stage);
+		return tp_fail(e, TP_ENOMEM, "out of memory");
+	}
+	int rc = 0;
+	for (size_t p = 0; rc == 0 && p < np; p++) {
+		const tp_vpart *pt = &m->vplan.parts[p];
+		for (size_t k = 0; rc == 0 && m->P > 1 && k < pt->n; k++) {
+			int st = tp_view_stage(m->view, pt->d[k].name, m->P, m->pp_start, e);
+			rc = st < 0 ? -1 : same_stage(m, pt, &pt->d[k], st, e);
+			stage[k] = (uint8_t)(st == TP_PP_EVERY ? STAGE_EVERY : st < 0 ? 0 : st);
+		}
+		const st_header *hs[64], **h = pt->nsrc <= 64 ? hs : malloc(pt->nsrc * sizeof *h);
+		if (!h && rc == 0)
+			rc = tp_fail(e, TP_ENOMEM, "out of memory");
+		for (uint32_t k = 0; rc == 0 && k < pt->nsrc; k++)
+			h[k] = &m->n[m->vnode[p][k]].h;
+		const tp_node *own = &m->n[m->vsrc_node[pt->file]];
+		for (uint32_t s = 0; rc == 0 && s < m->P; s++) {
+			const tp_sdesc *ds = pt->d;
+			size_t nd = pt->n;
+			if (m->P > 1) { /* the stage's tensors of this part, in order */
+				nd = 0;
+				for (size_t k = 0; k < pt->n; k++)
+					if (stage[k] == s || stage[k] == STAGE_EVERY)
+						d[nd++] = pt->d[k];
+				ds = d;
+				if (!nd)
+					continue;
+			}
+			uint32_t slot = m->vstage_np[s]++;
+			m->vslot_part[s * np + slot] = (uint32_t)p;
+			for (uint32_t t = 0; rc == 0 && t < m->T; t++) {
+				uint32_t g = s * m->T + t;
+				char fname[96];
+				tp_model_view_name(m, g, slot, fname, sizeof fname);
+				rc = tp_served_build(h, pt->nsrc, ds, nd, own->h.meta, own->h.nmeta, m->rf.rank_meta + 3 * (size_t)t,
+						     3, m->T, t, fname, &m->vs[(size_t)g * np + slot], e);
+			}
+		}
+		if (h != hs)
+			free(h);
+	}
+	free(d);
+	free(stage);
+	if (rc < 0)
+		return -1;
+	if (m->P > 1) {
+		char lay[512];
+		size_t w = 0;
+		for (uint32_t s = 0; s < m->P && w < sizeof lay; s++)
+			w += (size_t)snprintf(lay + w, sizeof lay - w, "%s%u: [%llu, %llu)", s ? ", " : "", s,
+					      (unsigned long long)m->pp_start[s], (unsigned long long)m->pp_start[s + 1]);
+		tp_model_log(m, 1, "view %s: %u pipeline stages of %u ranks, layers %s", m->view->name, m->P, m->T, lay);
 	}
 	tp_model_log(m, 1, "view %s: %llu tensors per rank in %zu parts (%llu fused or stacked, %llu constants)",
 		     m->view->name, (unsigned long long)m->vplan.ntensors, np, (unsigned long long)m->vplan.nfused,
@@ -208,10 +330,13 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 void tp_model_view_free(tp_model *m)
 {
 	if (m->vs)
-		for (size_t k = 0; k < (size_t)m->T * m->vplan.nparts; k++)
+		for (size_t k = 0; k < (size_t)m->W * m->vplan.nparts; k++)
 			tp_served_free(&m->vs[k]);
 	free(m->vs);
 	m->vs = NULL;
+	free(m->vstage_np);
+	free(m->vslot_part);
+	m->vstage_np = m->vslot_part = NULL;
 	for (size_t p = 0; m->vnode && p < m->vplan.nparts; p++)
 		free(m->vnode[p]);
 	free(m->vnode);

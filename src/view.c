@@ -216,6 +216,42 @@ static int str_list(const cJSON *a, const char **out, uint32_t cap, uint32_t *n)
 	return 0;
 }
 
+/* "pp": {"layers": "model.layers.", "count": KEY, "first": [PREFIX...], "last": [PREFIX...],
+ * "model_types": [...]} (view.h). Absent: no stages. Returns 0, or -1 with e set. */
+static int parse_pp(const cJSON *pp, const char *origin, tp_view *v, tp_err *e)
+{
+	if (!pp)
+		return 0;
+	const cJSON *it;
+	int ok = cJSON_IsObject(pp);
+	cJSON_ArrayForEach(it, pp)
+	ok = ok && (!strcmp(it->string, "layers") || !strcmp(it->string, "count") || !strcmp(it->string, "first") ||
+		    !strcmp(it->string, "last") || !strcmp(it->string, "every") || !strcmp(it->string, "model_types"));
+	v->pp_layers = str_of(pp, "layers");
+	v->pp_count = str_of(pp, "count");
+	ok = ok && v->pp_layers && v->pp_layers[0] && v->pp_count && v->pp_count[0] &&
+	     str_list(cJSON_GetObjectItemCaseSensitive(pp, "first"), v->pp_first, 4, &v->npp_first) == 0 &&
+	     str_list(cJSON_GetObjectItemCaseSensitive(pp, "last"), v->pp_last, 4, &v->npp_last) == 0 &&
+	     (!cJSON_GetObjectItemCaseSensitive(pp, "every") ||
+	      str_list(cJSON_GetObjectItemCaseSensitive(pp, "every"), v->pp_every, 4, &v->npp_every) == 0) &&
+	     str_list(cJSON_GetObjectItemCaseSensitive(pp, "model_types"), v->pp_types, 32, &v->npp_types) == 0 &&
+	     v->npp_types > 0;
+	for (uint32_t k = 0; ok && k < v->npp_first; k++)
+		ok = v->pp_first[k][0] != 0;
+	for (uint32_t k = 0; ok && k < v->npp_last; k++)
+		ok = v->pp_last[k][0] != 0;
+	for (uint32_t k = 0; ok && k < v->npp_every; k++)
+		ok = v->pp_every[k][0] != 0;
+	if (!ok) {
+		v->pp_layers = NULL;
+		return tp_fail(e, TP_EINVAL, "%s: \"pp\" is {\"layers\": a name prefix such as \"model.layers.\", \"count\": "
+			       "the config.json key counting them, \"first\", \"last\" and \"every\" (optional): up to 4 "
+			       "name prefixes each (the first, the last and every stage's tensors), \"model_types\": the model types the stages are "
+			       "proven for}", origin);
+	}
+	return 0;
+}
+
 /* The key an entry of "tensors" is replaced by in a view that extends another: its served name,
  * or for a drop entry its template (a drop entry replaces a drop entry only). */
 static int same_entry(const cJSON *a, const cJSON *b)
@@ -375,7 +411,7 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 {
 	static const char *keys[] = {"tpfs_view", "engine", "name", "proven", "plans", "model_types", "quant_methods", "pad_vocab",
 				     "keep_rest", "tensors", "description", "comment", "defaults", "drop_layers", "refuse",
-				     "fragment", NULL};
+				     "fragment", "pp", NULL};
 	static const char *fkeys[] = {"tpfs_view", "engine", "name", "fragment", "description", "comment", "tensors",
 				      "refuse", "defaults", NULL};
 	memset(v, 0, sizeof *v);
@@ -457,6 +493,8 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 			goto bad;
 		}
 	}
+	if (parse_pp(cJSON_GetObjectItemCaseSensitive(o, "pp"), origin, v, e) < 0)
+		goto bad;
 	v->refuse = cJSON_GetObjectItemCaseSensitive(o, "refuse");
 	if (v->refuse) {
 		int okr = cJSON_IsArray(v->refuse);

@@ -75,6 +75,14 @@ typedef struct tp_view {
 	 * The caller sets drop_from from KEY before resolving (UINT64_MAX: none). */
 	const char *drop_prefix, *drop_key;
 	uint64_t drop_from;
+	/* "pp": pipeline stages (view_pp.c): served tensors named pp_layers<N>.<...> lie in the stage
+	 * of layer N (N < config.json's pp_count); those starting with one of pp_first in the first
+	 * stage, with one of pp_last in the last, with one of pp_every in every stage (vLLM's
+	 * Qwen3-MoE builds its embedding, final norm and head on every stage); pp_types: the model
+	 * types the stages are proven for. pp_layers NULL: the view has no stages (--pp refused). */
+	const char *pp_layers, *pp_count;
+	const char *pp_first[4], *pp_last[4], *pp_every[4], *pp_types[32];
+	uint32_t npp_first, npp_last, npp_every, npp_types;
 	int keep_rest;
 	int fragment;          /* "fragment": true: entries other views include ("include"), never chosen */
 	tp_ventry *e;
@@ -124,6 +132,24 @@ typedef struct tp_vplan {
  * served name, a source tensor no entry uses without keep_rest, out of memory. */
 int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_vplan *out, tp_err *e);
 void tp_vplan_free(tp_vplan *p);
+
+/* ---- pipeline stages (view_pp.c) ---- */
+#define TP_PP_MAX 64 /* pipeline stages */
+
+/* The first layer of every stage as vLLM's get_pp_indices makes them (distributed/utils.py):
+ * nlayers / P each, the remainder given one each to the stages before the last, counted back from
+ * it; or given[0 .. P) layers each (--pp-layers, vLLM's VLLM_PP_LAYER_PARTITION), which must sum
+ * to nlayers. start[0 .. P]: stage s holds [start[s], start[s + 1]). Refuses a stage without a
+ * layer. Returns 0, or -1 with e set. */
+int tp_pp_partition(uint64_t nlayers, uint32_t P, const uint32_t *given, uint64_t *start, tp_err *e);
+
+#define TP_PP_EVERY 0x7fffffff /* tp_view_stage: the tensor is on every stage */
+
+/* The stage of tensor `name` under view v's "pp" (start from tp_pp_partition, P stages): its
+ * layer's, 0 / P - 1 for the first / last names, TP_PP_EVERY for the every names. Returns the
+ * stage, or -1 with e set where the view's rules do not place the tensor (named, with the rules
+ * it was held to) or its layer is past the last. */
+int tp_view_stage(const tp_view *v, const char *name, uint32_t P, const uint64_t *start, tp_err *e);
 
 /* Built-in view texts (the files of views/, embedded at build time). */
 int tp_view_builtin_count(void);

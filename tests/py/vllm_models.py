@@ -452,10 +452,16 @@ def widen(cfg, family, tp):
     return cfg
 
 
-def make(family, out, seed=0, tp=2):
-    """Writes family's tiny checkpoint to OUT for a split of at most tp ranks (see widen); returns OUT."""
+def make(family, out, seed=0, tp=2, layers=None):
+    """Writes family's tiny checkpoint to OUT for a split of at most tp ranks (see widen), with `layers`
+    decoder layers where given (pipeline stages need more than the default 2); returns OUT."""
     torch.manual_seed(seed)
     cfg = widen(FAMILIES[family](), family, tp)
+    if layers:
+        text = getattr(cfg, "text_config", cfg)
+        text.num_hidden_layers = layers
+        if getattr(text, "layer_types", None):  # hybrids: the pattern of the first layers, repeated
+            text.layer_types = [text.layer_types[i % len(text.layer_types)] for i in range(layers)]
     if family in MODEL_CLS:
         model = getattr(tf, MODEL_CLS[family])(cfg).to(torch.bfloat16)
     else:

@@ -5,7 +5,9 @@ size (vLLM's own distributed init, gloo on CPU), with no engine: no scheduler, n
 warm-up. A case costs seconds; an LLM() start costs 40-100 s on two cores.
 
 python vllm_probe.py CASES.json RESULT.json     (in the vLLM venv, scripts/setup.sh --vllm)
-  CASES:  [{"name", "src", "served", "tp", "engine": {more EngineArgs fields}, "impersonate": null or
+  CASES:  [{"name", "src", "served", "tp", "pp" (optional, default 1: pipeline stages; the group then has
+            tp x pp ranks, rank = stage x tp + TP rank, as vLLM numbers them), "engine": {more EngineArgs fields},
+            "env": {variables set while the case runs, e.g. VLLM_PP_LAYER_PARTITION}, "impersonate": null or
             "cuda-dsa" (vllm_plugin.py), "stop": null or the text of vLLM's own error where vLLM cannot
             process the weights on this CPU (see verdict)}]
   RESULT: {name: {"ok": bool, "ranks": {rank: {"keys": [[key, served, vLLM's]], "loaded": [keys],
@@ -49,12 +51,18 @@ TORCH_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "f
                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 
 
-def served_keys(folder, rank):
+def part_prefix(rank, tp, pp):
+    """The start of a rank's part files' names: sharded_state's TP_ONLY_PATTERN, or with stages its
+    PP_AND_TP_PATTERN (model_loader/sharded_state_loader.py)."""
+    return "model-rank-%d-part-" % rank if pp == 1 else "model-pp-%d-tp-%d-part-" % (rank // tp, rank % tp)
+
+
+def served_keys(folder, rank, tp=1, pp=1):
     """{key: [shape, torch dtype name]} of rank's part files, from their headers; a key in two files
     is reported as KEY (twice)."""
     out = {}
     for f in sorted(os.listdir(folder)):
-        if f.startswith("model-rank-%d-part-" % rank) and f.endswith(".safetensors"):
+        if f.startswith(part_prefix(rank, tp, pp)) and f.endswith(".safetensors"):
             with open(os.path.join(folder, f), "rb") as fh:
                 n = struct.unpack("<Q", fh.read(8))[0]
                 h = json.loads(fh.read(n))
@@ -140,16 +148,18 @@ class Hooks:
 
 def engine_config(case, how):
     from vllm.engine.arg_utils import EngineArgs
+    world = case["tp"] * case.get("pp", 1)
     args = dict(model=case["src"] if how == "auto" else case["served"], load_format=how,
-                tensor_parallel_size=case["tp"], dtype=case.get("dtype", "bfloat16"), enforce_eager=True,
+                tensor_parallel_size=case["tp"], pipeline_parallel_size=case.get("pp", 1),
+                dtype=case.get("dtype", "bfloat16"), enforce_eager=True,
                 skip_tokenizer_init=True, max_model_len=case.get("max_model_len", 256), seed=0,
-                distributed_executor_backend="mp" if case["tp"] > 1 else "uni")
+                distributed_executor_backend="mp" if world > 1 else "uni")
     args.update(case.get("engine") or {})
     return EngineArgs(**args).create_engine_config()
 
 
 def worker(rank, tp, port, cases_path, out_path):
-    """One rank of a TP group: every case of CASES (all of this tp), results to OUT (JSON, rewritten
+    """One rank of a group: every case of CASES (all of this tp and pp), results to OUT (JSON, rewritten
     after each case so that a crash keeps the earlier ones)."""
     import gc
     from vllm.platforms import current_platform
@@ -180,6 +190,8 @@ def worker(rank, tp, port, cases_path, out_path):
             if case.get("impersonate") == "nvfp4-emulation":
                 vllm_plugin.impersonate_nvfp4_emulation()
             got = {}
+            saved_env = {k: os.environ.get(k) for k in case.get("env") or {}}
+            os.environ.update(case.get("env") or {})  # vLLM reads its envs when asked (vllm/envs.py)
             for how in ("auto", "sharded_state"):
                 vc = engine_config(case, how)
                 if not initialized:
@@ -204,9 +216,14 @@ def worker(rank, tp, port, cases_path, out_path):
                     g["error"] = traceback.format_exc()[-3000:]
                 g["loaded"], g["expected"] = hooks.loaded, hooks.expected
                 gc.collect()
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
             a, b = got["auto"], got["sharded_state"]
             if b["expected"] is not None:
-                have = served_keys(case["served"], rank)
+                have = served_keys(case["served"], rank, case["tp"], case.get("pp", 1))
                 res["keys"] = [[k, have.get(k), b["expected"].get(k)] for k in differ(b["expected"], have)]
             if a["loaded"] is not None and b["loaded"] is not None:
                 res["loaded"] = differ(a["loaded"], b["loaded"])
@@ -235,16 +252,17 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_group(tp, cases, work, timeout):
-    """Runs one TP group on CASES; returns {name: {rank: result}}."""
-    cases_path = os.path.join(work, "cases-tp%d.json" % tp)
+def run_group(tp, pp, cases, work, timeout):
+    """Runs one group of tp x pp ranks on CASES; returns {name: {rank: result}}."""
+    cases_path = os.path.join(work, "cases-tp%d-pp%d.json" % (tp, pp))
     with open(cases_path, "w") as f:
         json.dump(cases, f)
     port = free_port()
     env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    out_of = lambda r: os.path.join(work, "tp%d-pp%d-rank%d.json" % (tp, pp, r))  # noqa: E731
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(r), str(tp), str(port),
-                               cases_path, os.path.join(work, "tp%d-rank%d.json" % (tp, r))], env=env)
-             for r in range(tp)]
+                               cases_path, out_of(r)], env=env)
+             for r in range(tp * pp)]
     deadline = time.time() + timeout
     for p in procs:
         try:
@@ -254,7 +272,7 @@ def run_group(tp, cases, work, timeout):
             p.wait()
     out = {}
     for r, p in enumerate(procs):
-        path = os.path.join(work, "tp%d-rank%d.json" % (tp, r))
+        path = out_of(r)
         got = {}
         if os.path.exists(path):
             with open(path) as f:
@@ -286,18 +304,18 @@ def main():
         cases = json.load(f)
     work = tempfile.mkdtemp(prefix="tpfs-vllm-probe-")
     results = {}
-    for tp in sorted({c["tp"] for c in cases}):
-        group = [c for c in cases if c["tp"] == tp]
+    for tp, pp in sorted({(c["tp"], c.get("pp", 1)) for c in cases}):
+        group = [c for c in cases if c["tp"] == tp and c.get("pp", 1) == pp]
         # impersonated cases last: the impersonation stays in the process once made
         group.sort(key=lambda c: bool(c.get("impersonate")))
         t0 = time.time()
-        for name, ranks in run_group(tp, group, work, timeout=60 + 60 * len(group)).items():
+        for name, ranks in run_group(tp, pp, group, work, timeout=60 + 60 * len(group)).items():
             case = next(c for c in group if c["name"] == name)
             ok = all(verdict(case, r) for r in ranks.values())
             results[name] = {"ok": ok, "ranks": ranks,
                              "seconds": max(r.get("seconds", 0) for r in ranks.values())}
-        print("tpfs-probe: %d cases at TP=%d in %.0f s" % (len(group), tp, time.time() - t0), file=sys.stderr,
-              flush=True)
+        print("tpfs-probe: %d cases at TP=%d PP=%d in %.0f s" % (len(group), tp, pp, time.time() - t0),
+              file=sys.stderr, flush=True)
     with open(sys.argv[2], "w") as f:
         json.dump(results, f)
 

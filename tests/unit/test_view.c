@@ -318,6 +318,77 @@ static void test_const_shape(void **state)
  * and the file's, defaults merged by key; a fragment is never chosen nor mounted, holds no view
  * fields, neither extends nor includes; a missing fragment, a view named as one, and a list that
  * is not one are refused. */
+/* --pp: the layers of each stage as vLLM's get_pp_indices divides them (distributed/utils.py: n / P
+ * each, the remainder one each to the stages before the last, counted back from it), --pp-layers'
+ * own division, and the refusals */
+static void test_pp_partition(void **state)
+{
+	(void)state;
+	struct {
+		uint64_t n;
+		uint32_t P;
+		uint64_t want[5];
+	} cases[] = {{2, 2, {0, 1, 2}}, {3, 2, {0, 2, 3}}, {7, 3, {0, 2, 5, 7}}, {4, 3, {0, 1, 3, 4}},
+		     {61, 4, {0, 15, 30, 46, 61}}, {5, 1, {0, 5}}, {8, 4, {0, 2, 4, 6, 8}}};
+	uint64_t start[TP_PP_MAX + 1];
+	tp_err e;
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		assert_int_equal(tp_pp_partition(cases[c].n, cases[c].P, NULL, start, &e), 0);
+		for (uint32_t s = 0; s <= cases[c].P; s++)
+			assert_int_equal(start[s], cases[c].want[s]);
+	}
+	const uint32_t given[3] = {1, 2, 4};
+	assert_int_equal(tp_pp_partition(7, 3, given, start, &e), 0);
+	assert_int_equal(start[1], 1);
+	assert_int_equal(start[2], 3);
+	assert_int_equal(start[3], 7);
+	assert_int_equal(tp_pp_partition(8, 3, given, start, &e), -1); /* 7 layers given for 8 */
+	assert_non_null(strstr(e.msg, "hold 7 layers where config.json has 8"));
+	assert_int_equal(tp_pp_partition(2, 3, NULL, start, &e), -1); /* a stage without a layer */
+	assert_non_null(strstr(e.msg, "would hold no layer"));
+	assert_int_equal(tp_pp_partition(2, TP_PP_MAX + 1, NULL, start, &e), -1);
+}
+
+/* the stage of a tensor under a view's "pp": by layer, first, last, every; anything else refused by
+ * name; a malformed "pp" refused */
+static void test_pp_stage(void **state)
+{
+	(void)state;
+	tp_view v;
+	tp_err e;
+	const char *text = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"s\", \"plans\": [\"llama\"], "
+			   "\"pp\": {\"layers\": \"model.layers.\", \"count\": \"num_hidden_layers\", "
+			   "\"first\": [\"model.embed_tokens.\"], \"last\": [\"model.norm.\"], \"every\": [\"lm_head.\"], "
+			   "\"model_types\": [\"llama\"]}, \"tensors\": []}";
+	assert_int_equal(tp_view_parse(text, strlen(text), "s.json", &v, &e), 0);
+	uint64_t start[4];
+	assert_int_equal(tp_pp_partition(7, 3, NULL, start, &e), 0); /* [0, 2), [2, 5), [5, 7) */
+	assert_int_equal(tp_view_stage(&v, "model.layers.1.mlp.down_proj.weight", 3, start, &e), 0);
+	assert_int_equal(tp_view_stage(&v, "model.layers.2.self_attn.qkv_proj.weight", 3, start, &e), 1);
+	assert_int_equal(tp_view_stage(&v, "model.layers.6.mlp.experts.routed_experts.w13_weight", 3, start, &e), 2);
+	assert_int_equal(tp_view_stage(&v, "model.embed_tokens.weight", 3, start, &e), 0);
+	assert_int_equal(tp_view_stage(&v, "model.norm.weight", 3, start, &e), 2);
+	assert_int_equal(tp_view_stage(&v, "lm_head.weight", 3, start, &e), TP_PP_EVERY);
+	assert_int_equal(tp_view_stage(&v, "model.layers.7.mlp.down_proj.weight", 3, start, &e), -1);
+	assert_non_null(strstr(e.msg, "layer 7, past the 7 layers"));
+	assert_int_equal(tp_view_stage(&v, "model.rotary.inv_freq", 3, start, &e), -1);
+	assert_non_null(strstr(e.msg, "tensor 'model.rotary.inv_freq': which pipeline stage holds it is not known"));
+	assert_int_equal(tp_view_stage(&v, "model.layers.x.weight", 3, start, &e), -1); /* not a layer number */
+	tp_view_free(&v);
+	const char *bad[] = {"\"pp\": {\"layers\": \"model.layers.\", \"count\": \"n\", \"first\": [], \"last\": []}",
+			     "\"pp\": {\"layers\": \"\", \"count\": \"n\", \"first\": [], \"last\": [], \"model_types\": [\"a\"]}",
+			     "\"pp\": {\"layers\": \"l.\", \"count\": \"n\", \"first\": [\"\"], \"last\": [], \"model_types\": [\"a\"]}",
+			     "\"pp\": {\"layers\": \"l.\", \"count\": \"n\", \"first\": [], \"last\": [], \"model_types\": [\"a\"], \"x\": 1}",
+			     "\"pp\": [1]"};
+	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+		char t[512];
+		snprintf(t, sizeof t, "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"s\", \"plans\": [\"llama\"], %s, "
+			 "\"tensors\": []}", bad[k]);
+		assert_int_equal(tp_view_parse(t, strlen(t), "s.json", &v, &e), -1);
+		assert_non_null(strstr(e.msg, "\"pp\" is {"));
+	}
+}
+
 static void test_include(void **state)
 {
 	(void)state;
@@ -584,6 +655,8 @@ int main(void)
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
 		cmocka_unit_test(test_shape),            cmocka_unit_test(test_const_shape),
 		cmocka_unit_test(test_include),
+		cmocka_unit_test(test_pp_partition),
+		cmocka_unit_test(test_pp_stage),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
