@@ -82,6 +82,8 @@ static int under(const char *inner, const char *outer)
 
 /* ---- mount ---- */
 
+#define LOCK_WAIT_S 600 /* how long a mount waits for another's lock on MNT (its planning included) */
+
 static int cmd_mount(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -211,17 +213,29 @@ static int cmd_mount(int argc, char **argv)
 	}
 	/* Mounting is exclusive: an flock on MNT's folder, taken before the mount-point check and
 	 * held (by the daemon) until its mount exists, so that of two mounts started at once the
-	 * second sees the first's lock or its mount, never neither (issue 19). */
+	 * second sees the first's lock or its mount, never neither (issue 19). The second waits for
+	 * the lock (up to LOCK_WAIT_S) rather than failing at once: the first's mount may be in
+	 * another mount namespace (one per node of a multi-node test, containers), where this one
+	 * does not see it and may mount too; in the same namespace it then sees the mount. */
 	int lockfd = open(rmnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (lockfd >= 0 && flock(lockfd, LOCK_EX | LOCK_NB) < 0) {
-		int err = errno;
-		close(lockfd);
-		if (err == EWOULDBLOCK) {
-			fprintf(stderr, "tpfs: %s: already a mount point (another tpfs is mounting it now); unmount it first\n",
-				mnt);
-			return 1;
+		int err = errno, waited = 0;
+		while (err == EWOULDBLOCK && waited < LOCK_WAIT_S * 20) {
+			if (waited++ == 20)
+				fprintf(stderr, "tpfs: %s: another tpfs is mounting it; waiting (up to %d s)\n", mnt, LOCK_WAIT_S);
+			struct timespec ts = {0, 50 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+			err = flock(lockfd, LOCK_EX | LOCK_NB) < 0 ? errno : 0;
 		}
-		lockfd = -1; /* a file system without flock: the check after mounting remains */
+		if (err) {
+			close(lockfd);
+			if (err == EWOULDBLOCK) {
+				fprintf(stderr, "tpfs: %s: already a mount point (another tpfs has been mounting it for %d s); "
+					"unmount it first\n", mnt, LOCK_WAIT_S);
+				return 1;
+			}
+			lockfd = -1; /* a file system without flock: the check after mounting remains */
+		}
 	}
 	if (is_mountpoint(rmnt, fstype, sizeof fstype)) {
 		fprintf(stderr, "tpfs: %s: already a mount point (%s); unmount it first\n", mnt, fstype);

