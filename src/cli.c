@@ -96,7 +96,7 @@ static int cmd_mount(int argc, char **argv)
 		{"reply", required_argument, 0, 'y'}, {"max-background", required_argument, 0, 'b'},
 		{"release-pages", required_argument, 0, 'P'}, {"cuda-min-runs", required_argument, 0, 'C'},
 		{"cuda-min-bytes", required_argument, 0, 'B'}, {"config", required_argument, 0, 'c'},
-		{"ep", no_argument, 0, 'E'}, {"view", required_argument, 0, 'W'},
+		{"ep", optional_argument, 0, 'E'}, {"view", required_argument, 0, 'W'},
 		{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
 		{"pp", required_argument, 0, 'Q'}, {"pp-layers", required_argument, 0, 'G'},
 		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};

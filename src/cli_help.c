@@ -75,10 +75,14 @@ const char *const usage_mount =
 	"                      TP=1 loader builds the served shapes; global: config.json unchanged.\n"
 	"                      MNT/config.json is always the source's; safetensors headers say\n"
 	"                      tpfs.tp_size, tpfs.tp_rank and tpfs.plan in their __metadata__\n"
-	"  --ep                expert parallelism: the routed experts (the plan's \"experts\") are not\n"
+	"  --ep[=PLACEMENT]    expert parallelism: the routed experts (the plan's \"experts\") are not\n"
 	"                      cut; rank r holds experts [r*E/N, (r+1)*E/N) whole (every tensor of\n"
 	"                      them: weights, biases, scales) and no other; names keep their global\n"
-	"                      index. Everything else is split as without --ep. N must divide E\n"
+	"                      index. Everything else is split as without --ep. N must divide E.\n"
+	"                      Under --view vllm (vLLM's --enable-expert-parallel) for the MoE families\n"
+	"                      whose placement is proven; --ep=round_robin (experts r, r+N, ...: vLLM's\n"
+	"                      --expert-placement-strategy round_robin) where vLLM uses it, in models\n"
+	"                      with several expert groups (DeepSeek-V3, GLM-4.5 with n_group > 1)\n"
 	"  -f, --foreground    stay in the foreground (log to stderr)\n"
 	"  -d, --debug         libfuse debug output; counters at unmount (implies -f)\n"
 	"  -o OPTIONS          extra FUSE mount options (comma separated); the mount is always\n"
@@ -111,7 +115,7 @@ const char *const usage_mount =
 
 const char *const usage_plan =
 	"usage: tpfs plan SRC --tp N [--rank R] [--json] [--plan NAME|FILE] [--strict] [--unmatched refuse|replicate]\n"
-	"                 [--pad-vocab[=M]] [--ep] [--view hf|vllm|FILE] [--pp P [--pp-layers LIST]]\n"
+	"                 [--pad-vocab[=M]] [--ep[=linear|round_robin]] [--view hf|vllm|FILE] [--pp P [--pp-layers LIST]]\n"
 	"       tpfs plan SRC --tp N [--view vllm --pp P] --io [--ranks LIST]\n"
 	"       tpfs plan --list\n"
 	"\n"
@@ -180,6 +184,9 @@ int model_options_check(const tp_model_opts *mo, const char *usage)
 		return die_usage(usage, "--pp-layers: give one layer count per stage (--pp of them)");
 	if (mo->pp > 1 && mo->ep)
 		return die_usage(usage, "--pp with --ep: not served together");
+	if (mo->ep == 2 && !mo->view)
+		return die_usage(usage, "--ep=round_robin: under an engine view only (--view vllm); rank folders place "
+			"experts linearly (--ep)");
 	return 0;
 }
 
@@ -203,8 +210,10 @@ int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, const c
 			return die_usage(usage, "--unmatched: give refuse or replicate");
 		mo->unmatched_replicate = !strcmp(arg, "replicate");
 		return 1;
-	case 'E':
-		mo->ep = 1;
+	case 'E': /* --ep or --ep=linear, --ep=round_robin (vLLM's expert_placement_strategy) */
+		if (arg && strcmp(arg, "linear") && strcmp(arg, "round_robin"))
+			return die_usage(usage, "--ep=PLACEMENT: linear (the default) or round_robin");
+		mo->ep = arg && !strcmp(arg, "round_robin") ? 2 : 1;
 		return 1;
 	case 'W': /* --view hf (the rank folders), an engine, or a view file */
 		mo->view = !strcmp(arg, "hf") ? NULL : arg;

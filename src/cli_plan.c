@@ -351,7 +351,7 @@ int cmd_plan(int argc, char **argv)
 		{"plan", required_argument, 0, 'p'}, {"strict", no_argument, 0, 's'},
 		{"unmatched", required_argument, 0, 'U'},
 		{"pad-vocab", optional_argument, 0, 'V'}, {"list", no_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
-		{"io", no_argument, 0, 'i'}, {"ranks", required_argument, 0, 'K'}, {"ep", no_argument, 0, 'E'},
+		{"io", no_argument, 0, 'i'}, {"ranks", required_argument, 0, 'K'}, {"ep", optional_argument, 0, 'E'},
 		{"view", required_argument, 0, 'W'}, {"pp", required_argument, 0, 'Q'},
 		{"pp-layers", required_argument, 0, 'G'}, {0, 0, 0, 0}};
 	const char *ranks = NULL;

@@ -90,7 +90,8 @@ typedef struct tp_model_opts {
 	uint64_t pad_vocab;    /* 0 or a multiple (64 follows vLLM) */
 	int check_only;        /* walk and validate headers only (tpfs check): never fails on a file */
 	int config_global;     /* serve config.json unchanged in every rank folder (--config global) */
-	int ep;                /* expert parallelism: routed experts whole, rank r holding [r*E/T, (r+1)*E/T) */
+	int ep;                /* expert parallelism: routed experts whole, rank r holding [r*E/T, (r+1)*E/T)
+	                        * (1, linear), or under a view experts r, r + T, ... (2, round_robin) */
 	const char *view;      /* NULL: the hf view (rank folders); an engine ("vllm"), or a view file */
 	uint32_t pp;           /* --pp: pipeline stages under the view (0 or 1: none) */
 	const uint32_t *pp_layers; /* --pp-layers: layers per stage (pp of them), or NULL: as vLLM divides them */

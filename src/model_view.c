@@ -29,6 +29,14 @@ int tp_model_view_slot(const tp_model *m, uint32_t g, size_t k)
 	return m->vstage_np && g < m->W && k < m->vstage_np[g / m->T];
 }
 
+static int listed_in(const char *const *l, uint32_t n, const char *s)
+{
+	for (uint32_t k = 0; k < n && s; k++)
+		if (!strcmp(l[k], s))
+			return 1;
+	return 0;
+}
+
 int tp_model_view_choose(tp_model *m, tp_err *e)
 {
 	const tp_model_opts *o = m->o;
@@ -37,9 +45,6 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 		return o->pp > 1 ? tp_fail(e, TP_EINVAL, "--pp %u: pipeline stages are served under an engine view only "
 					   "(--view vllm: vLLM's model-pp-{s}-tp-{t} files); rank folders are per TP rank", o->pp)
 				 : 0;
-	if (o->ep)
-		return tp_fail(e, TP_EINVAL, "--view %s with --ep: not proven (vLLM places experts itself); mount without "
-			       "--ep", o->view);
 	/* a quantized checkpoint: served only by a view that lists its quant_method (the view proves
 	 * what the engine holds before its post-load processing, companions included) */
 	const cJSON *qc = cJSON_GetObjectItemCaseSensitive(m->config, "quantization_config");
@@ -74,6 +79,21 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 				       o->view, want);
 		}
 		m->pad_vocab = m->view->pad_vocab;
+	}
+	const char *const *et = o->ep == 2 ? m->view->ep_rr_types : m->view->ep_types;
+	uint32_t net = o->ep == 2 ? m->view->nep_rr_types : m->view->nep_types;
+	if (o->ep && !listed_in(et, net, model_type)) {
+		char types[512] = "";
+		for (uint32_t k = 0, w = 0; k < net && w < sizeof types; k++)
+			w += (uint32_t)snprintf(types + w, sizeof types - w, "%s%s", k ? ", " : "", et[k]);
+		tp_fail(e, TP_EINVAL, "--ep%s under %s: expert parallelism%s is proven for %s, not for model_type '%s' (vLLM "
+			"places the experts; the view must hold them as its loader does)%s; mount without --ep",
+			o->ep == 2 ? "=round_robin" : "", m->view->origin, o->ep == 2 ? " with round_robin placement" : "",
+			types[0] ? types : "no model type of this view", model_type ? model_type : "(none)",
+			o->ep == 2 ? " (vLLM places experts round-robin only in models with several expert groups, "
+				     "else linearly: --ep)" : "");
+		tp_model_view_free(m);
+		return -1;
 	}
 	if (m->P > 1) { /* stages: the view must place every tensor, for this model type */
 		const tp_view *v = m->view;
@@ -152,6 +172,8 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 	c.defaults = m->view->defaults;
 	tp_expr_bind(&c, "T", m->T);
 	tp_expr_bind(&c, "P", m->P);
+	tp_expr_bind(&c, "EP", m->o->ep != 0);
+	tp_expr_bind(&c, "EP_RR", m->o->ep == 2);
 	int rc = 0;
 	for (size_t k = 0; rc == 0 && k < m->view->ne; k++) { /* "when": the entries this config.json leaves out */
 		tp_ventry *x = &m->view->e[k];

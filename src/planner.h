@@ -62,7 +62,8 @@ typedef const st_tensor *(*tp_lookup_fn)(void *ctx, const char *name);
 typedef struct tp_resolve_opts {
 	uint32_t T;
 	uint64_t pad_vocab; /* 0: vocab rules must divide evenly; else pad to this multiple */
-	int ep;             /* expert parallelism: the plan's experts declarations decide first */
+	int ep;             /* expert parallelism: the plan's experts declarations decide first (1: linear
+	                     * placement, 2: round_robin, expert e on rank e % T) */
 } tp_resolve_opts;
 
 #define TP_RULE_EXPERTS (-3) /* tp_resolved.rule when an experts declaration decided (--ep) */

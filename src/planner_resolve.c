@@ -321,11 +321,15 @@ static int stage_experts(job *j, tp_resolved *out)
 						       x->name, (long long)ei, x->count, (long long)E,
 						       tp_expr_used(j->cfg)[0] ? j->cfg->used : "no config keys");
 				out->spec = tp_spec_owned((uint64_t)E, (uint64_t)ei);
-				out->spec.flags = TP_EXPERT;
-				tp_fmt(out->why, sizeof out->why, "expert %lld of %lld, whole on its rank (--ep)", (long long)ei,
-				       (long long)E);
+				out->spec.flags = TP_EXPERT | (j->o->ep == 2 ? TP_EP_RR : 0);
+				tp_fmt(out->why, sizeof out->why, "expert %lld of %lld, whole on its rank (--ep%s)", (long long)ei,
+				       (long long)E, j->o->ep == 2 ? "=round_robin" : "");
 				return 1;
 			}
+			if (j->o->ep == 2)
+				return tp_fail(j->e, TP_EPLAN, "%s (experts '%s'): one tensor holds every expert; --ep=round_robin "
+					       "places them strided over the ranks, which a cut of it cannot serve; use --ep "
+					       "(linear)", j->tctx, x->name);
 			if (t->ndim == 0) {
 				out->spec = tp_spec_replicate();
 				out->spec.flags = TP_EXPERT;

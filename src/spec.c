@@ -138,7 +138,7 @@ int tp_cut_tensor(const st_tensor *t, const tp_spec *s, uint32_t T, uint32_t r, 
 				       (unsigned long long)s->owner, (unsigned long long)s->seg[0]);
 		if (tp_share_of(s->seg[0], s, T, r, &sh, ctx, e) < 0)
 			return -1;
-		if (s->owner < sh.first || s->owner - sh.first >= sh.count) {
+		if ((s->flags & TP_EP_RR) ? s->owner % T != r : s->owner < sh.first || s->owner - sh.first >= sh.count) {
 			c->absent = 1;
 			return 0;
 		}

@@ -41,6 +41,8 @@ enum {
 	TP_GROUPS = 1u << 1, /* units < T, T % units == 0: rank r keeps unit floor(r / (T / units)) */
 	TP_EXPERT = 1u << 2, /* a routed expert's tensor (the plan's experts declaration): changes no
 	                      * cut; refusals suggest expert parallelism (--ep) and layouts count it */
+	TP_EP_RR = 1u << 3,  /* TP_OWNED: unit `owner` is on rank owner % T (vLLM's round_robin expert
+	                      * placement), not on the rank whose share of the units holds it */
 };
 
 typedef struct tp_spec {

@@ -411,7 +411,7 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 {
 	static const char *keys[] = {"tpfs_view", "engine", "name", "proven", "plans", "model_types", "quant_methods", "pad_vocab",
 				     "keep_rest", "tensors", "description", "comment", "defaults", "drop_layers", "refuse",
-				     "fragment", "pp", NULL};
+				     "fragment", "pp", "ep", "ep_round_robin", NULL};
 	static const char *fkeys[] = {"tpfs_view", "engine", "name", "fragment", "description", "comment", "tensors",
 				      "refuse", "defaults", NULL};
 	memset(v, 0, sizeof *v);
@@ -495,6 +495,17 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 	}
 	if (parse_pp(cJSON_GetObjectItemCaseSensitive(o, "pp"), origin, v, e) < 0)
 		goto bad;
+	const cJSON *ep = cJSON_GetObjectItemCaseSensitive(o, "ep");
+	if (ep && (str_list(ep, v->ep_types, 32, &v->nep_types) < 0 || !v->nep_types)) {
+		tp_fail(e, TP_EINVAL, "%s: \"ep\": the model types whose expert parallelism is proven (1 to 32 names)", origin);
+		goto bad;
+	}
+	const cJSON *eprr = cJSON_GetObjectItemCaseSensitive(o, "ep_round_robin");
+	if (eprr && (str_list(eprr, v->ep_rr_types, 32, &v->nep_rr_types) < 0 || !v->nep_rr_types)) {
+		tp_fail(e, TP_EINVAL, "%s: \"ep_round_robin\": the model types whose round_robin expert placement is "
+			"proven (1 to 32 names)", origin);
+		goto bad;
+	}
 	v->refuse = cJSON_GetObjectItemCaseSensitive(o, "refuse");
 	if (v->refuse) {
 		int okr = cJSON_IsArray(v->refuse);

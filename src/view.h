@@ -83,6 +83,11 @@ typedef struct tp_view {
 	const char *pp_layers, *pp_count;
 	const char *pp_first[4], *pp_last[4], *pp_every[4], *pp_types[32];
 	uint32_t npp_first, npp_last, npp_every, npp_types;
+	const char *ep_types[32]; /* "ep": the model types whose expert parallelism (--ep) is probed */
+	uint32_t nep_types;
+	const char *ep_rr_types[32]; /* "ep_round_robin": those whose round_robin placement is (vLLM uses
+	                             * it only for several expert groups, else it falls back to linear) */
+	uint32_t nep_rr_types;
 	int keep_rest;
 	int fragment;          /* "fragment": true: entries other views include ("include"), never chosen */
 	tp_ventry *e;

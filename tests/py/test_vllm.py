@@ -101,14 +101,18 @@ NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "kimi_linear", "glm5_next", "qwen3_moe
            "glm4_moe_fp8", "llama_ct_fp8_static", "qwen3_moe_ct_fp8", "llama_nvfp4", "qwen3_moe_nvfp4",
            "deepseek_v3_nvfp4", "glm4_moe_nvfp4", "mixtral_nvfp4"}
 # forms vLLM's CPU backend builds only on a CPU with AMX: its FP8 block-scaled linear (CPUFp8BlockScaledMMKernel;
-# without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either loader). Where the
+# without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either loader), and its INT8
+# MoE (fused_moe/experts/cpu_moe.py CPUExpertsInt8._supports_current_device: "No Int8 MoE backend supports the
+# deployment configuration" without AMX, for the default loader too: qwen3_moe_ct_int8). Where the
 # CPU has none, their mounts are still compared with the reference's bytes, but vLLM is not run on them (nothing
 # to compare), and a line says so.
-NEEDS_AMX = {"llama_fp8", "qwen3_moe_fp8", "deepseek_v3_fp8", "mixtral_fp8", "glm4_moe_fp8", "llama_ct_fp8_static"}
+NEEDS_AMX = {"llama_fp8", "qwen3_moe_fp8", "deepseek_v3_fp8", "mixtral_fp8", "glm4_moe_fp8", "llama_ct_fp8_static",
+             "qwen3_moe_ct_int8"}
 HAS_AMX = "amx_tile" in open("/proc/cpuinfo").read().split()
 NO_ENGINE = set() if HAS_AMX else NEEDS_AMX
 for _f in sorted(NO_ENGINE & set(FAMILIES)):
-    print("NOT RUN HERE: vLLM on %s (its CPU backend has no FP8 block kernel without AMX, and this CPU has none); "
+    print("NOT RUN HERE: vLLM on %s (its CPU backend has no FP8 block or INT8 MoE kernel without AMX, and this CPU "
+          "has none); "
           "its view's bytes are still compared with the reference" % _f)
 PROBE_TP = [int(t) for t in (os.environ.get("TPFS_VLLM_TP") or "2,4").split(",")]
 # token runs: tied embeddings (qwen2), an MoE stack with a shared expert and its gate (qwen2_moe), Gated DeltaNet

@@ -11,7 +11,8 @@ one vLLM run across two nodes, each node a mount namespace with its own tpfs ser
    exactly the independent reference's tensors of its TP rank (vllm_view_ref.py), bytes equal, the stages
    together all of them. A broken split (the final norm moved to stage 0) must fail the probe.
 3. Refusals by name: tied embeddings across stages, a model type the view's stages are not proven for, a
-   view without stages, more stages than layers.
+   view without stages, more stages than layers; round_robin where vLLM would place linearly, EP of a
+   quantization not proven.
 4. Two nodes (TPFS_VLLM_TOKENS other than none): vLLM's `serve` (vllm_serve.py: its own parser and command)
    on node 0 and `serve --headless` on node 1 (--nnodes 2, loopback), each node in its own mount namespace
    (unshare -m) with `tpfs mount SRC MNT --view vllm --ranks R` at the same MNT; TP=2 (rank 0 | rank 1) and
@@ -19,7 +20,9 @@ one vLLM run across two nodes, each node a mount namespace with its own tpfs ser
    the default loader on SRC with the same split; each node saw only its ranks' part files, and its stats
    show only its ranks, having read exactly the source bytes `tpfs plan --io --ranks R` computes for them.
    Every process ended and no mount left.
-Expert parallelism under the view stays refused: vLLM's CPU MoE cannot run it (issue 32), so no token check.
+Expert parallelism (--ep under the view, vLLM's enable_expert_parallel) by the probe only, at TP=2: linear placement
+for every MoE view family, round_robin where vLLM uses it (several expert groups; the same files loaded by a
+linear vLLM must differ); vLLM's CPU MoE cannot run a forward under EP (issue 32), so no token check.
 
 TPFS_VLLM_TOKENS=none (the sanitized build) runs 1 to 3 only, for a few families. TPFS_NODES_PARTS=stages,probe,nodes
 (the default) names the parts to run.
@@ -52,9 +55,20 @@ PP_FAMILIES = {
 }
 LAYERS = {"glm4_moe": 4}  # vLLM's Glm4Moe needs a MoE layer on every stage (its first layer is dense)
 PP_TP2 = ["llama", "qwen3_moe", "deepseek_v3", "qwen3_next"]  # also at PP=2 x TP=2 (4 processes)
+# expert parallelism (--ep, vLLM's enable_expert_parallel) at TP=2, load-only: (family, view, placement, config
+# fields, impersonation). vLLM places experts round-robin only in models with several expert groups (n_group > 1;
+# expert_map_manager.py), else linearly whatever it was asked
+EP_CASES = [("qwen3_moe", "qwen3_moe", "linear", None, None), ("qwen2_moe", "qwen2_moe", "linear", None, None),
+            ("mixtral", "mixtral", "linear", None, None), ("deepseek_v3", "deepseek_v3", "linear", None, None),
+            ("kimi_k2", "deepseek_v3", "linear", None, None), ("glm4_moe", "glm4_moe", "linear", None, None),
+            ("qwen3_next", "qwen3_next", "linear", None, None),
+            ("qwen3_moe_nvfp4", "qwen3_moe_nvfp4", "linear", None, "nvfp4-emulation"),
+            ("deepseek_v3", "deepseek_v3", "round_robin", {"n_group": 2, "topk_group": 1}, None),
+            ("glm4_moe", "glm4_moe", "round_robin", {"n_group": 2, "topk_group": 1}, None)]
 if TOKENS_MODE == "none":
     PP_FAMILIES = {f: PP_FAMILIES[f] for f in ("llama", "qwen3_moe", "deepseek_v3")}
     PP_TP2 = ["qwen3_moe"]
+    EP_CASES = [EP_CASES[0], EP_CASES[8]]
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]
 
 
@@ -155,6 +169,14 @@ def refusals(fails, work):
         fails.check(p.returncode != 0 and want in p.stderr, "%s --pp 2 %s: refused with %r, got %d %r"
                     % (fam, " ".join(extra), want, p.returncode, p.stderr[-300:]))
         print("refused: %-10s %s" % (fam, p.stderr.strip().splitlines()[-1][:200] if p.stderr.strip() else ""))
+    for fam, ep, want in (("deepseek_v3", "round_robin", "falls back to linear placement"),
+                          ("qwen3_moe", "round_robin", "proven for no model type of this view"),
+                          ("qwen3_moe_ct_int8", "linear", "expert parallelism (--ep) of compressed-tensors")):
+        src = vllm_models.make(fam, os.path.join(work, "refused", fam))
+        p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "vllm", "--ep=" + ep)
+        fails.check(p.returncode != 0 and want in p.stderr, "%s --ep=%s: refused with %r, got %d %r"
+                    % (fam, ep, want, p.returncode, p.stderr[-300:]))
+        print("refused: %-10s --ep=%s: %s" % (fam, ep, p.stderr.strip().splitlines()[-1][:160]))
     p = tpfs_test.tpfs("plan", os.path.join(work, "refused", "llama"), "--tp", 2, "--pp", 2)
     fails.check(p.returncode == 2 and "under an engine view only" in p.stderr, "--pp without --view: %r" % p.stderr)
 
@@ -172,6 +194,7 @@ class ViewMount:
 
 
 def probe(fails, work, stack):
+    import tpfs_test
     import vllm_models
     import vllm_view_ref
     cases, srcs = [], {}
@@ -192,6 +215,18 @@ def probe(fails, work, stack):
                                                         {"VLLM_PP_LAYER_PARTITION": "1,2"})):
         mnt = stack.enter_context(ViewMount(src3, 1, 2, *extra))
         cases.append({"name": name, "src": src3, "served": mnt, "tp": 1, "pp": 2, "env": env})
+    # expert parallelism: tpfs's --ep[=round_robin] placement against vLLM's
+    for fam, view, placement, cfg, imp in EP_CASES:
+        tag = fam + ("_groups" if cfg else "")
+        src = srcs.get((tag, "ep")) or vllm_models.make(fam, os.path.join(work, "src-ep", tag), config=cfg)
+        srcs[tag, "ep"] = src
+        mnt = stack.enter_context(tpfs_test.Mount(src, 2, "--view", "vllm", "--ep=" + placement))
+        cases.append({"name": "%s/ep-%s" % (tag, placement), "src": src, "served": mnt.path, "tp": 2,
+                      "engine": {"enable_expert_parallel": True, "expert_placement_strategy": placement},
+                      "impersonate": imp})
+        if placement == "round_robin":  # the same files to a vLLM placing linearly: other experts, caught
+            cases.append({"name": "%s/rr-as-linear" % tag, "src": src, "served": mnt.path, "tp": 2,
+                          "engine": {"enable_expert_parallel": True, "expert_placement_strategy": "linear"}})
     # broken: the final norm on stage 0 (vLLM: an extra key there, a missing one on stage 1)
     bad = os.path.join(work, "broken-pp")
     shutil.copytree(cases[0]["served"], bad)
@@ -216,6 +251,11 @@ def probe(fails, work, stack):
         r = res.get(c["name"], {})
         ranks = r.get("ranks", {})
         counts = [ranks[k].get("tensors", 0) for k in sorted(ranks, key=int)]
+        if c["name"].endswith("/rr-as-linear"):
+            caught = not r.get("ok") and any(x.get("loaded") for x in ranks.values())
+            print("%-24s %-6s" % (c["name"], "caught" if caught else "MISSED"))
+            fails.check(caught, "%s: round-robin files loaded by a linear vLLM must differ" % c["name"])
+            continue
         if c["name"] == "llama/broken":
             errs = " ".join(x.get("error") or "" for x in ranks.values())
             caught = not r.get("ok") and "KeyError" in errs and "Missing keys" in errs

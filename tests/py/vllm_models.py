@@ -452,11 +452,14 @@ def widen(cfg, family, tp):
     return cfg
 
 
-def make(family, out, seed=0, tp=2, layers=None):
+def make(family, out, seed=0, tp=2, layers=None, config=None):
     """Writes family's tiny checkpoint to OUT for a split of at most tp ranks (see widen), with `layers`
-    decoder layers where given (pipeline stages need more than the default 2); returns OUT."""
+    decoder layers where given (pipeline stages need more than the default 2) and the config fields of
+    `config` set (a dict); returns OUT."""
     torch.manual_seed(seed)
     cfg = widen(FAMILIES[family](), family, tp)
+    for k, v in (config or {}).items():
+        setattr(getattr(cfg, "text_config", cfg), k, v)
     if layers:
         text = getattr(cfg, "text_config", cfg)
         text.num_hidden_layers = layers

@@ -334,7 +334,8 @@ class _Missing(Exception):
 
 def condition(expr, cfg, defaults, T):
     """A view condition (`when`, `unless`, `refuse.if`: a plan expression) evaluated here by Python: the
-    operators rewritten (&& || ! to and or not), every name looked up by config_value, T bound, has(k)
+    operators rewritten (&& || ! to and or not), every name looked up by config_value, T bound (P 1, EP and
+    EP_RR 0: the reference makes TP files only), has(k)
     testing a key. A key neither config.json nor the view's defaults has, outside has(), raises: tpfs
     refuses such a condition by name."""
     py = re.sub(r"has\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\)", r'_has("\1")', expr)
@@ -346,6 +347,8 @@ def condition(expr, cfg, defaults, T):
         def __missing__(self, name):
             if name == "T":
                 return T
+            if name in ("P", "EP", "EP_RR"):  # the reference writes TP files only: one stage, no --ep
+                return 1 if name == "P" else 0
             if name == "_has":
                 return lambda k: config_value(cfg, k, defaults=defaults) is not None
             v = config_value(cfg, name, defaults=defaults)
