@@ -483,12 +483,13 @@ char *stats_text(tp_fs *fs, size_t *len)
 	char *b = malloc(cap);
 	if (!b)
 		return NULL;
+	char pp[64] = ""; /* with stages: how the rank numbers below are made */
+	if (fs->m->P > 1)
+		snprintf(pp, sizeof pp, "pp: %u (rank = stage x tp + TP rank)\n", fs->m->P);
 	size_t w = (size_t)snprintf(b, cap,
-				    "tpfs %s\nsource: %s\ntp: %u\n%s%.0u%splan: %s\nreadahead: %s\ngather: %s\n"
+				    "tpfs %s\nsource: %s\ntp: %u\n%splan: %s\nreadahead: %s\ngather: %s\n"
 				    "%-6s %16s %16s %10s %10s %10s\n",
-				    TPFS_VERSION, fs->m->src, fs->m->T, fs->m->P > 1 ? "pp: " : "", fs->m->P > 1 ? fs->m->P : 0,
-				    fs->m->P > 1 ? " (rank = stage x tp + TP rank)\n" : "", fs->m->plan_origin, fs->ra_note,
-				    fs->gather_note, "rank",
+				    TPFS_VERSION, fs->m->src, fs->m->T, pp, fs->m->plan_origin, fs->ra_note, fs->gather_note, "rank",
 				    "bytes_served", "source_bytes", "reads", "copied", "gpu");
 	for (uint32_t r = 0; r < fs->T && w < cap; r++)
 		if (served(fs, r))

@@ -29,12 +29,14 @@ int tp_model_view_slot(const tp_model *m, uint32_t g, size_t k)
 	return m->vstage_np && g < m->W && k < m->vstage_np[g / m->T];
 }
 
-static int listed_in(const char *const *l, uint32_t n, const char *s)
+/* l[0 .. n) joined by ", " into buf, or `none` where n is 0; returns buf. */
+static const char *joined(const char *const *l, uint32_t n, const char *none, char *buf, size_t cap)
 {
-	for (uint32_t k = 0; k < n && s; k++)
-		if (!strcmp(l[k], s))
-			return 1;
-	return 0;
+	size_t w = 0;
+	buf[0] = 0;
+	for (uint32_t k = 0; k < n && w < cap; k++)
+		w += (size_t)snprintf(buf + w, cap - w, "%s%s", k ? ", " : "", l[k]);
+	return n ? buf : none;
 }
 
 int tp_model_view_choose(tp_model *m, tp_err *e)
@@ -82,14 +84,12 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 	}
 	const char *const *et = o->ep == 2 ? m->view->ep_rr_types : m->view->ep_types;
 	uint32_t net = o->ep == 2 ? m->view->nep_rr_types : m->view->nep_types;
-	if (o->ep && !listed_in(et, net, model_type)) {
-		char types[512] = "";
-		for (uint32_t k = 0, w = 0; k < net && w < sizeof types; k++)
-			w += (uint32_t)snprintf(types + w, sizeof types - w, "%s%s", k ? ", " : "", et[k]);
+	char types[512];
+	if (o->ep && !tp_view_listed(et, net, model_type)) {
 		tp_fail(e, TP_EINVAL, "--ep%s under %s: expert parallelism%s is proven for %s, not for model_type '%s' (vLLM "
 			"places the experts; the view must hold them as its loader does)%s; mount without --ep",
 			o->ep == 2 ? "=round_robin" : "", m->view->origin, o->ep == 2 ? " with round_robin placement" : "",
-			types[0] ? types : "no model type of this view", model_type ? model_type : "(none)",
+			joined(et, net, "no model type of this view", types, sizeof types), model_type ? model_type : "(none)",
 			o->ep == 2 ? " (vLLM places experts round-robin only in models with several expert groups, "
 				     "else linearly: --ep)" : "");
 		tp_model_view_free(m);
@@ -97,16 +97,11 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 	}
 	if (m->P > 1) { /* stages: the view must place every tensor, for this model type */
 		const tp_view *v = m->view;
-		int listed = 0;
-		for (uint32_t k = 0; k < v->npp_types && model_type; k++)
-			listed |= !strcmp(v->pp_types[k], model_type);
-		if (!v->pp_layers || !listed) {
-			char types[512] = "";
-			for (uint32_t k = 0, w = 0; k < v->npp_types && w < sizeof types; k++)
-				w += (uint32_t)snprintf(types + w, sizeof types - w, "%s%s", k ? ", " : "", v->pp_types[k]);
+		if (!v->pp_layers || !tp_view_listed(v->pp_types, v->npp_types, model_type)) {
 			tp_fail(e, TP_EINVAL, "--pp %u: %s has %s: pipeline stages are proven for %s, not for model_type '%s'; "
 				"mount without --pp", m->P, v->origin, v->pp_layers ? "stages" : "no pipeline stages",
-				v->pp_layers ? types : "no model type under it", model_type ? model_type : "(none)");
+				joined(v->pp_types, v->pp_layers ? v->npp_types : 0, "no model type under it", types, sizeof types),
+				model_type ? model_type : "(none)");
 			tp_model_view_free(m);
 			return -1;
 		}

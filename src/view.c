@@ -569,7 +569,7 @@ void tp_view_free(tp_view *v)
 	memset(v, 0, sizeof *v);
 }
 
-static int listed(const char *const *l, uint32_t n, const char *s)
+int tp_view_listed(const char *const *l, uint32_t n, const char *s)
 {
 	for (uint32_t i = 0; s && i < n; i++)
 		if (!strcmp(l[i], s))
@@ -588,12 +588,12 @@ int tp_view_choose(const char *engine, const char *text, size_t len, const char 
 			tp_view_free(v);
 			return -1;
 		}
-		if (!listed(v->plans, v->nplans, plan)) {
+		if (!tp_view_listed(v->plans, v->nplans, plan)) {
 			tp_fail(e, TP_EINVAL, "%s: view '%s' applies to plans other than '%s'", engine, v->name, plan);
 			tp_view_free(v);
 			return -1;
 		}
-		if (quant ? !listed(v->quant_methods, v->nquant, quant) : v->nquant != 0) {
+		if (quant ? !tp_view_listed(v->quant_methods, v->nquant, quant) : v->nquant != 0) {
 			tp_fail(e, TP_EINVAL, "%s: view '%s' serves %s checkpoints, not %s%s%s", engine, v->name,
 				v->nquant ? "quantized (its quant_methods)" : "unquantized", quant ? "quant_method '" : "",
 				quant ? quant : "an unquantized one", quant ? "'" : "");
@@ -618,8 +618,8 @@ int tp_view_choose(const char *engine, const char *text, size_t len, const char 
 		size_t kl = strlen(known);
 		tp_fmt(known + kl, sizeof known - kl, "%s%s (%s%s%s)", kl ? "; " : "", c.name, c.plans[0], c.nquant ? ", " : "",
 		       c.nquant ? c.quant_methods[0] : "");
-		if (listed(c.plans, c.nplans, plan) && (!c.nmodel_types || listed(c.model_types, c.nmodel_types, model_type)) &&
-		    (quant ? listed(c.quant_methods, c.nquant, quant) : !c.nquant)) {
+		if (tp_view_listed(c.plans, c.nplans, plan) && (!c.nmodel_types || tp_view_listed(c.model_types, c.nmodel_types, model_type)) &&
+		    (quant ? tp_view_listed(c.quant_methods, c.nquant, quant) : !c.nquant)) {
 			*v = c;
 			tp_fmt(v->origin, sizeof v->origin, "built-in %s view '%s'", engine, v->name);
 			return 0;

@@ -156,6 +156,9 @@ int tp_pp_partition(uint64_t nlayers, uint32_t P, const uint32_t *given, uint64_
  * it was held to) or its layer is past the last. */
 int tp_view_stage(const tp_view *v, const char *name, uint32_t P, const uint64_t *start, tp_err *e);
 
+/* Whether s (NULL: never) is one of l[0 .. n). */
+int tp_view_listed(const char *const *l, uint32_t n, const char *s);
+
 /* Built-in view texts (the files of views/, embedded at build time). */
 int tp_view_builtin_count(void);
 const char *tp_view_builtin_text(int i, size_t *len);
