@@ -407,15 +407,15 @@ static void test_include(void **state)
 		if (v.e[k].name && !strcmp(v.e[k].name, "model.layers.{i}.self_attn.attn.q_scale"))
 			q = (int)k;
 	assert_true(q >= 0 && v.e[q].cdtype == ST_F32 && v.e[q].cvalue == 2);
-	assert_int_equal(cJSON_GetArraySize(v.refuse), 5); /* the fragment's four, then this file's */
-	assert_string_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(v.refuse, 4), "reason")->valuestring,
+	assert_int_equal(cJSON_GetArraySize(v.refuse), 6); /* the fragment's five, then this file's */
+	assert_string_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(v.refuse, 5), "reason")->valuestring,
 			    "mine");
 	tp_view_free(&v);
 	/* over a parent: the parent's defaults kept beside the file's, refusals accumulated */
 	text = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"c\", \"extends\": \"llama_fp8\", "
 	       "\"defaults\": {\"x\": 3}, \"refuse\": [{\"if\": \"T > 8\", \"reason\": \"mine\"}], \"tensors\": []}";
 	assert_int_equal(tp_view_parse(text, strlen(text), "c.json", &v, &e), 0);
-	assert_int_equal(cJSON_GetArraySize(v.refuse), 5);
+	assert_int_equal(cJSON_GetArraySize(v.refuse), 6);
 	assert_non_null(cJSON_GetObjectItemCaseSensitive(v.defaults, "x"));
 	assert_non_null(cJSON_GetObjectItemCaseSensitive(v.defaults, "tie_word_embeddings"));
 	tp_view_free(&v);
