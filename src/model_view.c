@@ -106,6 +106,19 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 			return -1;
 		}
 	}
+	if (m->view->rules) { /* the engine's own cuts, before the plan's */
+		tp_plan vp = {0};
+		const char *desc = m->plan.description, *ext = m->plan.extends;
+		if (tp_view_rules_plan(m->view->rules, m->plan.name, m->view->origin, &vp, e) < 0 ||
+		    tp_plan_extend(&vp, &m->plan, e) < 0) {
+			tp_plan_free(&vp);
+			tp_model_view_free(m);
+			return -1;
+		}
+		vp.description = desc; /* the plan's strings, now owned by vp (tp_plan_extend) */
+		vp.extends = ext;
+		m->plan = vp;
+	}
 	tp_model_log(m, 1, "view: %s (%s)", m->view->origin, m->view->proven ? m->view->proven : "not proven");
 	return 0;
 }

@@ -407,11 +407,45 @@ static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e)
 	return parent;
 }
 
+/* Whether a view's "rules" parse as a plan's rules (a list of 1 to 64 rule objects): 0, or -1 with e
+ * set naming the view. */
+static int check_rules(const cJSON *rules, const char *origin, tp_err *e)
+{
+	if (!cJSON_IsArray(rules) || !cJSON_GetArraySize(rules) || cJSON_GetArraySize(rules) > 64)
+		return tp_fail(e, TP_EINVAL, "%s: \"rules\": a list of 1 to 64 plan rules (the plan file's format)", origin);
+	tp_plan p;
+	int rc = tp_view_rules_plan(rules, "(check)", origin, &p, e);
+	if (rc == 0)
+		tp_plan_free(&p);
+	return rc;
+}
+
+int tp_view_rules_plan(const cJSON *rules, const char *name, const char *origin, tp_plan *p, tp_err *e)
+{
+	cJSON *w = cJSON_CreateObject();
+	cJSON *dup = cJSON_Duplicate(rules, 1);
+	char *text = NULL;
+	if (w && dup && cJSON_AddNumberToObject(w, "tpfs_plan", 1) && cJSON_AddStringToObject(w, "name", name) &&
+	    cJSON_AddItemToObject(w, "rules", dup)) {
+		dup = NULL;
+		text = cJSON_PrintUnformatted(w);
+	}
+	cJSON_Delete(dup);
+	cJSON_Delete(w);
+	if (!text)
+		return tp_fail(e, TP_ENOMEM, "out of memory");
+	char where[300];
+	tp_fmt(where, sizeof where, "%s: \"rules\"", origin);
+	int rc = tp_plan_parse(text, strlen(text), where, p, e);
+	cJSON_free(text);
+	return rc;
+}
+
 int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, tp_err *e)
 {
 	static const char *keys[] = {"tpfs_view", "engine", "name", "proven", "plans", "model_types", "quant_methods", "pad_vocab",
 				     "keep_rest", "tensors", "description", "comment", "defaults", "drop_layers", "refuse",
-				     "fragment", "pp", "ep", "ep_round_robin", NULL};
+				     "fragment", "pp", "ep", "ep_round_robin", "rules", NULL};
 	static const char *fkeys[] = {"tpfs_view", "engine", "name", "fragment", "description", "comment", "tensors",
 				      "refuse", "defaults", NULL};
 	memset(v, 0, sizeof *v);
@@ -540,6 +574,9 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 			goto bad;
 		}
 	}
+	v->rules = cJSON_GetObjectItemCaseSensitive(o, "rules");
+	if (v->rules && check_rules(v->rules, origin, e) < 0)
+		goto bad;
 	const cJSON *ts = cJSON_GetObjectItemCaseSensitive(o, "tensors");
 	if (!cJSON_IsArray(ts)) {
 		tp_fail(e, TP_EINVAL, "%s: \"tensors\": a list of entries", origin);

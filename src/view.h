@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "plan.h"
 #include "served.h"
 #include "spec.h"
 #include "st_format.h"
@@ -88,6 +89,12 @@ typedef struct tp_view {
 	const char *ep_rr_types[32]; /* "ep_round_robin": those whose round_robin placement is (vLLM uses
 	                             * it only for several expert groups, else it falls back to linear) */
 	uint32_t nep_rr_types;
+	/* "rules": plan rules (the plan file's format) for tensors the engine cuts otherwise than the
+	 * plan does; put before the plan's own when the view is chosen (tp_model_view_choose), so they
+	 * win: an engine sizes its modules from the source's config.json, where a rank folder's model
+	 * must be sized from its own (LFM2's short convolutions, whole in the plan, cut by channel in
+	 * vLLM). NULL: the plan's cuts only. A child view's list replaces its parent's. */
+	const struct cJSON *rules;
 	int keep_rest;
 	int fragment;          /* "fragment": true: entries other views include ("include"), never chosen */
 	tp_ventry *e;
@@ -155,6 +162,11 @@ int tp_pp_partition(uint64_t nlayers, uint32_t P, const uint32_t *given, uint64_
  * stage, or -1 with e set where the view's rules do not place the tensor (named, with the rules
  * it was held to) or its layer is past the last. */
 int tp_view_stage(const tp_view *v, const char *name, uint32_t P, const uint64_t *start, tp_err *e);
+
+/* A view's "rules" (v->rules) as a plan named name, to be extended by the plan it applies to
+ * (tp_plan_extend: its rules then win); origin (the view's) prefixes messages. Returns 0 with p
+ * set (freed by tp_plan_free), or -1 with e set. */
+int tp_view_rules_plan(const struct cJSON *rules, const char *name, const char *origin, tp_plan *p, tp_err *e);
 
 /* Whether s (NULL: never) is one of l[0 .. n). */
 int tp_view_listed(const char *const *l, uint32_t n, const char *s);

@@ -208,6 +208,45 @@ static void test_refuse_proven_parse(void **state)
 	}
 }
 
+/* "rules": parsed as a plan's rules when the view is, refused with the view's name where they are not
+ * plan rules; tp_view_rules_plan makes the plan whose rules, extended by the plan the view applies
+ * to, come first (a tensor both match takes the view's). */
+static void test_rules(void **state)
+{
+	(void)state;
+	const char *cases[] = {"\"rules\": [{\"name\": \"c\", \"match\": \"**.conv\", \"split\": \"column\"}]", /* ok */
+			       "\"rules\": []", "\"rules\": {\"name\": \"c\"}",
+			       "\"rules\": [{\"name\": \"c\", \"match\": \"**.conv\", \"split\": \"sideways\"}]"};
+	char text[512];
+	for (int k = 0; k < 4; k++) {
+		tp_view v;
+		tp_err e;
+		snprintf(text, sizeof text,
+			 "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"t\", \"plans\": [\"llama\"], %s, "
+			 "\"tensors\": []}",
+			 cases[k]);
+		int rc = tp_view_parse(text, strlen(text), "t.json", &v, &e);
+		if (k == 0) {
+			assert_int_equal(rc, 0);
+			tp_plan vp, base;
+			assert_int_equal(tp_view_rules_plan(v.rules, "llama", v.origin, &vp, &e), 0);
+			const char *btext = "{\"tpfs_plan\": 1, \"name\": \"llama\", \"rules\": [{\"name\": \"w\", \"match\": "
+					    "\"**\", \"split\": \"replicate\"}]}";
+			assert_int_equal(tp_plan_parse(btext, strlen(btext), "b", &base, &e), 0);
+			assert_int_equal(tp_plan_extend(&vp, &base, &e), 0);
+			assert_int_equal(vp.nrules, 2);
+			assert_string_equal(vp.rules[0].name, "c"); /* the view's first: it wins */
+			assert_string_equal(vp.rules[1].name, "w");
+			assert_string_equal(vp.name, "llama");
+			tp_plan_free(&vp);
+			tp_view_free(&v);
+		} else {
+			assert_int_equal(rc, -1);
+			assert_non_null(strstr(e.msg, "t.json: \"rules\""));
+		}
+	}
+}
+
 /* "extends": the built-in llama view under a file: fields replaced, an entry replaced where it
  * stands (same name; a drop by a drop of the same template), one removed, one appended; and the
  * refusals (no such view, a remove that takes nothing, extends not a string). */
@@ -654,7 +693,7 @@ int main(void)
 		cmocka_unit_test(test_stack),            cmocka_unit_test(test_parts_and_sources),
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
 		cmocka_unit_test(test_shape),            cmocka_unit_test(test_const_shape),
-		cmocka_unit_test(test_include),
+		cmocka_unit_test(test_include),          cmocka_unit_test(test_rules),
 		cmocka_unit_test(test_pp_partition),
 		cmocka_unit_test(test_pp_stage),
 	};
