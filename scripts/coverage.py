@@ -265,7 +265,7 @@ def classify(p):
     err = p.stderr
     if p.returncode == 0:
         return "served", ""
-    lines = [ln for ln in err.splitlines() if ln.startswith("tpfs: ")]
+    lines = [ln for ln in err.splitlines() if ln.startswith("tpfs: ") and not ln.startswith("tpfs: info: ")]
     if p.returncode != 1 or not lines:
         return "error", "exit %d: %s" % (p.returncode, clean(err)[-300:])
     first = lines[0][len("tpfs: "):]

@@ -81,6 +81,10 @@ FAMILIES = {
     # DeepSeek-V3's FP8 MoE: vLLM's CPU backend has no kernel to process it (both loaders stop there, after equal
     # key sets and loaded weights)
     "deepseek_v3_fp8": ("deepseek_v3_fp8", None, {}, "Unsupported FP8 MoE backend: NONE"),
+    # LFM2: short convolutions cut by channel (the view's own rules); a hybrid: prefix caching off (on, vLLM's CPU
+    # backend refuses the hybrid's mamba_block_size before the model is built)
+    "lfm2": ("lfm2", None, {"enable_prefix_caching": False}, None),
+    "lfm2_moe": ("lfm2_moe", None, {"enable_prefix_caching": False}, None),
     # vLLM's Transformers backend (TransformersForCausalLM)
     "mellum": ("qwen3_moe", None, {}, None),  # TransformersMoEForCausalLM: qwen3_moe's key set (probed)
     **{f: ("llama", None, {}, None) for f in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm",
@@ -301,6 +305,29 @@ def probe_problems(res):
     return out
 
 
+def lfm2_refusals(fails, src, work):
+    """The lfm2 view refuses by name what vLLM would hold otherwise or not build: an untied head (vLLM's
+    Lfm2ForCausalLM ties it whatever the config says), a config.json without conv_dim (vLLM sizes the
+    short convolutions by it; its model cannot be built), short-conv biases (not proven)."""
+    import tpfs_test
+    for what, edit, want in (("untied", {"tie_word_embeddings": False}, "ties lm_head to the embedding"),
+                             ("no conv_dim", {"conv_dim": None}, "sizes the short convolutions by config.json's conv_dim"),
+                             ("conv_bias", {"conv_bias": True}, "short-conv biases (conv_bias) are not proven")):
+        out = os.path.join(work, "lfm2-refused", what.replace(" ", "_"))
+        shutil.copytree(src, out)
+        cfg = json.load(open(os.path.join(out, "config.json")))
+        for k, v in edit.items():
+            if v is None:
+                cfg.pop(k, None)
+            else:
+                cfg[k] = v
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        p = tpfs_test.tpfs("plan", out, "--tp", 2, "--view", "vllm")
+        fails.check(p.returncode == 1 and want in p.stderr, "lfm2 %s: refused with %r, got %d %r"
+                    % (what, want, p.returncode, p.stderr[-300:]))
+
+
 def main():
     global TOKENS
     import torch
@@ -334,6 +361,8 @@ def main():
                 break_view(kind, srcs[fam, 2], vllm_view_ref.load_view(os.path.join(VIEWS, FAMILIES[fam][0] + ".json")),
                            out)
                 cases.append({"name": "%s/%s" % (fam, kind), "src": srcs[fam, 2], "served": out, "tp": 2})
+        if ("lfm2", 2) in srcs:
+            lfm2_refusals(fails, srcs["lfm2", 2], work)
         times["mount + reference"] = time.time() - t0
         with open(os.path.join(work, "cases.json"), "w") as f:
             json.dump(cases, f)

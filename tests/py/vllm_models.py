@@ -192,6 +192,22 @@ FAMILIES = {
                                       num_local_experts=4, num_experts_per_tok=2, sliding_window=16,
                                       layer_types=["sliding_attention", "full_attention"],
                                       mlp_layer_types=["dense", "sparse"], tie_word_embeddings=False, **COMMON),
+    # LFM2 (vLLM's models/lfm2.py): a short-conv layer (in_proj [B | C | x], a depthwise conv, out_proj; vLLM cuts
+    # them by channel) and a GQA attention layer (out_proj, q/k layernorms); the MLP width derived (2/3 of 384, to
+    # a multiple of 256: 256); vLLM always ties the head to the embedding
+    "lfm2": lambda: tf.Lfm2Config(hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256,
+                                  num_attention_heads=2, num_key_value_heads=1, intermediate_size=384,
+                                  initializer_range=0.1, norm_eps=1e-6, layer_types=["conv", "full_attention"],
+                                  tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    # LFM2-MoE (models/lfm2_moe.py): LFM2's blocks, a dense first layer, then routed experts (saved per expert), the
+    # router and its expert_bias (F32)
+    "lfm2_moe": lambda: tf.Lfm2MoeConfig(hidden_size=128, num_hidden_layers=3, vocab_size=1000,
+                                         max_position_embeddings=256, num_attention_heads=2, num_key_value_heads=1,
+                                         intermediate_size=256, moe_intermediate_size=64, num_experts=4,
+                                         num_experts_per_tok=2, num_dense_layers=1,
+                                         layer_types=["conv", "full_attention", "conv"], initializer_range=0.1,
+                                         norm_eps=1e-6, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
+                                         eos_token_id=2),
     "kimi_linear": lambda: tf.KimiLinearConfig(
         hidden_size=128, num_hidden_layers=3, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
         num_key_value_heads=2, initializer_range=0.1, rms_norm_eps=1e-6, intermediate_size=256,
@@ -414,7 +430,11 @@ POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block, "qwen3_moe_fp
             "mixtral_fp8": lambda out: fp8_block(out, router=False),
             "glm4_moe_fp8": lambda out: fp8_block(out, router=False), "llama_nvfp4": nvfp4,
             "qwen3_moe_nvfp4": lambda out: nvfp4(out, moe=True), "deepseek_v3_nvfp4": lambda out: nvfp4(out, moe=True),
-            "glm4_moe_nvfp4": lambda out: nvfp4(out, moe=True), "mixtral_nvfp4": nvfp4}
+            "glm4_moe_nvfp4": lambda out: nvfp4(out, moe=True), "mixtral_nvfp4": nvfp4,
+            # published LFM2 configs hold conv_dim and block_dim (the short convolutions' and the blocks' width), which
+            # vLLM's Lfm2 sizes them by and transformers' Lfm2Config no longer writes
+            "lfm2": lambda out: edit_config(out, lambda c: c.update(conv_dim=c["hidden_size"],
+                                                                    block_dim=c["hidden_size"]))}
 
 
 # At T=4 (the probe's second size, vllm_probe.py) every head count is doubled (2 -> 4 attention heads, and

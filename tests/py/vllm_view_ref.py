@@ -189,6 +189,24 @@ CUTS = {
         (L + r"mlp\.(gate|shared_expert_gate)\.weight", "whole"),
     ] + experts(r"experts\.\d+|shared_expert") + NORMS,
     "glm5_next": GLM5_NEXT,
+    "lfm2": EMBED + [  # models/lfm2.py (its mapper: .conv. -> .short_conv.), layers/mamba/short_conv.py ShortConv
+        (L + r"conv\.in_proj\.weight", "thirds"),  # MergedColumnParallelLinear([dim] * 3), loaded whole: B | C | x
+        (L + r"conv\.conv\.weight", "column"),  # ColumnParallelLinear(L_cache -> dim), weight [dim, 1, L]
+        (L + r"conv\.out_proj\.weight", "row"),  # RowParallelLinear
+        (L + r"self_attn\.q_proj\.weight", "column"),
+        (L + r"self_attn\.[kv]_proj\.weight", "kv"),
+        (L + r"self_attn\.out_proj\.weight", "row"),
+        (L + r"self_attn\.[qk]_layernorm\.weight", "whole"),  # RMSNorm(head_dim)
+        (L + r"feed_forward\.w[13]\.weight", "column"),  # w13: MergedColumnParallelLinear
+        (L + r"feed_forward\.w2\.weight", "row"),
+        (L + r"(operator|ffn)_norm\.weight", "whole"),
+        (r"model\.embedding_norm\.weight", "whole"),
+        # LFM2-MoE (models/lfm2_moe.py): FusedMoE per expert (w1 / w3 rows, w2 columns), GateLinear and the
+        # expert_bias it loads as e_score_correction_bias replicated
+        (L + r"feed_forward\.experts\.\d+\.w[13]\.weight", "column"),
+        (L + r"feed_forward\.experts\.\d+\.w2\.weight", "row"),
+        (L + r"feed_forward\.(gate\.weight|expert_bias)", "whole"),
+    ],
     # Kimi Linear (models/kimi_k3/nvidia/model.py KimiLinearModel.load_weights, its KimiMoE and KimiMLP;
     # layers/mamba/gdn/kimi_gdn_linear_attn.py for the KDA layers; models/kimi_k3/nvidia/mla.py for MLA)
     "kimi_linear": EMBED + [
@@ -242,7 +260,8 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           "qwen3_moe": "moe", "qwen2_moe": "moe", "mellum": "moe", "mixtral": "mixtral", "phi3": "phi3",
           "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
-          "glm5_next": "glm5_next", "kimi_linear": "kimi_linear",
+          "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
+          "lfm2_moe": "lfm2",
           **{mt: "transformers" for mt in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm", "hunyuan_v1_dense",
                                            "jais2", "olmo", "vaultgemma")}}
 
@@ -292,6 +311,8 @@ def cut(family, cfg, name, x, T, r, pad):
         return torch.cat([cut_column(y, T, r) for y in x.split([kd, kd, vd], dim=0)], dim=0)
     if how == "a_log":  # old [1, 1, H, 1] or current [H]: as [H], then H / T heads at tp_rank
         return cut_column(x.reshape(x.shape[2]) if x.ndim == 4 else x, T, r)
+    if how == "thirds":  # MergedColumnParallelLinear.weight_loader(loaded_shard_id=None), three equal outputs
+        return torch.cat([cut_column(y, T, r) for y in x.chunk(3, dim=0)], dim=0)
     if how == "halves":  # MergedColumnParallelLinear.weight_loader(loaded_shard_id=None): gate | up, each cut
         g, u = x.chunk(2, dim=0)
         return torch.cat([cut_column(g, T, r), cut_column(u, T, r)], dim=0)
