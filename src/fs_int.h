@@ -115,7 +115,8 @@ typedef struct nstate {
 	_Atomic uint64_t ctime;       /* the source's ctime (ns) last accepted */
 	_Atomic uint32_t mode, uid, gid; /* of the source, served */
 	_Atomic uint32_t *resid;      /* per RC_CHUNK of source (exact reads): when (ms, 0 = never) a
-	                               * residency check last found every page of it cached */
+	                               * residency check last found every page of it cached, or a
+	                               * prefetch last asked for every missing page of it */
 } nstate;
 
 #define INVAL_ATTR 0x80000000u

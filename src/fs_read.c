@@ -89,10 +89,15 @@ static uint32_t now_ms(void)
  * one mincore() per window of up to PF_SPAN of source (whole RC_CHUNKs, up to the last range in
  * it), then MADV_WILLNEED on each stretch of missing pages, in pieces of at most WN_CHUNK (the
  * kernel reads at most max(io_pages, ra_pages) pages per call and silently drops the rest of a
- * larger one). A chunk that a check found wholly cached in the last RC_FRESH_MS is skipped
- * (resid, NULL: no marks): with a cached source the checks were a fifth of the daemon's time at
- * T=8, every rank checking the pages around its own. A page evicted within that time is read
- * when the copy touches it, as without prefetch. */
+ * larger one). A chunk that a check found wholly cached, or that a range of this call covered
+ * whole (every missing page of it asked for), in the last RC_FRESH_MS is skipped (resid, NULL: no
+ * marks): with a cached source the checks were a fifth of the daemon's time at T=8, every rank
+ * checking the pages around its own; from slow storage mincore() reports the pages still being
+ * read as missing (it counts only up-to-date pages), so without the asked mark every read asked
+ * again for the whole window ahead, which is in flight all the time there: 20 GB of mincore()
+ * and MADV_WILLNEED for a 1 GB file, 3.5 s of the daemon's system time (bench/vllm_nodes.py).
+ * A page evicted, or a read-ahead the kernel dropped, within that time is read when the copy
+ * touches it, as without prefetch. */
 static void fetch_ranges(const tp_node *n, _Atomic uint32_t *resid, const tp_io_range *rg, size_t ng)
 {
 	const uint64_t page = sys_page(), end = (n->src_size + page - 1) / page * page;
@@ -138,6 +143,11 @@ static void fetch_ranges(const tp_node *n, _Atomic uint32_t *resid, const tp_io_
 			if (y > x)
 				madvise((void *)(n->map + x), y - x, MADV_WILLNEED);
 			x = y;
+		}
+		if (resid) { /* every chunk the range covers whole is asked for now */
+			uint64_t c = (rg[j].lo + RC_CHUNK - 1) / RC_CHUNK, ce = hi == end ? (hi + RC_CHUNK - 1) / RC_CHUNK : hi / RC_CHUNK;
+			for (; c < ce; c++)
+				atomic_store_explicit(&resid[c], now, memory_order_relaxed);
 		}
 	}
 }
