@@ -74,6 +74,19 @@ def parallel(lists):
     return sum(out), time.perf_counter() - t0
 
 
+def block_dev(dev):
+    """(the name under /sys/block, "major:minor") of block device path DEV."""
+    name = os.path.basename(dev)
+    with open("/sys/block/%s/dev" % name) as f:
+        return name, f.read().strip()
+
+
+def sectors_of(dev):
+    """512-byte sectors read so far from block device path DEV (/sys/block/NAME/stat)."""
+    with open("/sys/block/%s/stat" % block_dev(dev)[0]) as f:
+        return int(f.read().split()[2])
+
+
 class SlowStore:
     """An ext4 image on a loop device, mounted, read-limited by a cgroup for this process."""
 
@@ -88,29 +101,34 @@ class SlowStore:
         sh("mkfs.ext4", "-q", "-F", self.img)
         self.loop = sh("losetup", "--direct-io=on", "-f", "--show", self.img)
         sh("mount", self.loop, self.mnt)
-        self.dev = os.path.basename(self.loop)
-        with open("/sys/block/%s/dev" % self.dev) as f:
-            self.majmin = f.read().strip()
         self.rate, self.iops = rate_mbps, iops
         self.limited = False
 
     def limit(self):
         """Puts this process (and the children it starts from now on) under the read limit."""
+        self.limit_devices([self.loop])
+
+    def limit_devices(self, devs):
+        """The same for every block device of DEVS (paths), each limited on its own (vllm_nodes.py: one
+        device per node over the same image)."""
         bps = int(self.rate * MB)
+        majmins = [block_dev(d)[1] for d in devs]
         v1 = "/sys/fs/cgroup/blkio"
         v2 = "/sys/fs/cgroup/unified" if os.path.exists("/sys/fs/cgroup/unified/cgroup.controllers") else "/sys/fs/cgroup"
         if os.path.exists(os.path.join(v1, "blkio.throttle.read_bps_device")):
             self.cg = tempfile.mkdtemp(prefix="tpfs-bench-", dir=v1)
-            with open(os.path.join(self.cg, "blkio.throttle.read_bps_device"), "w") as f:
-                f.write("%s %d\n" % (self.majmin, bps))
-            if self.iops:
-                with open(os.path.join(self.cg, "blkio.throttle.read_iops_device"), "w") as f:
-                    f.write("%s %d\n" % (self.majmin, self.iops))
+            for mm in majmins:
+                with open(os.path.join(self.cg, "blkio.throttle.read_bps_device"), "w") as f:
+                    f.write("%s %d\n" % (mm, bps))
+                if self.iops:
+                    with open(os.path.join(self.cg, "blkio.throttle.read_iops_device"), "w") as f:
+                        f.write("%s %d\n" % (mm, self.iops))
             self.root = v1
         elif "io" in open(os.path.join(v2, "cgroup.controllers")).read().split():
             self.cg = tempfile.mkdtemp(prefix="tpfs-bench-", dir=v2)
-            with open(os.path.join(self.cg, "io.max"), "w") as f:
-                f.write("%s rbps=%d%s\n" % (self.majmin, bps, " riops=%d" % self.iops if self.iops else ""))
+            for mm in majmins:
+                with open(os.path.join(self.cg, "io.max"), "w") as f:
+                    f.write("%s rbps=%d%s\n" % (mm, bps, " riops=%d" % self.iops if self.iops else ""))
             self.root = v2
         else:
             self.note = "no cgroup read limit available here: the loop device runs at the disk's speed"
@@ -130,8 +148,7 @@ class SlowStore:
             self.cg = None
 
     def sectors(self):
-        with open("/sys/block/%s/stat" % self.dev) as f:
-            return int(f.read().split()[2])
+        return sectors_of(self.loop)
 
     def close(self):
         self.unlimit()
