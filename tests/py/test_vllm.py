@@ -310,7 +310,7 @@ def lfm2_refusals(fails, src, work):
     Lfm2ForCausalLM ties it whatever the config says), a config.json without conv_dim (vLLM sizes the
     short convolutions by it; its model cannot be built), short-conv biases (not proven)."""
     import tpfs_test
-    for what, edit, want in (("untied", {"tie_word_embeddings": False}, "ties lm_head to the embedding"),
+    for what, edit, want in (("untied", {"tie_word_embeddings": False}, "tie lm_head to the embedding"),
                              ("no conv_dim", {"conv_dim": None}, "sizes the short convolutions by config.json's conv_dim"),
                              ("conv_bias", {"conv_bias": True}, "short-conv biases (conv_bias) are not proven")):
         out = os.path.join(work, "lfm2-refused", what.replace(" ", "_"))
