@@ -85,6 +85,12 @@ FAMILIES = {
     # backend refuses the hybrid's mamba_block_size before the model is built)
     "lfm2": ("lfm2", None, {"enable_prefix_caching": False}, None),
     "lfm2_moe": ("lfm2_moe", None, {"enable_prefix_caching": False}, None),
+    # OLMo hybrid: Gated DeltaNet and attention layers (a hybrid: prefix caching off, as for LFM2); built with a
+    # stand-in for Triton's allocator hook, which vLLM's CPU install lacks, and vLLM 0.32's default loader (the
+    # reference) with the fix of vllm-project/vllm#55858, without which it loads no OLMo hybrid checkpoint
+    # (vllm_plugin.py impersonate_olmo_hybrid; sharded_state needs neither): load-only, its forward needs Triton's
+    # FLA kernels
+    "olmo_hybrid": ("olmo_hybrid", "olmo-hybrid", {"enable_prefix_caching": False}, None),
     # vLLM's Transformers backend (TransformersForCausalLM)
     "mellum": ("qwen3_moe", None, {}, None),  # TransformersMoEForCausalLM: qwen3_moe's key set (probed)
     **{f: ("llama", None, {}, None) for f in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm",
@@ -100,10 +106,10 @@ FAMILIES = {
 # glm4_moe_fp8: "expected scalar type Float but found BFloat16" in the forward, both loaders: its F32 router
 # beside the FP8 MoE;
 # the NVFP4 families: vLLM on CPU has no NVFP4 kernel; the probe builds them with vLLM's emulation kernels, not a
-# run)
+# run; olmo_hybrid: its Gated DeltaNet forward is Triton's FLA kernels)
 NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "kimi_linear", "glm5_next", "qwen3_moe_fp8", "deepseek_v3_fp8",
            "glm4_moe_fp8", "llama_ct_fp8_static", "qwen3_moe_ct_fp8", "llama_nvfp4", "qwen3_moe_nvfp4",
-           "deepseek_v3_nvfp4", "glm4_moe_nvfp4", "mixtral_nvfp4"}
+           "deepseek_v3_nvfp4", "glm4_moe_nvfp4", "mixtral_nvfp4", "olmo_hybrid"}
 # forms vLLM's CPU backend builds only on a CPU with AMX: its FP8 block-scaled linear (CPUFp8BlockScaledMMKernel;
 # without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either loader), and its INT8
 # MoE (fused_moe/experts/cpu_moe.py CPUExpertsInt8._supports_current_device: "No Int8 MoE backend supports the
@@ -137,6 +143,12 @@ TOKENS = [] if TOKENS_MODE == "none" else [f for f in TOKENS if f in FAMILIES an
 HTTP = "llama" if TOKENS_MODE != "none" and "llama" in FAMILIES else None  # also the TP=1 family
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]  # ids on both ranks' vocab shards
 WRONG = "llama"  # the family whose view is broken on purpose (T=2)
+# keys a family's view serves in the checkpoint's dtype where vLLM's parameter has the model's (the probe checks
+# that only the dtype differs and that both loaders leave the same bits: vLLM's sharded_state loader warns and
+# casts with the copy_ its default loader does): OLMo hybrid's A_log, F32 in checkpoints (transformers makes it
+# F32), torch.empty in the model's dtype in vLLM's layer (olmo_gdn_linear_attn.py): serving it narrowed would
+# be right for one --dtype only
+CASTS = {"olmo_hybrid": (r"\.linear_attn\.A_log$",)}
 # broken views the probe must refuse, each in its own way: name -> (what it breaks, the failure it must show)
 # (the family whose view each breaks, at T=2; the FP8 one swaps two block-scale rows of a fused qkv scale:
 # same names, shapes and dtypes)
@@ -305,6 +317,23 @@ def probe_problems(res):
     return out
 
 
+def olmo_hybrid_names(fails, stack, src, mnt, work):
+    """The olmo_hybrid view serves the same files from the norm names transformers' save_pretrained writes
+    (attention_layer_norm, feedforward_layer_norm: its conversion_mapping.py) as from those vLLM loads, which
+    the probe's source holds (vllm_models.py POSTSAVE)."""
+    import vllm_models
+    out = os.path.join(work, "olmo_hybrid-hf-names")
+    shutil.copytree(src, out)
+    vllm_models.edit_tensors(out, lambda t: {
+        k.replace(".input_layernorm.", ".attention_layer_norm.")
+         .replace(".post_attention_layernorm.", ".feedforward_layer_norm."): v for k, v in t.items()})
+    header_keys = header(os.path.join(out, "model.safetensors"))
+    fails.check(any(".attention_layer_norm." in k for k in header_keys)
+                and not any(".input_layernorm." in k for k in header_keys),
+                "olmo_hybrid: the source under transformers' names was not written")
+    same_files(fails, "olmo_hybrid (transformers' norm names) T=2", stack.enter_context(ViewMount(out, 2)), mnt, 2)
+
+
 def lfm2_refusals(fails, src, work):
     """The lfm2 view refuses by name what vLLM would hold otherwise or not build: an untied head (vLLM's
     Lfm2ForCausalLM ties it whatever the config says), a config.json without conv_dim (vLLM sizes the
@@ -354,7 +383,7 @@ def main():
                 if fam in NO_ENGINE:
                     continue
                 cases.append({"name": "%s/tp%d" % (fam, tp), "src": src, "served": mnt, "tp": tp, "engine": engine,
-                              "impersonate": imp, "stop": stop})
+                              "impersonate": imp, "stop": stop, "casts": list(CASTS.get(fam, ()))})
         for kind, (fam, _) in BROKEN.items():
             if fam in FAMILIES and fam not in NO_ENGINE and 2 in PROBE_TP:
                 out = os.path.join(work, "broken", kind)
@@ -363,6 +392,8 @@ def main():
                 cases.append({"name": "%s/%s" % (fam, kind), "src": srcs[fam, 2], "served": out, "tp": 2})
         if ("lfm2", 2) in srcs:
             lfm2_refusals(fails, srcs["lfm2", 2], work)
+        if ("olmo_hybrid", 2) in srcs:
+            olmo_hybrid_names(fails, stack, srcs["olmo_hybrid", 2], served["olmo_hybrid", 2], work)
         times["mount + reference"] = time.time() - t0
         with open(os.path.join(work, "cases.json"), "w") as f:
             json.dump(cases, f)
@@ -435,6 +466,10 @@ def main():
                                                  "(stopped)" if stopped and r.get("ok") else "",
                                                  "; ".join(probs.values())[:300]))
         fails.check(r.get("ok") and n > 0, "%s: the probe found %s" % (c["name"], probs or "no result"))
+        if c.get("casts"):  # the cast the case allows is the one seen, on every rank
+            for rk, x in sorted(r.get("ranks", {}).items()):
+                fails.check(x.get("cast"), "%s rank %s: no tensor served in another dtype than vLLM's (%s)"
+                            % (c["name"], rk, c["casts"]))
 
     # 2. and 3. tokens
     def check_tokens(name, a, b, required=True):

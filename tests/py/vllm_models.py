@@ -217,6 +217,14 @@ FAMILIES = {
         layer_types=["linear_attention", "linear_attention", "full_attention"],
         mlp_layer_types=["dense", "sparse", "sparse"], tie_word_embeddings=False,
         pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    # OLMo hybrid (vLLM's models/olmo_hybrid.py, layers/mamba/gdn/olmo_gdn_linear_attn.py): Gated DeltaNet with 2 key
+    # heads of 64 and 4 value heads of 32 (the key and value widths equal: save_pretrained writes the fused conv as
+    # equal thirds), then OLMo 3's attention (vLLM's head_dim is hidden_size / heads, its q_norm / k_norm whole)
+    "olmo_hybrid": lambda: tf.OlmoHybridConfig(
+        **COMMON, num_key_value_heads=2, intermediate_size=256, linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=64, linear_value_head_dim=32,
+        layer_types=["linear_attention", "full_attention"], tie_word_embeddings=False,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2),
 }
 
 # the model class where it is not AutoModelForCausalLM's (a vision-language wrapper, saved whole)
@@ -431,6 +439,13 @@ POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block, "qwen3_moe_fp
             "glm4_moe_fp8": lambda out: fp8_block(out, router=False), "llama_nvfp4": nvfp4,
             "qwen3_moe_nvfp4": lambda out: nvfp4(out, moe=True), "deepseek_v3_nvfp4": lambda out: nvfp4(out, moe=True),
             "glm4_moe_nvfp4": lambda out: nvfp4(out, moe=True), "mixtral_nvfp4": nvfp4,
+            # OLMo hybrid under the norm names vLLM's OlmoHybridForCausalLM loads (input_layernorm,
+            # post_attention_layernorm): transformers' save_pretrained writes attention_layer_norm and
+            # feedforward_layer_norm (its conversion_mapping.py renames them so on load), which vLLM's default loader
+            # cannot place ("no module or parameter named ...attention_layer_norm"); the view serves either
+            "olmo_hybrid": lambda out: edit_tensors(out, lambda t: {
+                k.replace(".attention_layer_norm.", ".input_layernorm.")
+                 .replace(".feedforward_layer_norm.", ".post_attention_layernorm."): v for k, v in t.items()}),
             # published LFM2 configs hold conv_dim and block_dim (the short convolutions' and the blocks' width), which
             # vLLM's Lfm2 sizes them by and transformers' Lfm2Config no longer writes
             "lfm2": lambda out: edit_config(out, lambda c: c.update(conv_dim=c["hidden_size"],
@@ -445,6 +460,7 @@ POSTSAVE = {"kimi_linear": kimi_published, "llama_fp8": fp8_block, "qwen3_moe_fp
 WIDE_KEYS = ("hidden_size", "num_attention_heads", "linear_num_key_heads", "linear_num_value_heads",
              "linear_num_heads", "index_n_heads")
 WIDE = {"kimi_linear": {"moe_intermediate_size": 1024}, "glm5_next": {"num_key_value_heads": 4},
+        "olmo_hybrid": {"num_key_value_heads": 4},  # the view refuses fewer KV heads than ranks
         "qwen3_moe_fp8": {"moe_intermediate_size": 512},
         "deepseek_v3_fp8": {"moe_intermediate_size": 512, "intermediate_size": 512},
         "mixtral_fp8": {"intermediate_size": 512}, "glm4_moe_fp8": {"moe_intermediate_size": 512},

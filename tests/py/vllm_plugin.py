@@ -4,6 +4,9 @@ workers load it too; vllm_probe.py imports it directly).
 
 - impersonate_cuda_dsa(): lets the CPU platform build DSA models as vLLM on CUDA builds them.
 - impersonate_nvfp4_emulation(): lets the CPU platform build ModelOpt NVFP4 linears (vLLM's emulation kernel).
+- impersonate_olmo_hybrid(): lets the CPU platform build OLMo hybrid's Gated DeltaNet layers (a stand-in
+  for Triton's allocator hook, which the CPU build of Triton lacks), and gives vLLM 0.32's default loader
+  the one-line fix of vllm-project/vllm#55858 (open), without which it loads no OLMo hybrid checkpoint.
 - register(): the plugin's entry point. With TPFS_VLLM_KEYS=DIR it wraps the loaders' load_weights so
   that each worker writes to DIR a digest of the weights each loader leaves (after load_weights,
   before process_weights_after_loading). (The key set is the probe's, vllm_probe.py.)
@@ -65,6 +68,39 @@ def impersonate_nvfp4_emulation():
     from vllm.model_executor.layers.fused_moe.experts.nvfp4_emulation_moe import (
         Nvfp4QuantizationEmulationTritonExperts as experts)
     experts._supports_current_device = staticmethod(lambda: True)
+
+
+def impersonate_olmo_hybrid():
+    """Two changes to vLLM's layers/mamba/gdn/olmo_gdn_linear_attn.py, so that both loaders can be compared:
+    1. a STAND-IN: OlmoHybridGatedDeltaNetAttention's __init__ calls set_triton_allocator(device), which
+       calls triton.set_allocator, and vLLM's CPU install has no Triton with it (AttributeError: module
+       'triton' has no attribute 'set_allocator'), so the model cannot be built for any loader: the
+       module's set_triton_allocator does nothing. It only names where Triton kernels take scratch
+       memory; the parameters and their loaders do not depend on it. The layer's forward needs Triton's
+       FLA kernels, so such a model is built and loaded, never run.
+    2. a FIX of vLLM's default loader, as vllm-project/vllm#55858 (open) makes it: the fused conv1d's
+       weight loader (_make_fused_conv1d_weight_loader) reads its shard id from an argument
+       AutoWeightsLoader never passes (WeightsMapper sets it on the tensor, loaded_weight.shard_id, which
+       the merged linear loaders read), so vLLM 0.32's default loader fails on every OLMo hybrid
+       checkpoint ("list indices must be integers or slices, not NoneType"); here the loader takes the
+       tensor's shard id when the argument is missing, and is otherwise vLLM's own. The sharded_state
+       loader calls no weight loader, so the view is read by vLLM 0.32 as it ships."""
+    from vllm.model_executor.layers.mamba.gdn import olmo_gdn_linear_attn as gdn
+    gdn.set_triton_allocator = lambda device: None
+    if getattr(gdn, "_tpfs_fixed", False):
+        return
+    orig = gdn._make_fused_conv1d_weight_loader
+
+    def fused_conv1d_weight_loader(dims, tp_size, tp_rank):
+        inner = orig(dims, tp_size, tp_rank)
+
+        def weight_loader(param, loaded_weight, loaded_shard_id=None):
+            if loaded_shard_id is None:
+                loaded_shard_id = getattr(loaded_weight, "shard_id", None)
+            return inner(param, loaded_weight, loaded_shard_id)
+        return weight_loader
+    gdn._make_fused_conv1d_weight_loader = fused_conv1d_weight_loader
+    gdn._tpfs_fixed = True
 
 
 def register():

@@ -8,9 +8,11 @@ python vllm_probe.py CASES.json RESULT.json     (in the vLLM venv, scripts/setup
   CASES:  [{"name", "src", "served", "tp", "pp" (optional, default 1: pipeline stages; the group then has
             tp x pp ranks, rank = stage x tp + TP rank, as vLLM numbers them), "engine": {more EngineArgs fields},
             "env": {variables set while the case runs, e.g. VLLM_PP_LAYER_PARTITION}, "impersonate": null or
-            "cuda-dsa" (vllm_plugin.py), "stop": null or the text of vLLM's own error where vLLM cannot
-            process the weights on this CPU (see verdict)}]
-  RESULT: {name: {"ok": bool, "ranks": {rank: {"keys": [[key, served, vLLM's]], "loaded": [keys],
+            "cuda-dsa", "nvfp4-emulation" or "olmo-hybrid" (vllm_plugin.py), "casts": [regex, ...] (keys
+            whose served dtype may differ from the parameter's: see 3), "stop": null or the text of vLLM's own
+            error where vLLM cannot process the weights on this CPU (see verdict)}]
+  RESULT: {name: {"ok": bool, "ranks": {rank: {"keys": [[key, served, vLLM's]], "cast": [the same],
+           "loaded": [keys],
            "processed": [keys], "tensors": n, "stages": {loader: stages reached}, "error": text or
            null}}, "seconds": s}}
 
@@ -23,7 +25,10 @@ load_model -> model_loader.get_model -> BaseModelLoader.load_model):
   3. "keys": the served files of this rank (model-rank-R-part-*.safetensors, read from their
      headers) against _filter_subtensors(model.state_dict()) as sharded_state sees it before it
      loads: a missing key (vLLM: "Missing keys"), an extra key (KeyError), a shape (vLLM narrows
-     a smaller tensor and warns) or a dtype (vLLM casts and warns) that differs;
+     a smaller tensor and warns) or a dtype (vLLM casts and warns) that differs; a key matching one
+     of the case's "casts" whose shape agrees and dtype differs goes to "cast" instead (a parameter
+     vLLM makes in the model's dtype where checkpoints store F32: its sharded_state loader casts
+     it with the same copy_ its default loader does, which 4 and 5 check bitwise);
   4. "loaded": every tensor of the filtered state dict right after load_weights, bitwise, default
      against sharded_state;
   5. "processed": after process_weights_after_loading, every parameter and buffer (aliases kept)
@@ -189,6 +194,8 @@ def worker(rank, tp, port, cases_path, out_path):
                 vllm_plugin.impersonate_cuda_dsa()
             if case.get("impersonate") == "nvfp4-emulation":
                 vllm_plugin.impersonate_nvfp4_emulation()
+            if case.get("impersonate") == "olmo-hybrid":
+                vllm_plugin.impersonate_olmo_hybrid()
             got = {}
             saved_env = {k: os.environ.get(k) for k in case.get("env") or {}}
             os.environ.update(case.get("env") or {})  # vLLM reads its envs when asked (vllm/envs.py)
@@ -225,6 +232,12 @@ def worker(rank, tp, port, cases_path, out_path):
             if b["expected"] is not None:
                 have = served_keys(case["served"], rank, case["tp"], case.get("pp", 1))
                 res["keys"] = [[k, have.get(k), b["expected"].get(k)] for k in differ(b["expected"], have)]
+                # keys the case lets differ in dtype only (vLLM casts them on load as its default loader does)
+                casts = [re.compile(c) for c in case.get("casts") or []]
+                cast = [row for row in res["keys"] if row[1] and row[2] and row[1][0] == row[2][0]
+                        and any(c.search(row[0]) for c in casts)]
+                res["cast"] = cast
+                res["keys"] = [row for row in res["keys"] if row not in cast]
             if a["loaded"] is not None and b["loaded"] is not None:
                 res["loaded"] = differ(a["loaded"], b["loaded"])
                 res["tensors"] = len(a["loaded"])

@@ -207,6 +207,22 @@ CUTS = {
         (L + r"feed_forward\.experts\.\d+\.w2\.weight", "row"),
         (L + r"feed_forward\.(gate\.weight|expert_bias)", "whole"),
     ],
+    # OLMo hybrid (models/olmo_hybrid.py, layers/mamba/gdn/olmo_gdn_linear_attn.py): attention as llama's but
+    # q_norm / k_norm whole (normalized over the gathered heads); GDN: q, k, v, g shards of in_proj_qkvg
+    # (MergedColumnParallelLinear rows), the convs rows of conv1d (_make_fused_conv1d_weight_loader),
+    # a_proj / b_proj ColumnParallelLinear, dt_bias / A_log sharded_weight_loader(0), o_norm whole, o_proj row
+    "olmo_hybrid": EMBED + [
+        (L + r"self_attn\.q_proj\.weight", "column"),
+        (L + r"self_attn\.[kv]_proj\.weight", "kv"),
+        (L + r"self_attn\.o_proj\.weight", "row"),
+        (L + r"self_attn\.[qk]_norm\.weight", "whole"),
+        (L + r"linear_attn\.[qkvgab]_proj\.weight", "column"),
+        (L + r"linear_attn\.[qkv]_conv1d\.weight", "column"),
+        (L + r"linear_attn\.(dt_bias|A_log)", "column"),
+        (L + r"linear_attn\.o_norm\.weight", "whole"),
+        (L + r"linear_attn\.o_proj\.weight", "row"),
+        (L + r"(attention|feedforward)_layer_norm\.weight", "whole"),
+    ] + DENSE + NORMS,
     # Kimi Linear (models/kimi_k3/nvidia/model.py KimiLinearModel.load_weights, its KimiMoE and KimiMLP;
     # layers/mamba/gdn/kimi_gdn_linear_attn.py for the KDA layers; models/kimi_k3/nvidia/mla.py for MLA)
     "kimi_linear": EMBED + [
@@ -261,7 +277,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
-          "lfm2_moe": "lfm2",
+          "lfm2_moe": "lfm2", "olmo_hybrid": "olmo_hybrid",
           **{mt: "transformers" for mt in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm", "hunyuan_v1_dense",
                                            "jais2", "olmo", "vaultgemma")}}
 
