@@ -49,8 +49,49 @@ setup_vllm() {
     ln -s "$venv_real" "$build/venv-vllm"
   fi
 }
+
+# scripts/setup.sh --sglang [BUILD_DIR]: the third venv, for tests/py/test_sglang.py: SGLang
+# (scripts/requirements-sglang.txt, --no-deps) in a venv layered on the vLLM venv (made first, as
+# --vllm makes it): a .pth file appends the vLLM venv's site-packages, so torch and the packages
+# both engines share are not installed twice. Cached in TPFS_SGLANG_VENV (default
+# $XDG_CACHE_HOME/tpfs/sglang-<hash of both requirement files>), linked as BUILD_DIR/venv-sglang;
+# where the vLLM venv is unavailable, so is this one (BUILD_DIR/venv-sglang.unavailable).
+setup_sglang() {
+  local build=$1 req=scripts/requirements-sglang.txt tag venv_real base site
+  setup_vllm "$build"
+  rm -f "$build/venv-sglang.unavailable"
+  if [ -f "$build/venv-vllm.unavailable" ]; then
+    echo "the vLLM venv it is layered on is unavailable: $(cat "$build/venv-vllm.unavailable")" > "$build/venv-sglang.unavailable"
+    rm -rf "$build/venv-sglang"
+    return 0
+  fi
+  tag=$(cat "$req" scripts/requirements-vllm.txt | sha256sum | cut -c1-12)
+  venv_real=${TPFS_SGLANG_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tpfs/sglang-$tag}
+  base=$(readlink -f "$build/venv-vllm")
+  site=$("$base/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  if ! [ -f "$venv_real/.tpfs-complete" ] || [ "$(cat "$venv_real/.tpfs-base" 2>/dev/null)" != "$site" ]; then
+    echo "setup: creating $venv_real with sglang, layered on $base (seconds, ~250 MB)" >&2
+    rm -rf "$venv_real"
+    mkdir -p "$(dirname "$venv_real")"
+    python3 -m venv "$venv_real"
+    echo "$site" > "$("$venv_real/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-tpfs-vllm-base.pth"
+    "$venv_real/bin/pip" install -q --disable-pip-version-check --no-deps -r <(grep -v '^#' "$req")
+    "$venv_real/bin/python" -c "import torch, transformers, safetensors, sglang"
+    echo "$site" > "$venv_real/.tpfs-base"
+    touch "$venv_real/.tpfs-complete"
+  fi
+  if [ "$(readlink "$build/venv-sglang" 2>/dev/null)" != "$venv_real" ]; then
+    rm -rf "$build/venv-sglang"
+    ln -s "$venv_real" "$build/venv-sglang"
+  fi
+}
+
 if [ "${1:-}" = --vllm ]; then
   setup_vllm "${2:-build}"
+  exit 0
+fi
+if [ "${1:-}" = --sglang ]; then
+  setup_sglang "${2:-build}"
   exit 0
 fi
 

@@ -3,7 +3,8 @@
 #
 #   1. build/      the normal build (-Wall -Wextra -Werror), all tests: unit (cmocka), mount and
 #                  loader tests (FUSE + the safetensors package), CLI tests, and vLLM's sharded_state
-#                  loader on the --view vllm files (the second venv, scripts/setup.sh --vllm).
+#                  loader on the --view vllm files (the second venv, scripts/setup.sh --vllm), and
+#                  SGLang's on the --view sglang files (the third, scripts/setup.sh --sglang).
 #   2. build/asan  the same tests with AddressSanitizer + UndefinedBehaviorSanitizer, mount tests
 #                  included (the daemon runs sanitized).
 #   3. smoke runs of the benchmarks (seconds), then fuzzing of the header parser, plan
@@ -44,6 +45,8 @@ bash scripts/setup.sh build
 part "setup (test venv, packages)"
 bash scripts/setup.sh --vllm build   # the second venv, for tests/py/test_vllm.py (cached after the first run)
 part "setup (vLLM venv)"
+bash scripts/setup.sh --sglang build  # the third venv, layered on the vLLM one, for tests/py/test_sglang.py
+part "setup (SGLang venv)"
 venv="$PWD/build/venv"
 
 echo "== normal build" >&2
@@ -62,6 +65,7 @@ part "benchmark smoke runs"
 
 echo "== sanitized build (ASan + UBSan)" >&2
 bash scripts/setup.sh --vllm build/asan   # only links the cached venv
+bash scripts/setup.sh --sglang build/asan # the same
 bash scripts/build.sh build/asan -Dvenv="$venv" -Db_sanitize=address,undefined -Db_lundef=false \
   -Dc_args=-fno-sanitize-recover=all
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -262,7 +262,8 @@ static int same_entry(const cJSON *a, const cJSON *b)
 
 /* Puts object over (a view file, or a fragment: fragment set) over base, as "extends" and
  * "include" say: each top-level field of a view but extends, include, tensors, refuse and defaults
- * replaces base's (a fragment's other fields are its own: name, description); each entry of
+ * replaces base's, null taking base's away (a fragment's other fields are its own: name,
+ * description); each entry of
  * "tensors" replaces base's entry of the same key (same_entry) where it stands, an entry
  * {"remove": NAME} takes away base's entry making NAME, and any other entry is appended; "refuse"
  * entries are appended to base's; "defaults" are merged key by key (over's value wins). what names
@@ -291,6 +292,10 @@ static int merge_over(cJSON *base, const cJSON *over, int fragment, const char *
 				else if (dup)
 					cJSON_AddItemToObject(have, x->string, dup);
 			}
+			continue;
+		}
+		if (cJSON_IsNull(it)) { /* "pp": null: the base's field is not inherited */
+			cJSON_DeleteItemFromObjectCaseSensitive(base, k);
 			continue;
 		}
 		cJSON *dup = cJSON_Duplicate(it, 1);
@@ -360,7 +365,8 @@ static cJSON *builtin(const char *name, const char *engine, int fragment, const 
 }
 
 /* "extends": NAME and "include": [FRAGMENT, ...]. The view is the built-in view NAME (of the same
- * engine; none: an empty view), then each built-in fragment in order (views/<engine>/fragments:
+ * engine, or ENGINE/NAME: another engine's, whose entries an engine shares where both hold the
+ * same names, as SGLang's views extend vLLM's; none: an empty view), then each built-in fragment in order (views/<engine>/fragments:
  * entries shared by views, such as a quantization's scales), then this file, each put over what
  * came before (merge_over). A parent may itself extend another, 4 levels at most; a fragment
  * neither extends nor includes. Consumes child; returns the merged object, or NULL with e set. */
@@ -378,7 +384,17 @@ static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e)
 		tp_fail(e, TP_EINVAL, "%s: \"include\" is a list of 1 to 8 built-in fragment names", origin);
 	else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(child, "fragment")))
 		tp_fail(e, TP_EINVAL, "%s: a fragment neither extends a view nor includes fragments", origin);
-	else if (ext)
+	else if (ext && strchr(base, '/')) { /* ENGINE/NAME */
+		char en[32];
+		size_t l = (size_t)(strchr(base, '/') - base);
+		if (l == 0 || l >= sizeof en)
+			tp_fail(e, TP_EINVAL, "%s: \"extends\": \"%s\" is NAME or ENGINE/NAME", origin, base);
+		else {
+			memcpy(en, base, l);
+			en[l] = 0;
+			parent = builtin(base + l + 1, en, 0, origin, depth, e);
+		}
+	} else if (ext)
 		parent = builtin(base, engine, 0, origin, depth, e);
 	else if (!(parent = cJSON_CreateObject()) || !cJSON_AddArrayToObject(parent, "tensors")) {
 		tp_fail(e, TP_ENOMEM, "%s: out of memory", origin);
@@ -663,9 +679,26 @@ int tp_view_choose(const char *engine, const char *text, size_t len, const char 
 		}
 		tp_view_free(&c);
 	}
-	if (!known[0])
-		return tp_fail(e, TP_EINVAL, "--view %s: tpfs has no view for that engine (it has: vllm); the default hf "
-			       "view (rank folders) serves every planned checkpoint", engine);
+	if (!known[0]) {
+		char engines[128] = "";
+		for (int i = 0; i < tp_view_builtin_count(); i++) { /* the engines the built-in views are for */
+			size_t l;
+			const char *t = tp_view_builtin_text(i, &l);
+			cJSON *c = tp_json_parse("built-in view", t, l, e);
+			const char *en = c ? str_of(c, "engine") : NULL;
+			char pat[40];
+			snprintf(pat, sizeof pat, "%s,", en ? en : "");
+			size_t kl = strlen(engines);
+			if (en && strlen(en) < 32 && !strstr(engines, pat) && kl + strlen(pat) < sizeof engines)
+				memcpy(engines + kl, pat, strlen(pat) + 1);
+			cJSON_Delete(c);
+		}
+		size_t kl = strlen(engines);
+		if (kl)
+			engines[kl - 1] = 0;
+		return tp_fail(e, TP_EINVAL, "--view %s: tpfs has no view for that engine (it has: %s); the default hf "
+			       "view (rank folders) serves every planned checkpoint", engine, engines);
+	}
 	return tp_fail(e, TP_EINVAL, "--view %s: no %s view for plan '%s' with model_type '%s'%s%s%s (views: %s); the "
 		       "default hf view (rank folders, without --view) serves it", engine, engine, plan,
 		       model_type ? model_type : "(none)", quant ? " quantized by quant_method '" : "", quant ? quant : "",

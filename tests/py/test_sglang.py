@@ -1,0 +1,222 @@
+"""SGLang's sharded_state loader on the files `tpfs mount SRC MNT --tp 2 --view sglang` serves (issue 29).
+
+Tiny random checkpoints (vllm_models.py) of every SGLang view family (FAMILIES), mounted at T=2 with
+--view sglang, proven by SGLang 0.5.23 (the venv of `scripts/setup.sh --sglang`) as a user runs it:
+sglang.Engine(model_path=..., tp_size=2, load_format=...) on SRC with SGLang's default loader and on the
+mount with load_format="sharded_state" (sglang_check.py), on the CPU engine with the torch_native
+attention. Checked per rank, through a hook in SGLang's worker processes (sglang_site/sitecustomize.py):
+  - the key set, shapes and dtypes sharded_state fills (ShardedStateLoader._filter_subtensors of the
+    model's state dict) equal the served part files' headers;
+  - every parameter, buffer and tensor attribute of the model each loader leaves, after SGLang's own
+    post-load steps (SGLang processes the weights inside load_model, and for sharded_state before it
+    copies the files in), is bitwise equal between the two loaders;
+and per family: greedy tokens and the top-5 logprobs of every step equal between the two loaders. Every
+part file also equals, byte for byte, the independent reference (vllm_view_ref.py, which SGLang's weight
+loaders agree with for these families: the engine comparison above is what proves it for SGLang).
+
+Wrong files must fail: the vLLM view's files (four attention scale entries SGLang does not hold: a
+KeyError in its sharded_state loader) and the SGLang view's files with the two ranks swapped (same
+names and shapes: the weights and tokens differ). Refusals by name: KV heads fewer than the ranks and
+an intermediate size SGLang's CPU path pads, a quantized checkpoint, pipeline stages, a family with no
+SGLang view.
+
+STAND-IN: SGLang's CPU kernels (sgl_kernel) are not on PyPI; sglang_site/sgl_kernel is a module whose
+every function raises, which only lets SGLang import (its native torch paths then run): see its
+docstring. torch.compile is off (TORCHDYNAMO_DISABLE=1) for both loaders alike: it halves each engine
+start on two cores and touches no weight.
+TPFS_SGLANG_ENGINE=none starts no engine (the sanitized build: what it adds is the daemon under ASan/UBSan).
+Exits 77 only where the SGLang venv cannot be made (setup.sh --sglang wrote BUILD/venv-sglang.unavailable).
+"""
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VIEWS = os.path.join(HERE, "..", "..", "views", "sglang")
+# family -> (view, config fields for vllm_models.make): KV heads as many as the ranks (SGLang's CPU path pads
+# fewer; the view refuses them)
+FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen3_moe": ("qwen3_moe", {"num_key_value_heads": 2})}
+PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]
+ENGINE = os.environ.get("TPFS_SGLANG_ENGINE") or "run"  # none: no Engine start (the sanitized build)
+
+
+def refusals(fails, work):
+    """What --view sglang refuses by name, each with its reason."""
+    import tpfs_test
+    import vllm_models
+    cases = [("one KV head at T=2", "llama", {"num_key_value_heads": 1}, [],
+              "SGLang on CPU pads the attention and KV heads"),
+             ("intermediate_size 96 at T=2", "llama", {"num_key_value_heads": 2, "intermediate_size": 96}, [],
+              "pads intermediate_size to a multiple of 32 x ranks"),
+             ("moe_intermediate_size 32 at T=2", "qwen3_moe", {"num_key_value_heads": 2, "moe_intermediate_size": 32},
+              [], "pads moe_intermediate_size"),
+             ("pipeline stages", "llama", {"num_key_value_heads": 2}, ["--pp", "2"], "has no pipeline stages"),
+             ("expert parallelism", "qwen3_moe", {"num_key_value_heads": 2}, ["--ep"],
+              "expert parallelism is proven for no model type"),
+             ("no SGLang view for mixtral", "mixtral", {"num_key_value_heads": 2}, [], "no sglang view for plan")]
+    for what, fam, cfg, extra, want in cases:
+        src = vllm_models.make(fam, os.path.join(work, "refused", what.replace(" ", "_")), tp=2, config=cfg)
+        p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "sglang", *extra)
+        fails.check(p.returncode != 0 and want in p.stderr, "--view sglang, %s: refused with %r, got %d %r"
+                    % (what, want, p.returncode, p.stderr[-400:]))
+    src = os.path.join(work, "refused", "fp8")
+    shutil.copytree(os.path.join(work, "src", "llama"), src)
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    with open(os.path.join(src, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "sglang")
+    fails.check(p.returncode != 0 and "quant_method 'fp8'" in p.stderr,
+                "--view sglang on an FP8 checkpoint: refused by quant_method, got %d %r" % (p.returncode, p.stderr[-400:]))
+
+
+def swapped_ranks(mnt, out):
+    """The served files with rank 0's and rank 1's swapped (same names, shapes and dtypes)."""
+    os.makedirs(out)
+    for f in os.listdir(mnt):
+        if f.startswith("model-rank-"):
+            r = int(f.split("-")[2])
+            shutil.copyfile(os.path.join(mnt, f), os.path.join(out, f.replace("rank-%d-" % r, "rank-%d-" % (1 - r))))
+        elif f.endswith(".json"):
+            shutil.copyfile(os.path.join(mnt, f), os.path.join(out, f))
+
+
+def loaded(keys, how, r):
+    p = os.path.join(keys, "%s-rank%d.json" % (how, r))
+    if not os.path.exists(p):
+        return None
+    with open(p) as f:
+        return json.load(f)
+
+
+def main():
+    import tpfs_test
+    import vllm_models
+    import vllm_view_ref
+    from test_vllm import header, part_files, same_files
+
+    fails = tpfs_test.Failures()
+    t0 = time.time()
+    work = tempfile.mkdtemp(prefix="tpfs-sglang-")
+    tpfs_test.require_fuse()
+    times = {}
+    with contextlib.ExitStack() as stack:
+        jobs, served, served_hdr = [], {}, {}
+        for fam, (view, cfg) in FAMILIES.items():
+            src = vllm_models.make(fam, os.path.join(work, "src", fam), tp=2, config=cfg)
+            ref = os.path.join(work, "ref", fam)
+            vllm_view_ref.write(src, vllm_view_ref.load_view(os.path.join(VIEWS, view + ".json")), 2, ref)
+            mnt = served[fam] = stack.enter_context(tpfs_test.Mount(src, 2, "--view", "sglang")).path
+            same_files(fails, "%s T=2" % fam, mnt, ref, 2)
+            for r in range(2):  # the served headers, read from the mount
+                served_hdr[fam, r] = {k: list(v) for pth in part_files(mnt, r) for k, v in header(pth).items()}
+            for how, model in (("auto", src), ("sharded_state", mnt)):
+                jobs.append({"name": "%s/%s" % (fam, how), "family": fam, "model": model, "load_format": how,
+                             "tp": 2, "keys": os.path.join(work, "keys", fam, how), "prompts": PROMPTS})
+        # wrong files: the vLLM view's (extra keys), the SGLang view's with the ranks swapped (other weights)
+        wrong_vllm = stack.enter_context(tpfs_test.Mount(os.path.join(work, "src", "llama"), 2, "--view", "vllm")).path
+        swapped = os.path.join(work, "swapped")
+        swapped_ranks(served["llama"], swapped)
+        for name, model, fail in (("llama/vllm-view", wrong_vllm, True), ("llama/ranks-swapped", swapped, False)):
+            jobs.append({"name": name, "family": "llama", "model": model, "load_format": "sharded_state", "tp": 2,
+                         "keys": os.path.join(work, "keys", name.replace("/", "-")), "prompts": PROMPTS[:1],
+                         "fails": fail})
+        refusals(fails, work)
+        times["mount + reference + refusals"] = time.time() - t0
+        if ENGINE == "none":
+            jobs = []
+        t1 = time.time()
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "sglang_site"), TORCHDYNAMO_DISABLE="1")
+        res = {}
+        # the jobs that must load in one process, each that must fail in one of its own: where an Engine fails,
+        # SGLang kills the process that started it
+        batches = [b for b in [[j for j in jobs if not j.get("fails")]] + [[j] for j in jobs if j.get("fails")] if b]
+        for k, batch in enumerate(batches):
+            jp, rp, log = (os.path.join(work, "batch%d.%s" % (k, x)) for x in ("json", "result.json", "log"))
+            with open(jp, "w") as f:
+                json.dump(batch, f)
+            with open(log, "w") as lf:
+                subprocess.run([sys.executable, os.path.join(HERE, "sglang_check.py"), jp, rp], stdout=lf,
+                               stderr=subprocess.STDOUT, env=env, timeout=900)
+            if os.path.exists(rp):
+                with open(rp) as f:
+                    res.update(json.load(f))
+            for job in batch:
+                if job["name"] not in res:  # the errors its log shows (a worker's traceback, then the kill)
+                    with open(log, errors="replace") as f:
+                        errs = [ln.strip() for ln in f if "Error" in ln]
+                    res[job["name"]] = {"error": "sglang_check.py ended without a result (%s): %s" % (log, errs[-20:])}
+        times["Engine starts (%d)" % len(jobs)] = time.time() - t1
+
+    if ENGINE == "none":
+        print("TPFS_SGLANG_ENGINE=none: SGLang not started (the reference bytes and the refusals only)")
+        print("time: %.0f s" % (time.time() - t0))
+        shutil.rmtree(work, ignore_errors=True)
+        fails.done("sglang")
+        return
+    print("%-24s %-8s %-9s %-9s %s" % ("family", "rank", "keys", "weights", "tensors"))
+    for fam in FAMILIES:
+        a, b = res.get(fam + "/auto", {}), res.get(fam + "/sharded_state", {})
+        for n_, x in ((fam + " (default loader)", a), (fam + " (sharded_state)", b)):
+            fails.check(x and not x.get("error"), "%s: SGLang failed: %s" % (n_, (x.get("error") or "no result")[-800:]))
+        for r in range(2):
+            la = loaded(os.path.join(work, "keys", fam, "auto"), "auto", r)
+            lb = loaded(os.path.join(work, "keys", fam, "sharded_state"), "sharded_state", r)
+            fails.check(la and lb, "%s rank %d: a loader left no record (hook)" % (fam, r))
+            if not (la and lb):
+                continue
+            have = served_hdr[fam, r]
+            want = {k: [v[0], TORCH_TO_ST.get(v[1], v[1])] for k, v in lb["expected"].items()}
+            keys_ok = have == want
+            fails.check(keys_ok, "%s rank %d: served keys/shapes/dtypes differ from what sharded_state fills: %s"
+                        % (fam, r, sorted((k, have.get(k), want.get(k)) for k in set(have) | set(want)
+                                          if have.get(k) != want.get(k))[:4]))
+            differ = sorted(k for k in set(la["final"]) | set(lb["final"]) if la["final"].get(k) != lb["final"].get(k))
+            fails.check(not differ and la["final"], "%s rank %d: the loaders leave different tensors: %s"
+                        % (fam, r, differ[:5]))
+            print("%-24s %-8s %-9s %-9s %d" % (fam, r, "equal" if keys_ok else "DIFFER", "equal" if not differ
+                                               else "DIFFER", len(la["final"])))
+        if a.get("tokens") and b.get("tokens"):
+            fails.check(a["tokens"] == b["tokens"] and a["logprobs"] == b["logprobs"],
+                        "%s: tokens or logprobs differ: %s vs %s" % (fam, a["tokens"], b["tokens"]))
+            print("%-24s tokens %s" % (fam, "equal" if a["tokens"] == b["tokens"] and a["logprobs"] == b["logprobs"]
+                                       else "DIFFER"))
+    # the wrong files must fail, each in its own way
+    x = res.get("llama/vllm-view", {})
+    fails.check("KeyError" in (x.get("error") or ""), "llama through the vLLM view: SGLang should fail with a "
+                "KeyError (vLLM's scale entries), got %s" % str(x.get("error") or x)[-400:])
+    print("%-24s %s" % ("llama/vllm-view", "caught (KeyError)" if "KeyError" in (x.get("error") or "") else "MISSED"))
+    auto = [loaded(os.path.join(work, "keys", "llama", "auto"), "auto", r) for r in range(2)]
+    sw = [loaded(os.path.join(work, "keys", "llama-ranks-swapped"), "sharded_state", r) for r in range(2)]
+    caught = all(a_ and s_ and a_["final"] != s_["final"] for a_, s_ in zip(auto, sw))
+    y, a = res.get("llama/ranks-swapped", {}), res.get("llama/auto", {})
+    fails.check(caught, "llama with the ranks swapped: the loaded weights should differ from the default loader's")
+    fails.check(y.get("tokens") and y["tokens"][0] != a.get("tokens", [None])[0],
+                "llama with the ranks swapped: the tokens should differ: %s" % (y.get("tokens") or y.get("error")))
+    print("%-24s %s" % ("llama/ranks-swapped", "caught (weights, tokens)" if caught else "MISSED"))
+    print("time: " + ", ".join("%s %.0f s" % kv for kv in times.items()) + ", total %.0f s" % (time.time() - t0))
+    if fails.items:
+        print("logs and files kept in %s" % work)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    fails.done("sglang")
+
+
+TORCH_TO_ST = {"bfloat16": "BF16", "float32": "F32", "float16": "F16", "int8": "I8", "uint8": "U8",
+               "int32": "I32", "int64": "I64", "float8_e4m3fn": "F8_E4M3"}
+
+if __name__ == "__main__":
+    if os.environ.get("TPFS_SGLANG_INNER") != "1":
+        import tpfs_test
+        py = tpfs_test.sglang_python()
+        os.environ["TPFS_SGLANG_INNER"] = "1"
+        sys.stdout.flush()
+        os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
+    sys.path.insert(0, HERE)
+    main()
