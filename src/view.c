@@ -263,8 +263,7 @@ static int same_entry(const cJSON *a, const cJSON *b)
 /* Puts object over (a view file, or a fragment: fragment set) over base, as "extends" and
  * "include" say: each top-level field of a view but extends, include, tensors, refuse and defaults
  * replaces base's, null taking base's away (a fragment's other fields are its own: name,
- * description); each entry of
- * "tensors" replaces base's entry of the same key (same_entry) where it stands, an entry
+ * description; null is refused for refuse and defaults); each entry of "tensors" replaces base's entry of the same key (same_entry) where it stands, an entry
  * {"remove": NAME} takes away base's entry making NAME, and any other entry is appended; "refuse"
  * entries are appended to base's; "defaults" are merged key by key (over's value wins). what names
  * base in messages. Returns 0, or -1 with e set (base is then the caller's to free). */
@@ -295,6 +294,9 @@ static int merge_over(cJSON *base, const cJSON *over, int fragment, const char *
 			continue;
 		}
 		if (cJSON_IsNull(it)) { /* "pp": null: the base's field is not inherited */
+			if (list) /* the parent's refusals and defaults always hold */
+				return tp_fail(e, TP_EINVAL, "%s: \"%s\": null: a view adds to what it extends, it cannot take "
+					       "it away", origin, k);
 			cJSON_DeleteItemFromObjectCaseSensitive(base, k);
 			continue;
 		}
@@ -366,8 +368,8 @@ static cJSON *builtin(const char *name, const char *engine, int fragment, const 
 
 /* "extends": NAME and "include": [FRAGMENT, ...]. The view is the built-in view NAME (of the same
  * engine, or ENGINE/NAME: another engine's, whose entries an engine shares where both hold the
- * same names, as SGLang's views extend vLLM's; none: an empty view), then each built-in fragment in order (views/<engine>/fragments:
- * entries shared by views, such as a quantization's scales), then this file, each put over what
+ * same names, as SGLang's views extend vLLM's; none: an empty view), then each built-in fragment
+ * in order (views/<engine>/fragments: entries shared by views, such as a quantization's scales), then this file, each put over what
  * came before (merge_over). A parent may itself extend another, 4 levels at most; a fragment
  * neither extends nor includes. Consumes child; returns the merged object, or NULL with e set. */
 static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e)
@@ -655,7 +657,7 @@ int tp_view_choose(const char *engine, const char *text, size_t len, const char 
 		}
 		return 0;
 	}
-	char known[1024] = "";
+	char known[1024] = "", engines[128] = ","; /* engines: ",vllm,sglang," */
 	for (int i = 0; i < tp_view_builtin_count(); i++) {
 		size_t l;
 		const char *t = tp_view_builtin_text(i, &l);
@@ -664,6 +666,11 @@ int tp_view_choose(const char *engine, const char *text, size_t len, const char 
 		snprintf(origin, sizeof origin, "built-in view %d", i);
 		if (tp_view_parse(t, l, origin, &c, e) < 0)
 			return -1;
+		char pat[40]; /* ",engine,": a whole name of the list */
+		tp_fmt(pat, sizeof pat, ",%s,", c.engine);
+		size_t el = strlen(engines);
+		if (strlen(c.engine) < 32 && !strstr(engines, pat) && el + strlen(pat) < sizeof engines)
+			memcpy(engines + el, pat + 1, strlen(pat)); /* "engine," and its NUL */
 		if (strcmp(c.engine, engine) != 0 || c.fragment) {
 			tp_view_free(&c);
 			continue;
@@ -680,24 +687,10 @@ int tp_view_choose(const char *engine, const char *text, size_t len, const char 
 		tp_view_free(&c);
 	}
 	if (!known[0]) {
-		char engines[128] = "";
-		for (int i = 0; i < tp_view_builtin_count(); i++) { /* the engines the built-in views are for */
-			size_t l;
-			const char *t = tp_view_builtin_text(i, &l);
-			cJSON *c = tp_json_parse("built-in view", t, l, e);
-			const char *en = c ? str_of(c, "engine") : NULL;
-			char pat[40];
-			snprintf(pat, sizeof pat, "%s,", en ? en : "");
-			size_t kl = strlen(engines);
-			if (en && strlen(en) < 32 && !strstr(engines, pat) && kl + strlen(pat) < sizeof engines)
-				memcpy(engines + kl, pat, strlen(pat) + 1);
-			cJSON_Delete(c);
-		}
 		size_t kl = strlen(engines);
-		if (kl)
-			engines[kl - 1] = 0;
+		engines[kl - 1] = 0; /* the last comma */
 		return tp_fail(e, TP_EINVAL, "--view %s: tpfs has no view for that engine (it has: %s); the default hf "
-			       "view (rank folders) serves every planned checkpoint", engine, engines);
+			       "view (rank folders) serves every planned checkpoint", engine, engines + 1);
 	}
 	return tp_fail(e, TP_EINVAL, "--view %s: no %s view for plan '%s' with model_type '%s'%s%s%s (views: %s); the "
 		       "default hf view (rank folders, without --view) serves it", engine, engine, plan,

@@ -553,7 +553,7 @@ def merge_over(base, over, path, what, fragment=False):
     adds only its tensors, refuse and defaults), each "tensors" entry replacing base's of the same
     name (a drop entry: of the same drop template) where it stands, {"remove": NAME} taking base's
     entry making NAME away, any other appended; refuse entries appended; defaults merged by key; a
-    top-level null taking base's field away."""
+    top-level null taking base's field away (refused for refuse and defaults)."""
     tensors = base.setdefault("tensors", [])
 
     def key(e):
@@ -573,6 +573,8 @@ def merge_over(base, over, path, what, fragment=False):
     for k, x in over.items():
         if k in ("extends", "include", "tensors"):
             continue
+        if k in ("refuse", "defaults") and x is None:
+            raise ViewError("%s: %r: null: a view adds to what it extends, it cannot take it away" % (path, k))
         if k == "refuse":
             base["refuse"] = base.get("refuse", []) + x
         elif k == "defaults":

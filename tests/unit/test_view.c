@@ -310,7 +310,8 @@ static void test_extends(void **state)
 
 /* "extends": "ENGINE/NAME": another engine's built-in view (SGLang's views over vLLM's), its entries
  * and fields inherited, this view's engine its own; a top-level null takes the parent's field away
- * ("pp": null: no stages); and the refusals (no such view of that engine, an empty engine). */
+ * ("pp": null: no stages); and the refusals (no such view of that engine, an empty engine, null for
+ * the parent's refusals or defaults). */
 static void test_extends_engine(void **state)
 {
 	(void)state;
@@ -332,11 +333,13 @@ static void test_extends_engine(void **state)
 	assert_int_equal(k_scale, 0);
 	assert_int_equal(v_scale, 1);
 	tp_view_free(&v);
-	const char *bad[] = {"vllm/nope", "/llama", "nope/llama"};
-	const char *why[] = {"no built-in vllm view 'nope'", "is NAME or ENGINE/NAME", "no built-in nope view 'llama'"};
+	const char *bad[] = {"\"vllm/nope\"", "\"/llama\"", "\"nope/llama\"", "\"vllm/llama\", \"refuse\": null",
+			     "\"vllm/llama\", \"defaults\": null"};
+	const char *why[] = {"no built-in vllm view 'nope'", "is NAME or ENGINE/NAME", "no built-in nope view 'llama'",
+			     "\"refuse\": null: a view adds", "\"defaults\": null: a view adds"};
 	char t2[512];
-	for (int k = 0; k < 3; k++) {
-		snprintf(t2, sizeof t2, "{\"tpfs_view\": 1, \"engine\": \"other\", \"name\": \"c\", \"extends\": \"%s\", "
+	for (int k = 0; k < 5; k++) {
+		snprintf(t2, sizeof t2, "{\"tpfs_view\": 1, \"engine\": \"other\", \"name\": \"c\", \"extends\": %s, "
 			 "\"tensors\": []}", bad[k]);
 		assert_int_equal(tp_view_parse(t2, strlen(t2), "c.json", &v, &e), -1);
 		assert_non_null(strstr(e.msg, why[k]));

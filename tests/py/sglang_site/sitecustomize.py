@@ -7,7 +7,7 @@ DIR/<load format>-rank<R>.json when its model is loaded:
   "expected": {key: [shape, dtype]} of ShardedStateLoader._filter_subtensors(model.state_dict()),
               the keys and shapes sharded_state fills (recorded as it asks for them; default loader:
               the same call made on its model, so the two can be compared);
-  "final":    {name: "shape dtype sha1"} of every parameter and buffer and every tensor a module
+  "final":    {name: "shape dtype sha1"} of every parameter and buffer (non-persistent ones too) and every tensor a module
               holds as a plain attribute, after each loader's post-load steps (SGLang processes
               the weights, then post_load_weights, inside load_model).
 The loaders themselves are SGLang's, unchanged. Without the variable this module does nothing.
@@ -34,6 +34,8 @@ def _install():
         out = {}
         for n, t in model.state_dict(keep_vars=True).items():
             out[n] = digest(t)
+        for n, t in model.named_buffers():  # non-persistent buffers too (not in the state dict)
+            out.setdefault(n, digest(t))
         for mn, m in model.named_modules():
             for a, v in vars(m).items():
                 if isinstance(v, torch.Tensor) and not isinstance(v, torch.nn.Parameter):
