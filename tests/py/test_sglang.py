@@ -41,7 +41,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 VIEWS = os.path.join(HERE, "..", "..", "views", "sglang")
 # family -> (view, config fields for vllm_models.make): KV heads as many as the ranks (SGLang's CPU path pads
 # fewer; the view refuses them)
-FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen3_moe": ("qwen3_moe", {"num_key_value_heads": 2})}
+FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen2": ("llama", {"num_key_value_heads": 2}),
+            "qwen3": ("llama", {"num_key_value_heads": 2}), "qwen3_moe": ("qwen3_moe", {"num_key_value_heads": 2}),
+            "mixtral": ("mixtral", {"num_key_value_heads": 2})}
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]
 ENGINE = os.environ.get("TPFS_SGLANG_ENGINE") or "run"  # none: no Engine start (the sanitized build)
 
@@ -61,7 +63,9 @@ def refusals(fails, work):
               "expert parallelism is proven for no model type"),
              ("tied qwen3_moe", "qwen3_moe", {"num_key_value_heads": 2, "tie_word_embeddings": True}, [],
               "never ties lm_head to the embedding"),
-             ("no SGLang view for mixtral", "mixtral", {"num_key_value_heads": 2}, [], "no sglang view for plan")]
+             ("tied mixtral", "mixtral", {"num_key_value_heads": 2, "tie_word_embeddings": True}, [],
+              "never ties lm_head to the embedding"),
+             ("no SGLang view for phi3", "phi3", {"num_key_value_heads": 2}, [], "no sglang view for plan")]
     for what, fam, cfg, extra, want in cases:
         src = vllm_models.make(fam, os.path.join(work, "refused", what.replace(" ", "_")), tp=2, config=cfg)
         p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "sglang", *extra)
