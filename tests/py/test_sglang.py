@@ -228,11 +228,7 @@ TORCH_TO_ST = {"bfloat16": "BF16", "float32": "F32", "float16": "F16", "int8": "
                "int32": "I32", "int64": "I64", "float8_e4m3fn": "F8_E4M3"}
 
 if __name__ == "__main__":
-    if os.environ.get("TPFS_SGLANG_INNER") != "1":
-        import tpfs_test
-        py = tpfs_test.sglang_python()
-        os.environ["TPFS_SGLANG_INNER"] = "1"
-        sys.stdout.flush()
-        os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
+    import tpfs_test
+    tpfs_test.reexec(tpfs_test.sglang_python, "TPFS_SGLANG_INNER", __file__)
     sys.path.insert(0, HERE)
     main()

@@ -460,11 +460,7 @@ def main():
 
 
 if __name__ == "__main__":
-    if os.environ.get("TPFS_VLLM_INNER") != "1":
-        import tpfs_test
-        py = tpfs_test.vllm_python()
-        os.environ["TPFS_VLLM_INNER"] = "1"
-        sys.stdout.flush()
-        os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
+    import tpfs_test
+    tpfs_test.reexec(tpfs_test.vllm_python, "TPFS_VLLM_INNER", __file__)
     sys.path.insert(0, HERE)
     main()

@@ -271,6 +271,17 @@ def sglang_python():
     return engine_python("TPFS_SGLANG_VENV", "venv-sglang", "sglang", "--sglang")
 
 
+def reexec(python, inner, path):
+    """Runs the test file PATH again under the engine venv's interpreter (python(): vllm_python or
+    sglang_python) unless this process already is that run (environment variable INNER set to 1)."""
+    if os.environ.get(inner) == "1":
+        return
+    py = python()
+    os.environ[inner] = "1"
+    sys.stdout.flush()
+    os.execv(py, [py, os.path.abspath(path)] + sys.argv[1:])
+
+
 def vllm_complete(url, prompt):
     """Greedy tokens and top-5 logprobs of vLLM's /v1/completions for a list of token ids (model "m"):
     ([ids], [[[id, logprob] top-5] per step]), as vllm_check.py gives them."""
