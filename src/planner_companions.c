@@ -240,12 +240,22 @@ int tp_stage_companion_divisor(job *j, tp_resolved *out)
 		j->div = (uint64_t)b;
 		return 0;
 	}
-	/* any other companion: by the ratio of the shapes */
+	/* any other companion: by the ratio of the shapes, which only a quantized checkpoint's companions
+	 * (scales, zero points of formats the table has no row for) are known to follow: elsewhere a tensor
+	 * whose axis merely divides the features (T5Gemma2's embed_tokens.eoi_embedding [hidden] beside a
+	 * [vocab, hidden] weight) would be cut as if packed, so it is refused by name */
 	if (S == L) {
 		j->div = 1;
 	} else if (S == 1) {
 		tp_fmt(out->why, sizeof out->why, "replicate (broadcast along the split axis)");
 		return 1;
+	} else if (!tp_config_get(j->cfg, "quantization_config")) {
+		return tp_fail(e, TP_EPLAN,
+			       "%s (rule '%s'): axis %d has %llu elements against the %llu features of '%s', and the checkpoint "
+			       "is not quantized (config.json has no quantization_config), so it is no quantization companion "
+			       "whose elements each cover %llu features: a rule must say how to cut it (or keep it whole)",
+			       tctx, r->name, j->axis, (unsigned long long)S, (unsigned long long)L, j->ref->name,
+			       (unsigned long long)(S ? L / S : 0));
 	} else if (S && L % S == 0) {
 		j->div = L / S;
 	} else {

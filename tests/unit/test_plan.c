@@ -597,7 +597,9 @@ static void test_heads_axis_preferred(void **state)
 }
 
 /* A tensor named like the module (a fused experts tensor [E, ...]) is the reference of the module's
- * role companions: a scale [E, 8] of a row-split [E, 6, 16] covers 2 of the 16 features per element. */
+ * role companions: in a quantized checkpoint a scale [E, 8] of a row-split [E, 6, 16] covers 2 of the
+ * 16 features per element; in an unquantized one that ratio is no known layout, and it is refused by
+ * name (T5Gemma2's embed_tokens.eoi_embedding [hidden] beside [vocab, hidden] was cut as if packed). */
 static void test_bare_reference(void **state)
 {
 	(void)state;
@@ -612,8 +614,14 @@ static void test_bare_reference(void **state)
 		{"m.experts.w.bias", ST_BF16, 1, {16}, 0, 0, 0, 0, 0, 0}, /* row-parallel bias: whole */
 	};
 	load(w, 3);
-	tp_expr_ctx cx = {.config = NULL};
+	tp_expr_ctx bare = {.config = NULL};
 	tp_resolve_opts o = {.T = 2};
+	tp_resolved r0;
+	assert_int_equal(tp_plan_resolve(&pl, &bare, &ck.t[1], lookup, &ck, &o, "ckpt", &r0, &e), -1);
+	assert_non_null(strstr(e.msg, "m.experts.w.scale"));
+	assert_non_null(strstr(e.msg, "is not quantized"));
+	cJSON *q = cJSON_Parse("{\"quantization_config\": {\"quant_method\": \"fp8\"}}");
+	tp_expr_ctx cx = {.config = q};
 	for (size_t i = 0; i < 3; i++) {
 		tp_resolved res;
 		if (tp_plan_resolve(&pl, &cx, &ck.t[i], lookup, &ck, &o, "ckpt", &res, &e) < 0)
@@ -625,6 +633,7 @@ static void test_bare_reference(void **state)
 		if (res.spec.kind != TP_SPLIT || res.spec.axis != w[i].axis || res.spec.seg[0] != w[i].units || res.spec.div != w[i].div)
 			fail_msg("%s: %s", w[i].name, res.why);
 	}
+	cJSON_Delete(q);
 	tp_plan_free(&pl);
 }
 
