@@ -161,6 +161,39 @@ FILL = {
     # Emu3TextConfig's special token ids (151643...) index past the small vocabulary (nn.Embedding refuses such
     # a padding_idx), so only its default sizes built, whose vocabulary (184622) no T=4 divides
     "emu3_text_model": lambda n: {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    # The families below did not build from their default configuration (issue 30, third round: each read in its
+    # model code). CohereCompassTextConfig's rope_parameters default to {} (configuration_cohere_compass.py:132-141)
+    # while its rotary embedding reads rope_parameters[layer_type] for each layer type (modeling_cohere_compass.py:
+    # 79-80): the default layer types are all full_attention; RoPE settings change no tensor
+    "cohere_compass_text": lambda n: {"rope_parameters": {"full_attention": {"rope_type": "default",
+                                                                              "rope_theta": 10000.0}}},
+    # DeepseekOcr2TextConfig.mlp_layer_types defaults to None and is never derived (configuration_deepseek_ocr2.py:
+    # 243-249) while the decoder layer indexes it (modeling_deepseek_ocr2.py:1219-1223): the pattern its docstring
+    # gives (configuration_deepseek_ocr2.py:175-176), a dense first layer, then MoE
+    "deepseek_ocr2_text": lambda n: {"mlp_layer_types": ["dense"] + ["sparse"] * (n - 1)},
+    # Inkling2's unpadded_vocab_size (200058, configuration_inkling2.py:90) is not scaled with the small vocabulary,
+    # and save's reverse conversion pads the unembedding with vocab_size - unpadded_vocab_size rows
+    # (core_model_loading.py:872-874): negative at 256. 250 pads to 256 as 200058 does to 201024. The layers end on a
+    # full-attention ("hybrid") one, as the published every-6th pattern does (configuration_inkling2.py:128-133)
+    "inkling2_text": lambda n: {"unpadded_vocab_size": 250, "layer_types": ["hybrid_sliding"] * (n - 1) + ["hybrid"]},
+    # As inkling2_text; the looped layers 6..18 (configuration_inkling2_loop.py:139-140) lie past the small model's
+    # layers, so: blocks of one layer, one before the loop, two looped, one after (the published 24 layers' shape)
+    "inkling2_loop_text": lambda n: {
+        "unpadded_vocab_size": 250, "layer_types": ["hybrid_sliding" if i % 2 == 0 else "hybrid" for i in range(n)],
+        "n_layers_per_attn_res_block": 1, "loop_layer_index_start": n // 4, "loop_layer_index_end": 3 * n // 4},
+    # Qwen3OmniMoeTalkerTextConfig declares no shared_expert_intermediate_size (configuration_qwen3_omni_moe.py:
+    # 310-392), which its sparse MoE block reads (modeling_qwen3_omni_moe.py:2887-2888): a transformers bug; the
+    # published talker text_config sets it (and head_dim): SMALL's sizes of them
+    "qwen3_omni_moe_talker_text": lambda n: {"shared_expert_intermediate_size": 32, "head_dim": 16},
+    # Qwen4ExpTextConfig leaves the QSA indexer fields None (configuration_qwen4_exp.py:156-160) while every 4th
+    # layer is "indexed_attention" (:172-177) and the attention always builds the indexer (modeling_qwen4_exp.py:
+    # 857, :699 divides budget by ratio): small values its validate_architecture accepts (:213-231)
+    "qwen4_exp_text": lambda n: {"indexer_n_heads": 8, "indexer_kv_heads": 1, "indexer_head_dim": 16,
+                                 "indexer_budget": 64, "indexer_compress_ratio": 4},
+    # T5Gemma2's towers read config.dropout_rate (modeling_t5gemma2.py:85, 457, 510, 757, 958), which only the
+    # composite T5Gemma2Config has (0.0, configuration_t5gemma2.py:344) and copies onto both towers (:354, :359)
+    "t5gemma2_text": lambda n: {"dropout_rate": 0.0},
+    "t5gemma2_decoder": lambda n: {"dropout_rate": 0.0},
 }
 
 
