@@ -61,6 +61,7 @@ FAMILIES = {
     "kimi_k2": ("deepseek_v3", None, {}, None), "qwen3_next": ("qwen3_next", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
+    "ministral3": ("llama", None, {}, None), "gemma": ("gemma3", None, {}, None), "gemma2": ("gemma2", None, {}, None),
     # quantized (issue 28): FP8 with 128x128 block scales
     "llama_fp8": ("llama_fp8", None, {}, None), "qwen3_moe_fp8": ("qwen3_moe_fp8", None, {}, None),
     "mixtral_fp8": ("mixtral_fp8", None, {}, None), "glm4_moe_fp8": ("glm4_moe_fp8", None, {}, None),
@@ -330,15 +331,23 @@ def olmo_hybrid_names(fails, stack, src, mnt, work):
     same_files(fails, "olmo_hybrid (transformers' norm names) T=2", stack.enter_context(ViewMount(out, 2)), mnt, 2)
 
 
-def lfm2_refusals(fails, src, work):
-    """The lfm2 view refuses by name what vLLM would hold otherwise or not build: an untied head (vLLM's
-    Lfm2ForCausalLM ties it whatever the config says), a config.json without conv_dim (vLLM sizes the
-    short convolutions by it; its model cannot be built), short-conv biases (not proven)."""
+# family -> the config.json edits its view refuses by name, each with the reason's words: LFM2's untied head
+# (vLLM's Lfm2ForCausalLM ties it whatever the config says), a config.json without conv_dim (vLLM sizes the
+# short convolutions by it; its model cannot be built), short-conv biases (not proven); Gemma 2's untied head
+# (vLLM's Gemma2ForCausalLM has no lm_head: its logits take the embedding)
+REFUSED_EDITS = {
+    "lfm2": (("untied", {"tie_word_embeddings": False}, "tie lm_head to the embedding"),
+             ("no conv_dim", {"conv_dim": None}, "sizes the short convolutions by config.json's conv_dim"),
+             ("conv_bias", {"conv_bias": True}, "short-conv biases (conv_bias) are not proven")),
+    "gemma2": (("untied", {"tie_word_embeddings": False}, "Gemma2ForCausalLM has no lm_head"),),
+}
+
+
+def config_refusals(fails, fam, src, work):
+    """FAMILY's view refuses by name each config.json edit of REFUSED_EDITS[fam] made to its checkpoint SRC."""
     import tpfs_test
-    for what, edit, want in (("untied", {"tie_word_embeddings": False}, "tie lm_head to the embedding"),
-                             ("no conv_dim", {"conv_dim": None}, "sizes the short convolutions by config.json's conv_dim"),
-                             ("conv_bias", {"conv_bias": True}, "short-conv biases (conv_bias) are not proven")):
-        out = os.path.join(work, "lfm2-refused", what.replace(" ", "_"))
+    for what, edit, want in REFUSED_EDITS[fam]:
+        out = os.path.join(work, fam + "-refused", what.replace(" ", "_"))
         shutil.copytree(src, out)
         cfg = json.load(open(os.path.join(out, "config.json")))
         for k, v in edit.items():
@@ -349,8 +358,8 @@ def lfm2_refusals(fails, src, work):
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump(cfg, f)
         p = tpfs_test.tpfs("plan", out, "--tp", 2, "--view", "vllm")
-        fails.check(p.returncode == 1 and want in p.stderr, "lfm2 %s: refused with %r, got %d %r"
-                    % (what, want, p.returncode, p.stderr[-300:]))
+        fails.check(p.returncode == 1 and want in p.stderr, "%s %s: refused with %r, got %d %r"
+                    % (fam, what, want, p.returncode, p.stderr[-300:]))
 
 
 def main():
@@ -389,8 +398,9 @@ def main():
                 break_view(kind, srcs[fam, 2], vllm_view_ref.load_view(os.path.join(VIEWS, FAMILIES[fam][0] + ".json")),
                            out)
                 cases.append({"name": "%s/%s" % (fam, kind), "src": srcs[fam, 2], "served": out, "tp": 2})
-        if ("lfm2", 2) in srcs:
-            lfm2_refusals(fails, srcs["lfm2", 2], work)
+        for fam in REFUSED_EDITS:
+            if (fam, 2) in srcs:
+                config_refusals(fails, fam, srcs[fam, 2], work)
         if ("olmo_hybrid", 2) in srcs:
             olmo_hybrid_names(fails, stack, srcs["olmo_hybrid", 2], served["olmo_hybrid", 2], work)
         times["mount + reference"] = time.time() - t0

@@ -104,6 +104,14 @@ FAMILIES = {
     "vaultgemma": lambda: tf.VaultGemmaConfig(num_key_value_heads=1, intermediate_size=256, pad_token_id=0,
                                               bos_token_id=2, eos_token_id=1, query_pre_attn_scalar=64,
                                               sliding_window=16, **COMMON),
+    # Ministral 3: vLLM's registry maps Ministral3ForCausalLM to MistralForCausalLM (models/llama.py): llama's names
+    "ministral3": lambda: tf.Ministral3Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                              pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    # Gemma and Gemma 2: vLLM's own classes (models/gemma.py, gemma2.py), the head tied to the embedding
+    "gemma": lambda: tf.GemmaConfig(num_key_value_heads=1, intermediate_size=256, pad_token_id=0, bos_token_id=2,
+                                    eos_token_id=1, **COMMON),
+    "gemma2": lambda: tf.Gemma2Config(num_key_value_heads=1, intermediate_size=256, query_pre_attn_scalar=64,
+                                      sliding_window=16, pad_token_id=0, bos_token_id=2, eos_token_id=1, **COMMON),
     # shared experts, router bias, partial rotary, a first dense layer
     "glm4_moe": lambda: tf.Glm4MoeConfig(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
                                          n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,

@@ -272,7 +272,7 @@ CUTS = {
 }
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "granite": "llama_more", "exaone4": "llama_more", "glm4": "llama_more", "apertus": "llama_more",
-          "ernie4_5": "llama", "cohere": "llama",
+          "ernie4_5": "llama", "cohere": "llama", "ministral3": "llama", "gemma": "llama", "gemma2": "llama",
           "qwen3_moe": "moe", "qwen2_moe": "moe", "mellum": "moe", "mixtral": "mixtral", "phi3": "phi3",
           "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
