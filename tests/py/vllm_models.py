@@ -76,6 +76,17 @@ FAMILIES = {
                                           **COMMON),
     "cohere": lambda: tf.CohereConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=True,
                                       **{k: v for k, v in COMMON.items() if k != "rms_norm_eps"}),
+    # Cohere 2 (vLLM: Cohere2ForCausalLM -> models/commandr.py, cohere's names) with sliding and full layers;
+    # Granite SWA (vLLM: GraniteSWAForCausalLM -> models/granite.py), granite's multipliers and sliding layers
+    "cohere2": lambda: tf.Cohere2Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=True,
+                                        sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                        **{k: v for k, v in COMMON.items() if k != "rms_norm_eps"}),
+    "granite_swa": lambda: tf.GraniteSWAConfig(num_key_value_heads=1, intermediate_size=256,
+                                               tie_word_embeddings=False, embedding_multiplier=2.0,
+                                               residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=2.0,
+                                               sliding_window=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                               **COMMON),
     "apertus": lambda: tf.ApertusConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
                                         **COMMON),
     # vLLM's Transformers backend (TransformersForCausalLM; served by views/vllm/llama.json): the HF modules with vLLM's

@@ -160,6 +160,7 @@ CUTS = {
         (L + r"mlp\.gate_up_proj\.weight", "halves"),  # glm4: fused in the checkpoint, loaded_shard_id None
         (L + r"(post_self_attn|post_mlp|attention|feedforward)_layernorm\.weight", "whole"),  # glm4, apertus
         (L + r"mlp\.act_fn\.(alpha_p|alpha_n|beta|eps)", "whole"),  # apertus: XIELU's parameters, replicated
+        (L + r"self_attn\.sinks", "column"),  # granite_swa: one per head, sharded_weight_loader(0)
     ],
     "mixtral": EMBED + ATTN + [  # models/mixtral.py: FusedMoE with ckpt_names (w1, w2, w3)
         (L + r"block_sparse_moe\.experts\.\d+\.w[13]\.weight", "column"),
@@ -273,6 +274,7 @@ CUTS = {
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "granite": "llama_more", "exaone4": "llama_more", "glm4": "llama_more", "apertus": "llama_more",
           "ernie4_5": "llama", "cohere": "llama", "ministral3": "llama", "gemma": "llama", "gemma2": "llama",
+          "cohere2": "llama", "granite_swa": "llama_more",
           "qwen3_moe": "moe", "qwen2_moe": "moe", "mellum": "moe", "mixtral": "mixtral", "phi3": "phi3",
           "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
