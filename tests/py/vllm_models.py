@@ -87,6 +87,12 @@ FAMILIES = {
                                                residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=2.0,
                                                sliding_window=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
                                                **COMMON),
+    # HyperCLOVA X (vLLM's own models/hyperclovax.py): llama's names, Granite's multipliers, post-norms per layer
+    "hyperclovax": lambda: tf.HyperCLOVAXConfig(num_key_value_heads=1, intermediate_size=256,
+                                                tie_word_embeddings=False, embedding_multiplier=2.0,
+                                                residual_multiplier=0.5, attention_multiplier=0.1,
+                                                logits_scaling=2.0, use_post_norm=True, pad_token_id=0,
+                                                bos_token_id=1, eos_token_id=2, **COMMON),
     "apertus": lambda: tf.ApertusConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
                                         **COMMON),
     # vLLM's Transformers backend (TransformersForCausalLM; served by views/vllm/llama.json): the HF modules with vLLM's

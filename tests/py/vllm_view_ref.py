@@ -161,6 +161,7 @@ CUTS = {
         (L + r"(post_self_attn|post_mlp|attention|feedforward)_layernorm\.weight", "whole"),  # glm4, apertus
         (L + r"mlp\.act_fn\.(alpha_p|alpha_n|beta|eps)", "whole"),  # apertus: XIELU's parameters, replicated
         (L + r"self_attn\.sinks", "column"),  # granite_swa: one per head, sharded_weight_loader(0)
+        (L + r"post_norm[12]\.weight", "whole"),  # hyperclovax: RMSNorm over the hidden size
     ],
     "mixtral": EMBED + ATTN + [  # models/mixtral.py: FusedMoE with ckpt_names (w1, w2, w3)
         (L + r"block_sparse_moe\.experts\.\d+\.w[13]\.weight", "column"),
@@ -274,7 +275,7 @@ CUTS = {
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "granite": "llama_more", "exaone4": "llama_more", "glm4": "llama_more", "apertus": "llama_more",
           "ernie4_5": "llama", "cohere": "llama", "ministral3": "llama", "gemma": "llama", "gemma2": "llama",
-          "cohere2": "llama", "granite_swa": "llama_more",
+          "cohere2": "llama", "granite_swa": "llama_more", "hyperclovax": "llama_more",
           "qwen3_moe": "moe", "qwen2_moe": "moe", "mellum": "moe", "mixtral": "mixtral", "phi3": "phi3",
           "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
