@@ -124,23 +124,54 @@ F.check(p.returncode == 1 and "not a mount point" in p.stderr, "umount of a non-
 p = tt.tpfs("mount", src, mnt, "--tp", 2, "-o", "no_such_option_xyz")
 F.check(p.returncode == 1 and not tt.is_mounted(mnt), "background mount with a bad -o fails: %s" % p.stderr)
 
+def holders(path):
+    """The processes with their working directory or an open file under PATH (what keeps a mount busy)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            links = [os.readlink("/proc/%s/cwd" % pid)] + [os.readlink("/proc/%s/fd/%s" % (pid, fd))
+                                                         for fd in os.listdir("/proc/%s/fd" % pid)]
+            if any(l == path or l.startswith(path + "/") for l in links):
+                out.append("%s (%s)" % (pid, open("/proc/%s/comm" % pid).read().strip()))
+        except OSError:
+            continue
+    return out
+
+
+def unmount(mnt):
+    """fusermount3 -u MNT, retried for up to 5 s while the kernel says the mount is busy (a process of the
+    machine's, another test's, can hold it for a moment): (returncode, stderr, who held it)."""
+    seen = []
+    for _ in range(25):
+        p = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
+        if p.returncode == 0 or "busy" not in p.stderr:
+            return p.returncode, p.stderr, seen
+        seen = seen or holders(mnt)
+        time.sleep(0.2)
+    return p.returncode, p.stderr, seen
+
+
 # foreground daemon: fusermount3 -u, SIGTERM, SIGINT
 for how in ("fusermount3", "SIGTERM", "SIGINT", "umount"):
     err = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen([tt.TPFS, "mount", src, mnt, "--tp", "2", "-f"], stderr=err)
-    tt.wait_for(lambda: tt.is_mounted(mnt) or proc.poll() is not None, what="mount")
-    os.listdir(os.path.join(mnt, "rank0"))
-    if how == "fusermount3":
-        subprocess.run(["fusermount3", "-u", mnt], check=True)
-    elif how == "umount":
-        tt.tpfs("umount", mnt, check=True)
-    else:
-        proc.send_signal(getattr(signal, how))
     try:
+        tt.wait_for(lambda: tt.is_mounted(mnt) or proc.poll() is not None, what="mount")
+        os.listdir(os.path.join(mnt, "rank0"))
+        if how == "fusermount3":
+            urc, uerr, held = unmount(mnt)
+            F.check(urc == 0, "fusermount3 -u: %s (held by %s)" % (uerr.strip(), held or "no process found"))
+        elif how == "umount":
+            tt.tpfs("umount", mnt, check=True)
+        else:
+            proc.send_signal(getattr(signal, how))
         rc = proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        rc = "hung"
+    except (subprocess.TimeoutExpired, subprocess.CalledProcessError, OSError) as ex:
+        rc = "hung or failed: %s" % ex
+    finally:
+        if proc.poll() is None:  # never left behind: it holds the test's output open
+            proc.kill()
+            proc.wait()
     err.seek(0)
     e = err.read()
     F.check(rc == 0, "%s: daemon exits 0 (got %s): %s" % (how, rc, e))
