@@ -62,7 +62,8 @@ FAMILIES = {
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     "ministral3": ("llama", None, {}, None), "cohere2": ("cohere", None, {}, None),
-    "granite_swa": ("llama", None, {}, None), "hyperclovax": ("llama", None, {}, None), "gemma": ("gemma3", None, {}, None), "gemma2": ("gemma2", None, {}, None),
+    "granite_swa": ("llama", None, {}, None), "hyperclovax": ("llama", None, {}, None),
+    "gemma": ("gemma3", None, {}, None), "gemma2": ("gemma2", None, {}, None),
     # quantized (issue 28): FP8 with 128x128 block scales
     "llama_fp8": ("llama_fp8", None, {}, None), "qwen3_moe_fp8": ("qwen3_moe_fp8", None, {}, None),
     "mixtral_fp8": ("mixtral_fp8", None, {}, None), "glm4_moe_fp8": ("glm4_moe_fp8", None, {}, None),
