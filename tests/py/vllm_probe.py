@@ -188,6 +188,12 @@ def worker(rank, tp, port, cases_path, out_path):
     hooks, results, initialized = Hooks(), {}, False
     for case in cases:
         t0 = time.time()
+        # every object alive now (vLLM, torch, the process group: hundreds of thousands) out of the collector's
+        # reach: vLLM's loader calls gc.collect() twice a model, 0.6 s each over that heap on two cores, 85% of
+        # a case's time; the case's own objects stay collectable (vLLM freezes its heap so after its warm-up:
+        # vllm/utils/gc_utils.py freeze_gc_heap)
+        gc.collect()
+        gc.freeze()
         res = {"keys": [], "loaded": [], "processed": [], "tensors": 0, "error": None}
         try:
             if case.get("impersonate") == "cuda-dsa":
