@@ -23,7 +23,9 @@ SGLang view.
 STAND-IN: SGLang's CPU kernels (sgl_kernel) are not on PyPI; sglang_site/sgl_kernel is a module whose
 every function raises, which only lets SGLang import (its native torch paths then run): see its
 docstring. torch.compile is off (TORCHDYNAMO_DISABLE=1) for both loaders alike: it halves each engine
-start on two cores and touches no weight.
+start on two cores and touches no weight. SGLang's processes are forked from sglang_check.py's, which has
+imported SGLang once, not spawned (each spawned process imports it again: 25 of a start's 30-38 s); the
+model code, loaders and post-load steps are SGLang's own either way (sglang_check.py, FORKED, NOT SPAWNED).
 TPFS_SGLANG_ENGINE=none starts no engine (the sanitized build: what it adds is the daemon under ASan/UBSan).
 Exits 77 only where the SGLang venv cannot be made (setup.sh --sglang wrote BUILD/venv-sglang.unavailable).
 """

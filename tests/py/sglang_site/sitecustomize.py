@@ -10,15 +10,20 @@ DIR/<load format>-rank<R>.json when its model is loaded:
   "final":    {name: "shape dtype sha1"} of every parameter and buffer (non-persistent ones too) and every tensor a module
               holds as a plain attribute, after each loader's post-load steps (SGLang processes
               the weights, then post_load_weights, inside load_model).
-The loaders themselves are SGLang's, unchanged. Without the variable this module does nothing.
+The loaders themselves are SGLang's, unchanged. Without the variable this module does nothing at start;
+install() installs the hooks in a process that then forks SGLang's processes (sglang_check.py), and the
+folder is read when a record is written (the job's, set before its Engine starts).
 """
 import os
 
+_installed = []
 
-def _install():
-    d = os.environ.get("TPFS_SGLANG_KEYS")
-    if not d:
+
+def install():
+    """Wraps the two loaders, once per process (a forked child keeps its parent's wrappers)."""
+    if _installed:
         return
+    _installed.append(True)
     import hashlib
     import json
 
@@ -61,6 +66,7 @@ def _install():
             rank = get_parallel().tp_rank
             if how != "sharded_state":
                 L.ShardedStateLoader._filter_subtensors(model.state_dict())
+            d = os.environ["TPFS_SGLANG_KEYS"]
             with open(os.path.join(d, "%s-rank%d.json" % (how, rank)), "w") as f:
                 json.dump({"expected": dict(expected), "final": tensors(model)}, f)
             return model
@@ -70,6 +76,7 @@ def _install():
 
 
 try:
-    _install()
+    if os.environ.get("TPFS_SGLANG_KEYS"):
+        install()
 except ImportError:  # not the SGLang venv: nothing to wrap
     pass
