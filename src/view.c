@@ -607,6 +607,9 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 	}
 	cJSON_ArrayForEach(it, ts)
 	{
+		/* a fragment's {"remove": NAME}: applied, and checked, where a view includes it (merge_over) */
+		if (v->fragment && cJSON_IsObject(it) && cJSON_GetArraySize(it) == 1 && str_of(it, "remove"))
+			continue;
 		if (parse_entry(it, v->ne, origin, &v->e[v->ne], e) < 0)
 			goto bad;
 		v->ne++;

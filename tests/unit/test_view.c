@@ -513,6 +513,18 @@ static void test_include(void **state)
 	assert_int_equal(tp_view_choose("vllm", NULL, 0, "llama", "llama", "fp8", &v, &e), 0);
 	assert_string_equal(v.name, "llama_fp8");
 	tp_view_free(&v);
+	/* a fragment's {"remove": NAME} takes the parent's entry away where it is included (SGLang's
+	 * attention fragment: vLLM's four scale buffers), and one that takes nothing is refused there */
+	text = "{\"tpfs_view\": 1, \"engine\": \"sglang\", \"name\": \"s\", \"extends\": \"vllm/llama\", "
+	       "\"include\": [\"attention\"], \"tensors\": []}";
+	assert_int_equal(tp_view_parse(text, strlen(text), "s.json", &v, &e), 0);
+	for (size_t k = 0; k < v.ne; k++)
+		assert_true(!v.e[k].name || !strstr(v.e[k].name, "attn._"));
+	tp_view_free(&v);
+	text = "{\"tpfs_view\": 1, \"engine\": \"sglang\", \"name\": \"s\", \"plans\": [\"llama\"], "
+	       "\"include\": [\"attention\"], \"tensors\": []}";
+	assert_int_equal(tp_view_parse(text, strlen(text), "s.json", &v, &e), -1);
+	assert_non_null(strstr(e.msg, "takes away the entry"));
 	const char *bad[] = {"\"include\": [\"nope\"]", "\"include\": [\"llama\"]", "\"include\": \"fp8_block\"",
 			     "\"include\": []", "\"include\": [3]", "\"fragment\": true, \"plans\": [\"llama\"]",
 			     "\"fragment\": true, \"include\": [\"fp8_block\"]"};
