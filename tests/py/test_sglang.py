@@ -48,10 +48,17 @@ FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen2": ("llama", {
             "qwen3": ("llama", {"num_key_value_heads": 2}), "qwen3_moe": ("qwen3_moe", {"num_key_value_heads": 2, "intermediate_size": 96}),
             "mixtral": ("mixtral", {"num_key_value_heads": 2}), "mistral": ("llama", {"num_key_value_heads": 2}),
             "phi3": ("phi3", {"num_key_value_heads": 2}), "glm4_moe": ("glm4_moe", {"num_key_value_heads": 2}),
-            "qwen2_moe": ("qwen2_moe", {"num_key_value_heads": 2})}
+            "qwen2_moe": ("qwen2_moe", {"num_key_value_heads": 2}),
+            # as the published DeepSeek-V3 config.json has them, which SGLang reads (srt/models/deepseek_v2.py) and
+            # transformers' DeepseekV3Config omits; its CPU rotary embedding takes YaRN only (deepseek_yarn)
+            "deepseek_v3": ("deepseek_v3", {"moe_layer_freq": 1, "scoring_func": "sigmoid", "ep_size": 1,
+                                            "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                                "original_max_position_embeddings": 64, "beta_fast": 32.0,
+                                                                "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}})}
 # loaders only, no tokens: SGLang's Qwen2-MoE forward calls a Triton kernel (fused_gate_sigmoid_mul_add) that the
-# CPU build of Triton cannot run ("0 active drivers"), for either loader alike
-LOAD_ONLY = {"qwen2_moe"}
+# CPU build of Triton cannot run ("0 active drivers"), for either loader alike; DeepSeek-V3's torch_native attention
+# cannot run a v head dim other than the qk one
+LOAD_ONLY = {"qwen2_moe", "deepseek_v3"}
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]
 ENGINE = os.environ.get("TPFS_SGLANG_ENGINE") or "run"  # none: no Engine start (the sanitized build)
 
@@ -93,6 +100,9 @@ def refusals(fails, work):
               "pads intermediate_size to a multiple of 32 x ranks"),
              ("phi3 intermediate_size 96 at T=2", "phi3", {"num_key_value_heads": 2, "intermediate_size": 96}, [],
               "pads intermediate_size to a multiple of 32 x ranks"),
+             ("tied deepseek_v3", "deepseek_v3", dict(FAMILIES["deepseek_v3"][1], tie_word_embeddings=True), [],
+              "a tied DeepSeek-V3"),
+             ("deepseek_v3 pipeline stages", "deepseek_v3", FAMILIES["deepseek_v3"][1], ["--pp", "2"], "has no pipeline stages"),
              ("no SGLang view for gemma3", "gemma3", {"num_key_value_heads": 2}, [], "no sglang view for plan")]
     for what, fam, cfg, extra, want in cases:
         src = vllm_models.make(fam, os.path.join(work, "refused", what.replace(" ", "_")), tp=2, config=cfg)
