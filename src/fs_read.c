@@ -37,8 +37,8 @@ static void release_runs_src(const tp_fs *fs, const tp_node *n, const tp_run *ru
 	for (size_t k = 0; k < nr; k++) {
 		if (!tp_run_reads(&runs[k]) || runs[k].src != src)
 			continue;
-		uint64_t end = runs[k].off + tp_run_src_bytes(&runs[k]);
-		lo = runs[k].off < lo ? runs[k].off : lo;
+		uint64_t a = tp_run_src_off(&runs[k]), end = a + tp_run_src_bytes(&runs[k]);
+		lo = a < lo ? a : lo;
 		hi = end > hi ? end : hi;
 	}
 	if (lo >= hi)
@@ -505,7 +505,7 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 	size_t nsrc = 0, nwiden = 0;
 	for (size_t k = 0; k < nr; k++) {
 		nsrc += s->runs[k].kind == TP_RUN_SRC;
-		nwiden += s->runs[k].kind == TP_RUN_WIDEN;
+		nwiden += s->runs[k].kind == TP_RUN_WIDEN || s->runs[k].kind == TP_RUN_TRANSPOSE;
 	}
 	if (cov < want)
 		nsrc = RUN_CAP; /* more runs than one pass maps */
@@ -530,7 +530,7 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 		if (pass) { /* the first pass's runs are those mapped above; map the rest as the copy goes */
 			nr = tp_file_map(rf->f, (uint64_t)off + done, want - done, s->runs, RUN_CAP, &cov);
 			for (size_t k = nwiden = 0; k < nr; k++)
-				nwiden += s->runs[k].kind == TP_RUN_WIDEN;
+				nwiden += s->runs[k].kind == TP_RUN_WIDEN || s->runs[k].kind == TP_RUN_TRANSPOSE;
 		}
 		if (!cov) {
 			tp_log(2, "%s: no bytes map at %llu of %llu", rf_name(rf, nm, sizeof nm), (unsigned long long)(off + done),
@@ -540,7 +540,7 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 		}
 		for (size_t k = 0; k < nr; k++)
 			touched += tp_run_src_bytes(&s->runs[k]);
-		const tp_gather *b = nwiden ? &tp_gather_cpu_backend : backend; /* only the CPU backend widens */
+		const tp_gather *b = nwiden ? &tp_gather_cpu_backend : backend; /* only the CPU backend widens and transposes */
 		on_gpu |= b == &fs->gpu;
 		tp_err ge;
 		tp_err_clear(&ge);

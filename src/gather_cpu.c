@@ -1,5 +1,6 @@
 /* gather_cpu.c: the CPU gather backend, the reference every other backend is compared to, and
- * the only one that widens (TP_RUN_WIDEN: engine views' BF16 or F16 tensors served as F32). */
+ * the only one that widens (TP_RUN_WIDEN: engine views' BF16 or F16 tensors served as F32) and
+ * transposes (TP_RUN_TRANSPOSE: engine views' matrices served with their last two axes swapped). */
 #include "gather.h"
 
 #include <errno.h>
@@ -99,6 +100,71 @@ static int widen(const tp_src *src, const tp_run *r, uint8_t *dst, tp_err *e)
 	return 0;
 }
 
+/* Copies the bytes of element bytes [a, a + es) that lie in [lo, hi) from v to out + (x - lo) for
+ * each byte x: an element wholly inside is one copy. */
+static inline void put_elem(uint8_t *out, const uint8_t *v, uint64_t a, uint64_t es, uint64_t lo, uint64_t hi)
+{
+	if (a >= lo && a + es <= hi) {
+		memcpy(out + (a - lo), v, es);
+		return;
+	}
+	for (uint64_t b = 0; b < es; b++)
+		if (a + b >= lo && a + b < hi)
+			out[a + b - lo] = v[b];
+}
+
+/* A TP_RUN_TRANSPOSE run (run.h): output row q = m x C + c holds column c of matrix m, R elements.
+ * Output rows are made in batches of up to TB columns of one matrix; for each batch, the source
+ * rows in chunks of TR: each source row's TB elements read in one copy into a tile, then
+ * scattered to their output rows. A partial first or last output row is a batch of its own, so
+ * only the elements the run's bytes need are read. */
+static int transpose(const tp_src *src, const tp_run *r, uint8_t *dst, tp_err *e)
+{
+	enum { TB = 64, TR = 64 };
+	uint8_t tile[TR][TB * 8];
+	const uint64_t es = r->from, R = r->rows, C = r->cols, lo = r->pos, hi = r->pos + r->len;
+	if ((es != 1 && es != 2 && es != 4 && es != 8) || !R || !C || !r->rep || r->rep % (C * es))
+		return tp_fail(e, TP_EINVAL, "a transposed run of %llu x %llu elements of %llu bytes in rows of %llu bytes",
+			       (unsigned long long)R, (unsigned long long)C, (unsigned long long)es,
+			       (unsigned long long)r->rep);
+	uint64_t k = lo / es, kend = (hi + es - 1) / es; /* output elements [k, kend) */
+	while (k < kend) {
+		uint64_t q = k / R, m = q / C, c = q % C, r0 = k % R, nb, ra, rb;
+		if (r0 || kend - k < R) { /* a partial row alone */
+			nb = 1;
+			ra = r0;
+			rb = kend - k < R - r0 ? r0 + (kend - k) : R;
+		} else {
+			nb = (kend - k) / R;
+			nb = nb < TB ? nb : TB;
+			nb = nb < C - c ? nb : C - c;
+			ra = 0;
+			rb = R;
+		}
+		for (uint64_t r1 = ra; r1 < rb; r1 += TR) {
+			uint64_t r2 = rb - r1 < TR ? rb : r1 + TR;
+			for (uint64_t x = r1; x < r2; x++) { /* source row x of matrix m: columns [c, c + nb) */
+				uint64_t lb = ((m * R + x) * C + c) * es;
+				if (read_src(src, tp_run_t_src(r, lb), nb * es, tile[x - r1], e) < 0)
+					return -1;
+			}
+			for (uint64_t j = 0; j < nb; j++) {
+				uint64_t a = ((q + j) * R + r1) * es; /* output byte of element (q + j, r1) */
+				if (es == 2 && a >= lo && a + (r2 - r1) * 2 <= hi) {
+					uint8_t *o = dst + (a - lo);
+					for (uint64_t x = r1; x < r2; x++, o += 2)
+						memcpy(o, tile[x - r1] + j * 2, 2);
+					continue;
+				}
+				for (uint64_t x = r1; x < r2; x++, a += es)
+					put_elem(dst, tile[x - r1] + j * es, a, es, lo, hi);
+			}
+		}
+		k = (q + nb) * R < kend ? (q + nb) * R : kend;
+	}
+	return 0;
+}
+
 int tp_gather_cpu(const tp_run *runs, size_t n, const tp_src *src, const uint8_t *hdr,
 		  uint8_t *dst, tp_err *e)
 {
@@ -116,6 +182,10 @@ int tp_gather_cpu(const tp_run *runs, size_t n, const tp_src *src, const uint8_t
 			if (r->from != ST_BF16 && r->from != ST_F16)
 				return tp_fail(e, TP_EINVAL, "run %zu widens dtype %u: only BF16 and F16 are", i, r->from);
 			if (widen(&src[r->src], r, dst, e) < 0)
+				return -1;
+			break;
+		case TP_RUN_TRANSPOSE:
+			if (transpose(&src[r->src], r, dst, e) < 0)
 				return -1;
 			break;
 		default:

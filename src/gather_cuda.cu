@@ -162,6 +162,11 @@ static int do_gather(cuda_ctx *c, const tp_run *runs, size_t n, const tp_src *sr
 	uint32_t first = UINT32_MAX; /* the lowest source index the runs name */
 	for (size_t i = 0; i < n; i++) {
 		total += runs[i].len;
+		if (runs[i].kind == TP_RUN_WIDEN || runs[i].kind == TP_RUN_TRANSPOSE) { /* the CPU gather's alone */
+			e->code = TP_EINVAL;
+			snprintf(e->msg, sizeof e->msg, "the CUDA gather neither widens nor transposes (run %zu)", i);
+			return -1;
+		}
 		if (runs[i].kind != TP_RUN_SRC)
 			continue;
 		ns++;

@@ -202,7 +202,7 @@ int tp_io_need_served(const tp_served *vs, uint32_t T, size_t np, const uint8_t 
 		for (size_t p = 0; (!sel || sel[r]) && p < np; p++) {
 			const tp_served *S = &vs[(size_t)r * np + p];
 			for (size_t k = 0; k < S->nparts; k++)
-				if (S->parts[k].src != TP_PART_CONST)
+				if (TP_PART_READS(S->parts[k].src))
 					cnt[node[(size_t)r * np + p][S->parts[k].src] + 1]++, total++;
 		}
 	for (uint32_t g = 0; g < nnodes; g++) /* cnt[g]: where source g's cuts start */
@@ -221,7 +221,7 @@ int tp_io_need_served(const tp_served *vs, uint32_t T, size_t np, const uint8_t 
 			const tp_served *S = &vs[(size_t)r * np + p];
 			for (size_t k = 0; k < S->nparts; k++) {
 				const tp_part *t = &S->parts[k];
-				if (t->src != TP_PART_CONST)
+				if (TP_PART_READS(t->src))
 					cs[fill[node[(size_t)r * np + p][t->src]]++] = (cut){t->base, t->outer, t->stride, S->pieces + t->pi, t->np};
 			}
 		}
@@ -301,7 +301,8 @@ static size_t ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *
 	for (; k < nr; k++) {
 		if (!tp_run_src_bytes(&runs[k]))
 			continue;
-		if (push(out, cap, &n, by_src ? runs[k].src : 0, runs[k].off, runs[k].off + tp_run_src_bytes(&runs[k]), page) < 0)
+		uint64_t lo = tp_run_src_off(&runs[k]);
+		if (push(out, cap, &n, by_src ? runs[k].src : 0, lo, lo + tp_run_src_bytes(&runs[k]), page) < 0)
 			break;
 	}
 	*used = k;
@@ -427,7 +428,24 @@ size_t tp_served_io_plan(const tp_served *S, uint64_t a, uint64_t b, uint64_t pa
 	for (size_t i = lo; i < S->nparts && pos < b; i++) {
 		const tp_part *p = &S->parts[i];
 		uint64_t t0 = S->hdr_size + p->off, tend = t0 + p->size < b ? t0 + p->size : b;
-		if (p->src == TP_PART_CONST) {
+		if (!TP_PART_READS(p->src)) {
+			pos = tend;
+			continue;
+		}
+		if (p->tes) { /* transposed: the source span of every matrix the output bytes reach (a run's span:
+			       * tp_run_src_bytes), one range each, merged where they touch */
+			const tp_piece *pc = S->pieces + p->pi;
+			uint64_t mat = (uint64_t)p->trows * p->tcols * p->tes, m = (pos - t0) / mat, m1 = (tend - t0 - 1) / mat;
+			for (; m <= m1; m++) {
+				uint64_t r0 = m * mat / p->rep, r1 = ((m + 1) * mat - 1) / p->rep;
+				if (push(out, cap, &n, p->src, p->base + r0 * p->stride + pc->off,
+					 p->base + r1 * p->stride + pc->off + pc->len, page) < 0)
+					break;
+			}
+			if (m <= m1) {
+				pos = t0 + m * mat > pos ? t0 + m * mat : pos;
+				break; /* out is full */
+			}
 			pos = tend;
 			continue;
 		}

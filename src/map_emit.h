@@ -14,13 +14,13 @@
 #include "spec.h"
 
 /* Appends a run, merging with the previous one when it continues it (the same kind and source
- * and contiguous, or both zero fill; a TP_RUN_WIDEN run never merges: the caller sets its skip
- * and from). Returns 0, or -1 when the output is full and the run could
+ * and contiguous, or both zero fill; a TP_RUN_WIDEN or TP_RUN_TRANSPOSE run never merges: the caller sets its
+ * skip and from). Returns 0, or -1 when the output is full and the run could
  * not be merged. */
 static inline int tp_emit(tp_run *out, size_t cap, size_t *n, uint32_t kind, uint32_t src, uint64_t off,
 			  uint64_t len)
 {
-	if (*n && kind != TP_RUN_WIDEN) {
+	if (*n && kind != TP_RUN_WIDEN && kind != TP_RUN_TRANSPOSE) {
 		tp_run *p = &out[*n - 1];
 		if (p->kind == kind && (kind == TP_RUN_ZERO || (p->src == src && p->off + p->len == off))) {
 			p->len += len;
@@ -35,6 +35,8 @@ static inline int tp_emit(tp_run *out, size_t cap, size_t *n, uint32_t kind, uin
 	out[*n].src = src;
 	out[*n].off = off;
 	out[*n].len = len;
+	out[*n].pos = out[*n].stride = out[*n].rep = 0;
+	out[*n].rows = out[*n].cols = 0;
 	(*n)++;
 	return 0;
 }

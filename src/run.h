@@ -18,6 +18,12 @@ enum tp_run_kind {
 	                 * ST_BF16 or ST_F16) of source `src`, the first value at source offset off, of
 	                 * whose 4 output bytes the first `skip` are not emitted (a read that starts
 	                 * inside a value). Only served files (engine views) emit it; never merged. */
+	TP_RUN_TRANSPOSE, /* len bytes of a transposed cut (a served tensor's last two axes swapped):
+	                 * output bytes [pos, pos + len) of matrices [R, C] -> [C, R] of `from`-byte
+	                 * elements, whose local row q (C elements, q = m x R + r) lies at source offset
+	                 * off + (q x C x from / rep) x stride + q x C x from % rep of source `src`
+	                 * (rep a multiple of C x from). Only served files emit it; never merged; only
+	                 * the CPU gather executes it. */
 };
 
 typedef struct tp_run {
@@ -26,26 +32,66 @@ typedef struct tp_run {
 	uint16_t kind;
 	uint8_t skip;   /* TP_RUN_WIDEN only: 0 to 3 */
 	uint8_t from;   /* TP_RUN_WIDEN only: the source dtype (st_dtype) */
-	uint32_t src;   /* TP_RUN_SRC and TP_RUN_WIDEN: the index of the source read, in the table of
-	                 * sources of the file mapped (a tp_layout has one source: always 0); 0 for
-	                 * other kinds */
+	uint32_t src;   /* TP_RUN_SRC, TP_RUN_WIDEN and TP_RUN_TRANSPOSE: the index of the source read, in
+	                 * the table of sources of the file mapped (a tp_layout has one source: always
+	                 * 0); 0 for other kinds */
+	/* TP_RUN_TRANSPOSE only (0 otherwise): the first output byte within the transposed part, the
+	 * source bytes between two rows of the cut, the cut's bytes a row, and the matrices' shape
+	 * before the swap (from: the element size) */
+	uint64_t pos, stride, rep;
+	uint32_t rows, cols;
 } tp_run;
 
-/* Whether run r reads a source (TP_RUN_SRC or TP_RUN_WIDEN). */
+/* Whether run r reads a source (TP_RUN_SRC, TP_RUN_WIDEN or TP_RUN_TRANSPOSE). */
 static inline int tp_run_reads(const tp_run *r)
 {
-	return r->kind == TP_RUN_SRC || r->kind == TP_RUN_WIDEN;
+	return r->kind == TP_RUN_SRC || r->kind == TP_RUN_WIDEN || r->kind == TP_RUN_TRANSPOSE;
+}
+
+/* The source offset of local byte x of a TP_RUN_TRANSPOSE run's cut (x < its rows x rep). */
+static inline uint64_t tp_run_t_src(const tp_run *r, uint64_t x)
+{
+	return r->off + x / r->rep * r->stride + x % r->rep;
+}
+
+/* The local bytes [*lo, *hi) of a TP_RUN_TRANSPOSE run's cut that hold every element it reads:
+ * from the first output element's matrix row 0 to the last one's last row (whole matrices when
+ * the run spans more than one output row). */
+static inline void tp_run_t_span(const tp_run *r, uint64_t *lo, uint64_t *hi)
+{
+	uint64_t es = r->from, mat = (uint64_t)r->rows * r->cols * es;
+	uint64_t k0 = r->pos / es, k1 = (r->pos + r->len - 1) / es; /* output elements, inclusive */
+	uint64_t m0 = k0 / ((uint64_t)r->rows * r->cols), m1 = k1 / ((uint64_t)r->rows * r->cols);
+	*lo = m0 * mat;
+	*hi = (m1 + 1) * mat;
 }
 
 /* The source bytes run r reads from r->off: len for TP_RUN_SRC, the 2-byte values a TP_RUN_WIDEN
- * run widens, 0 for the other kinds. */
+ * run widens, the source span of a TP_RUN_TRANSPOSE run's matrices (from tp_run_t_src of its
+ * tp_run_t_span's first byte: see tp_run_src_off), 0 for the other kinds. */
 static inline uint64_t tp_run_src_bytes(const tp_run *r)
 {
 	if (r->kind == TP_RUN_SRC)
 		return r->len;
 	if (r->kind == TP_RUN_WIDEN)
 		return (r->skip + r->len + 3) / 4 * 2;
+	if (r->kind == TP_RUN_TRANSPOSE) {
+		uint64_t lo, hi;
+		tp_run_t_span(r, &lo, &hi);
+		return tp_run_t_src(r, hi - 1) + 1 - tp_run_t_src(r, lo);
+	}
 	return 0;
+}
+
+/* The source offset of the first byte run r reads (with tp_run_src_bytes: the span it reads). */
+static inline uint64_t tp_run_src_off(const tp_run *r)
+{
+	if (r->kind == TP_RUN_TRANSPOSE) {
+		uint64_t lo, hi;
+		tp_run_t_span(r, &lo, &hi);
+		return tp_run_t_src(r, lo);
+	}
+	return r->off;
 }
 
 #endif

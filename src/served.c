@@ -126,11 +126,13 @@ static int reshape(bld *b, const tp_sdesc *d, tp_stensor *st)
 	int free_dim = -1;
 	for (uint32_t a = 0; a < st->ndim; a++)
 		numel *= st->shape[a];
-	for (uint32_t a = 0; known && a < d->rs_ndim; a++) {
-		if (d->rs_shape[a] == -1 && free_dim < 0)
+	int64_t want[ST_MAX_DIMS];
+	for (uint32_t a = 0; known && a < d->rs_ndim; a++) { /* 0: the tensor's own dimension at that axis */
+		want[a] = d->rs_shape[a] == 0 && a < st->ndim ? (int64_t)st->shape[a] : d->rs_shape[a];
+		if (want[a] == -1 && free_dim < 0)
 			free_dim = (int)a;
-		else if (d->rs_shape[a] >= 1 && known <= numel / (uint64_t)d->rs_shape[a])
-			known *= (uint64_t)d->rs_shape[a];
+		else if (want[a] >= 1 && known <= numel / (uint64_t)want[a])
+			known *= (uint64_t)want[a];
 		else
 			known = 0;
 	}
@@ -139,7 +141,41 @@ static int reshape(bld *b, const tp_sdesc *d, tp_stensor *st)
 			       b->fname, d->name, (unsigned long long)numel, b->S->rank);
 	st->ndim = d->rs_ndim;
 	for (uint32_t a = 0; a < d->rs_ndim; a++)
-		st->shape[a] = (int)a == free_dim ? numel / known : (uint64_t)d->rs_shape[a];
+		st->shape[a] = (int)a == free_dim ? numel / known : (uint64_t)want[a];
+	return 0;
+}
+
+/* st's last two axes swapped (see tp_sdesc: transposed): its one part, if any, made a transposed
+ * part. Refuses what a TP_RUN_TRANSPOSE run cannot read: several pieces, a stack, widening, fewer
+ * than two axes, a sub-byte dtype, or a cut whose local rows of C elements are not whole in one
+ * row of one piece. */
+static int transpose(bld *b, const tp_sdesc *d, tp_stensor *st)
+{
+	tp_served *S = b->S;
+	uint64_t bits = st_dtype_bits(st->dtype), R = st->ndim >= 2 ? st->shape[st->ndim - 2] : 0,
+		 C = st->ndim >= 2 ? st->shape[st->ndim - 1] : 0;
+	if (d->npieces != 1 || d->nstack || d->to_f32 || st->ndim < 2 || bits % 8 || bits > 64)
+		return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': a transposed tensor is one piece of two or more axes and "
+			       "whole bytes an element, neither stacked nor widened (here %u pieces, %u axes, %s)",
+			       b->fname, d->name, d->npieces, st->ndim, st_dtype_name(st->dtype));
+	if (R > UINT32_MAX || C > UINT32_MAX)
+		return tp_fail(b->e, TP_ELIMIT, "%s: tensor '%s': a transposed matrix of %llu x %llu is too large",
+			       b->fname, d->name, (unsigned long long)R, (unsigned long long)C);
+	if (S->nparts > st->part0) { /* no part: no bytes on this rank */
+		tp_part *p = &S->parts[st->part0];
+		const tp_piece *pc = S->pieces + p->pi;
+		uint64_t row = C * (bits / 8);
+		if (S->nparts - st->part0 != 1 || p->np != 1 || pc->off == TP_ZERO || pc->len != p->rep || !row ||
+		    p->rep % row)
+			return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': rank %u's cut is not whole rows of %llu elements "
+				       "in one piece (it cannot be served transposed)", b->fname, d->name, S->rank,
+				       (unsigned long long)C);
+		p->tes = (uint32_t)(bits / 8);
+		p->trows = (uint32_t)R;
+		p->tcols = (uint32_t)C;
+	}
+	st->shape[st->ndim - 2] = C;
+	st->shape[st->ndim - 1] = R;
 	return 0;
 }
 
@@ -245,6 +281,8 @@ static int add_tensor(bld *b, const st_header *const *src, const tp_sdesc *d)
 		}
 		if (d->rs_ndim && reshape(b, d, &st) < 0)
 			return -1;
+		if (d->transpose && transpose(b, d, &st) < 0)
+			return -1;
 		if (d->to_f32 && st.dtype != ST_F32) { /* F32 pieces are served as they are */
 			if (st.dtype != ST_BF16 && st.dtype != ST_F16)
 				return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': its pieces are %s: only BF16 and F16 are widened to F32",
@@ -255,8 +293,11 @@ static int add_tensor(bld *b, const st_header *const *src, const tp_sdesc *d)
 			}
 			st.dtype = ST_F32;
 		}
-		for (size_t q = st.part0; q < S->nparts; q++)
+		for (size_t q = st.part0; q < S->nparts; q++) {
+			if (d->rank0_only && S->rank != 0) /* zeros of the same size: nothing read */
+				S->parts[q] = (tp_part){.size = S->parts[q].size, .src = TP_PART_ZERO};
 			st.size += S->parts[q].size;
+		}
 	}
 	st.nparts = (uint32_t)(S->nparts - st.part0);
 	if (grow((void **)&S->t, &b->tcap, S->n + 1, sizeof *S->t) < 0)
@@ -396,6 +437,19 @@ static uint64_t emit_widened(const tp_served *S, const tp_part *p, uint64_t rel,
 	return done;
 }
 
+/* Emits output bytes [rel, rel + want) of transposed part p as one TP_RUN_TRANSPOSE run. Returns
+ * want, or 0 when out is full. */
+static uint64_t emit_transposed(const tp_served *S, const tp_part *p, uint64_t rel, uint64_t want, tp_run *out,
+				size_t cap, size_t *n)
+{
+	if (*n == cap)
+		return 0;
+	out[(*n)++] = (tp_run){.kind = TP_RUN_TRANSPOSE, .off = p->base + S->pieces[p->pi].off, .len = want,
+			       .src = p->src, .from = (uint8_t)p->tes, .pos = rel, .stride = p->stride, .rep = p->rep,
+			       .rows = p->trows, .cols = p->tcols};
+	return want;
+}
+
 size_t tp_served_map(const tp_served *S, uint64_t off, uint64_t len, tp_run *out, size_t cap, uint64_t *covered)
 {
 	size_t n = 0;
@@ -417,6 +471,10 @@ size_t tp_served_map(const tp_served *S, uint64_t off, uint64_t len, tp_run *out
 			want = p->size - rel;
 		if (p->src == TP_PART_CONST)
 			l = tp_emit(out, cap, &n, TP_RUN_CONST, 0, S->hdr_size + p->base + rel, want) < 0 ? 0 : want;
+		else if (p->src == TP_PART_ZERO)
+			l = tp_emit(out, cap, &n, TP_RUN_ZERO, 0, 0, want) < 0 ? 0 : want;
+		else if (p->tes)
+			l = emit_transposed(S, p, rel, want, out, cap, &n);
 		else if (p->widen)
 			l = emit_widened(S, p, rel, want, out, cap, &n);
 		else

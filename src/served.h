@@ -50,9 +50,19 @@ typedef struct tp_pdesc {
  *   vLLM's MoE routers, Qwen3-Next's A_log); F32 pieces are served as they are, other dtypes
  *   are refused.
  * - reshaped: with rs_ndim > 0, the tensor (its bytes unchanged, row-major) is served with shape
- *   rs_shape[0 .. rs_ndim), where one entry may be -1: what the others leave of its elements
+ *   rs_shape[0 .. rs_ndim), where an entry 0 is the tensor's own dimension at that axis (ONNX's
+ *   Reshape: vLLM's gpt-oss MXFP4 blocks [E, 2I/T, H/32, 16] served [0, 0, -1]) and one may be -1:
+ *   what the others leave of its elements
  *   (vLLM's KDA A_log, a [1, 1, heads/T, 1] parameter where GLM-5.3 checkpoints store [heads]).
  *   A shape that does not hold the tensor's elements is refused.
+ * - transposed: with transpose set, the tensor's last two axes are swapped ([..., R, C] served
+ *   [..., C, R], after any reshape): vLLM's gpt-oss experts, whose w13_weight [E, 2I/T, H] is the
+ *   transpose of the checkpoint's gate_up_proj [E, H, 2I] cut by columns. It takes one piece
+ *   (no concatenation, no stack, no widening) whose local rows of C elements each lie whole in
+ *   one row of its cut; anything else is refused.
+ * - rank 0 only: with rank0_only set, ranks other than 0 serve zeros of the same dtype and shape
+ *   (a row-parallel bias the engine adds once: vLLM's gpt-oss w2_bias, loaded whole on rank 0 and
+ *   zeroed on the others).
  * name (and cbytes, copied at build) must outlive the served file. */
 typedef struct tp_sdesc {
 	const char *name;
@@ -63,12 +73,18 @@ typedef struct tp_sdesc {
 	int to_f32;                   /* widened to F32 (see above) */
 	uint32_t rs_ndim;             /* reshaped (see above): 0, or the served shape's rank */
 	int64_t rs_shape[ST_MAX_DIMS];
+	int transpose;                /* the last two axes swapped (see above) */
+	int rank0_only;               /* zeros on ranks other than 0 (see above) */
 	st_dtype dtype;               /* constant only */
 	uint32_t ndim;                /* constant only */
 	uint64_t shape[ST_MAX_DIMS];  /* constant only */
 } tp_sdesc;
 
 #define TP_PART_CONST UINT32_MAX /* tp_part.src of a constant */
+#define TP_PART_ZERO (UINT32_MAX - 1) /* tp_part.src of zeros (a rank0_only tensor on another rank) */
+
+/* Whether a part's src names a source (neither a constant nor zeros). */
+#define TP_PART_READS(src) ((src) < TP_PART_ZERO)
 
 /* One stretch of a served tensor's bytes: one piece's cut (outer rows of the pieces
  * pieces[pi .. pi + np), row o read at base + o x stride of source src) or a constant (size
@@ -79,10 +95,13 @@ typedef struct tp_part {
 	uint64_t base;   /* a cut: file offset of the source tensor's first byte; a constant: its
 	                  * offset in the constants */
 	uint64_t outer, stride, rep;
-	uint32_t src;    /* index into the table of sources, or TP_PART_CONST */
+	uint32_t src;    /* index into the table of sources, TP_PART_CONST or TP_PART_ZERO */
 	uint32_t pi, np;
 	uint32_t widen;  /* 0, or the source dtype (ST_BF16, ST_F16) of a cut served widened to F32:
 	                  * then size is twice the cut's bytes, and outer/rep/pieces are the cut's */
+	uint32_t tes;    /* 0, or the element size of a transposed cut: its matrices [trows, tcols]
+	                  * served [tcols, trows] (one piece, whole rows of tcols elements) */
+	uint32_t trows, tcols;
 } tp_part;
 
 /* One served tensor: its entry in the local header and its parts. */
@@ -142,7 +161,8 @@ void tp_served_local(const tp_served *S, uint8_t *buf);
  * name their source (src), TP_RUN_CONST runs are offsets into the local bytes. *covered receives
  * the bytes the runs produce (less than asked when cap was reached or the file ended: call again
  * from off + *covered). A widened part's bytes are TP_RUN_WIDEN runs (and zero runs where its
- * pieces are padding). Returns the number of runs written. */
+ * pieces are padding), a transposed part's one TP_RUN_TRANSPOSE run, a rank0_only tensor's on
+ * another rank zero runs. Returns the number of runs written. */
 size_t tp_served_map(const tp_served *S, uint64_t off, uint64_t len, tp_run *out, size_t cap, uint64_t *covered);
 
 #endif

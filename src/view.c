@@ -66,7 +66,7 @@ static int check_template(const char *t, const char *origin, size_t k, tvars *vs
 static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
 {
 	static const char *keys[] = {"name", "cat", "from", "stack", "optional", "const", "per", "drop", "if_missing",
-				     "when", "unless", "dtype", "shape", "comment", NULL};
+				     "when", "unless", "dtype", "shape", "transpose", "other_ranks", "comment", NULL};
 	const cJSON *it;
 	if (!cJSON_IsObject(o))
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: an entry is an object", origin, k);
@@ -156,20 +156,37 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 				       "widened to F32, as the engine holds them)", origin, k);
 		x->to_f32 = 1;
 	}
+	const cJSON *tr = cJSON_GetObjectItemCaseSensitive(o, "transpose");
+	if (tr) { /* the last two axes swapped: vLLM's gpt-oss experts */
+		if (!cJSON_IsBool(tr))
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"transpose\" is true or false (the served tensor's last "
+				       "two axes swapped)", origin, k);
+		x->transpose = cJSON_IsTrue(tr);
+		if (x->transpose && (x->to_f32 || x->stack || cat))
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"transpose\" takes one \"from\" piece, neither "
+				       "stacked nor widened", origin, k);
+	}
+	if (cJSON_GetObjectItemCaseSensitive(o, "other_ranks")) { /* a row-parallel bias added once */
+		const char *v = str_of(o, "other_ranks");
+		if (!v || strcmp(v, "zeros"))
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"other_ranks\" is \"zeros\" (ranks other than 0 "
+				       "serve zeros of the tensor's shape)", origin, k);
+		x->rank0_only = 1;
+	}
 	if (shp) { /* served reshaped: vLLM's parameter shape where the checkpoint's differs, same bytes */
 		int n = cJSON_IsArray(shp) ? cJSON_GetArraySize(shp) : 0, frees = 0;
 		cJSON_ArrayForEach(it, shp)
 		{
-			double d = cJSON_IsNumber(it) ? it->valuedouble : 0;
-			if (d != (double)(int64_t)d || (d < 1 && d != -1) || d > 1e15)
+			double d = cJSON_IsNumber(it) ? it->valuedouble : -2;
+			if (d != (double)(int64_t)d || (d < 0 && d != -1) || d > 1e15)
 				n = 0;
 			frees += d == -1;
 			if (n > 0 && x->rs_ndim < ST_MAX_DIMS)
 				x->rs_shape[x->rs_ndim++] = (int64_t)d;
 		}
 		if (n < 1 || n > ST_MAX_DIMS || frees > 1)
-			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"shape\" is a list of 1 to %d dimensions, each >= 1 "
-				       "or one -1 (what the others leave)", origin, k, ST_MAX_DIMS);
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"shape\" is a list of 1 to %d dimensions, each >= 1, "
+				       "0 (the tensor's own at that axis) or one -1 (what the others leave)", origin, k, ST_MAX_DIMS);
 	}
 	if (from) {
 		x->cat[0] = from;

@@ -42,6 +42,8 @@ typedef struct tp_ventry {
 	const char *if_missing;/* the entry applies only where this source tensor (expanded) is absent */
 	int optional;          /* a binding whose other pieces are missing is skipped, not refused */
 	int to_f32;            /* "dtype": "F32": BF16 / F16 pieces served widened to F32 */
+	int transpose;         /* "transpose": true: the last two axes swapped (tp_sdesc.transpose) */
+	int rank0_only;        /* "other_ranks": "zeros": zeros on ranks other than 0 (tp_sdesc.rank0_only) */
 	uint32_t rs_ndim;      /* "shape": [d, ...] (one d may be -1): the served shape, same bytes;
 	                        * CONST: the constant's shape (0: a scalar) */
 	int64_t rs_shape[ST_MAX_DIMS];

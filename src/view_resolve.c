@@ -294,7 +294,8 @@ static int resolve_cat(vres *c, size_t k)
 			for (size_t j = 0; j < np; j++)
 				c->used[ix[j]] = 1;
 			tp_sdesc d = {.name = keep_name(c, ms[g].name), .pieces = pd, .npieces = x->ncat,
-				      .nstack = x->stack ? groups : 0, .to_f32 = x->to_f32, .rs_ndim = x->rs_ndim};
+				      .nstack = x->stack ? groups : 0, .to_f32 = x->to_f32, .rs_ndim = x->rs_ndim,
+				      .transpose = x->transpose, .rank0_only = x->rank0_only};
 			memcpy(d.rs_shape, x->rs_shape, sizeof d.rs_shape);
 			rc = keep_block(c, pd);
 			pd = NULL;

@@ -815,6 +815,8 @@ typedef struct mtensor {
 	mpiece pc[4 * 8];
 	int is_const;
 	int widen;      /* BF16 / F16 pieces served widened to F32 */
+	int transpose;  /* the last two axes swapped */
+	int rank0;      /* zeros on ranks other than 0 */
 	st_dtype dtype;
 	uint32_t ndim;
 	uint64_t shape[ST_MAX_DIMS];
@@ -910,6 +912,16 @@ static void random_world(mworld *w)
 			}
 		}
 		t->widen = (dt == ST_BF16 || dt == ST_F16) && rnd() % 2;
+		t->transpose = !t->widen && t->npieces == 1 && !t->nstack && !whole && ndim >= 2 && !f4 && rnd() % 2;
+		if (t->transpose) { /* a cut of whole rows in one piece: whole, or one segment, no padding */
+			uint64_t units = 1 + rnd() % 8, unit = 1 + rnd() % 3;
+			spec[0] = rnd() % 4 == 0 ? tp_spec_replicate() : split(cols, units, unit, rnd() % 4 ? TP_UNEVEN : 0);
+			if (cols)
+				rest[1] = units * unit;
+			else
+				first[0] = units * unit;
+		}
+		t->rank0 = rnd() % 5 == 0;
 		for (uint32_t g = 0; g < (t->nstack ? t->nstack : 1); g++)
 			for (uint32_t k = 0; k < t->npieces; k++) {
 				mpiece *p = &t->pc[g * t->npieces + k];
@@ -1066,6 +1078,22 @@ static int naive_served(const mworld *w, const mtensor *t, uint32_t T, uint32_t 
 	}
 	if (t->widen) /* each 2-byte value as the F32 of the same number (the compiler's conversions) */
 		widen_naive(c0->dtype, out, len);
+	if (t->transpose) { /* element (.., i, j) moved to (.., j, i) */
+		uint64_t es = st_dtype_bits(c0->dtype) / 8, R = shape[*ndim - 2], C = shape[*ndim - 1], mats = 1;
+		for (uint32_t a = 0; a + 2 < *ndim; a++)
+			mats *= shape[a];
+		uint8_t *tr = malloc(*len + 1);
+		for (uint64_t m = 0; m < mats; m++)
+			for (uint64_t i = 0; i < R; i++)
+				for (uint64_t j = 0; j < C; j++)
+					memcpy(tr + ((m * C + j) * R + i) * es, *out + ((m * R + i) * C + j) * es, es);
+		free(*out);
+		*out = tr;
+		shape[*ndim - 2] = C;
+		shape[*ndim - 1] = R;
+	}
+	if (t->rank0 && r != 0)
+		memset(*out, 0, *len);
 	return 1;
 }
 
@@ -1087,6 +1115,8 @@ static void describe(const mworld *w, tp_sdesc *d, tp_pdesc *pd)
 		d[i].npieces = t->npieces;
 		d[i].nstack = t->nstack;
 		d[i].to_f32 = t->widen;
+		d[i].transpose = t->transpose;
+		d[i].rank0_only = t->rank0;
 		for (uint32_t k = 0; k < (t->nstack ? t->nstack : 1) * t->npieces; k++) {
 			const mpiece *p = &t->pc[k];
 			const tcase *c = &w->cases[p->file][p->ci];
@@ -1107,7 +1137,8 @@ static void served_pages(const tp_served *S, uint64_t a, uint64_t b, uint64_t pa
 		size_t n = tp_served_map(S, a, b - a, runs, 16, &cov);
 		for (size_t k = 0; k < n; k++)
 			if (tp_run_src_bytes(&runs[k]))
-				for (uint64_t p = runs[k].off / page; p <= (runs[k].off + tp_run_src_bytes(&runs[k]) - 1) / page; p++)
+				for (uint64_t p = tp_run_src_off(&runs[k]) / page;
+				     p <= (tp_run_src_off(&runs[k]) + tp_run_src_bytes(&runs[k]) - 1) / page; p++)
 					pages[runs[k].src][p] = 1;
 		if (!cov)
 			break;
@@ -1213,6 +1244,7 @@ static void test_multi_source_random(void **state)
 {
 	(void)state;
 	long reads = 0, refusals = 0, files = 0, multi = 0, stacked = 0, empty = 0, planned = 0, widened = 0;
+	long transposed = 0, zeroed = 0;
 	dropped = 0;
 	mworld *w = malloc(sizeof *w);
 	for (int trial = 0; trial < 150; trial++) {
@@ -1285,6 +1317,8 @@ static void test_multi_source_random(void **state)
 						assert_int_equal(lt->dtype, ST_F32);
 						widened++;
 					}
+					transposed += w->t[i].transpose;
+					zeroed += w->t[i].rank0 && r != 0;
 					memcpy(img + lh.data_start + lt->begin, tb[i], tl[i]);
 					free(tb[i]);
 					stacked += w->t[i].nstack > 1;
@@ -1320,6 +1354,7 @@ static void test_multi_source_random(void **state)
 								assert_true(runs[q].off >= S.hdr_size && runs[q].off + runs[q].len <= S.local_size);
 							if (q + 1 < nr) /* merged: no run continues the previous one */
 								assert_false(runs[q].kind == runs[q + 1].kind && runs[q].kind != TP_RUN_WIDEN &&
+									     runs[q].kind != TP_RUN_TRANSPOSE &&
 									     (runs[q].kind == TP_RUN_ZERO ||
 									      (runs[q].src == runs[q + 1].src &&
 									       runs[q].off + runs[q].len == runs[q + 1].off)));
@@ -1351,9 +1386,11 @@ static void test_multi_source_random(void **state)
 	free(w);
 	printf("multi-source: %ld files (%ld reading several sources), %ld reads compared, %ld stacked tensors, "
 	       "%ld widened to F32, %ld experts on other ranks, %ld tensors on other ranks only, %ld refusals, "
-	       "%ld prefetch plans checked\n",
-	       files, multi, reads, stacked, widened, dropped, empty, refusals, planned);
+	       "%ld prefetch plans checked, %ld transposed, %ld zeros off rank 0\n",
+	       files, multi, reads, stacked, widened, dropped, empty, refusals, planned, transposed, zeroed);
 	assert_true(widened > 50);
+	assert_true(transposed > 50);
+	assert_true(zeroed > 20);
 	assert_true(reads > 20000);
 	assert_true(multi > 100);
 	assert_true(stacked > 100);
@@ -1528,9 +1565,19 @@ static void test_multi_source_refusals(void **state)
 	assert_int_equal(S.parts[0].size, 2 * 6 * 2); /* the cut's bytes, as without the shape */
 	assert_int_equal(S.parts[0].base, f.h.data_start + f.h.t[ia].begin);
 	tp_served_free(&S);
-	int64_t wrong[2][3] = {{24, 0, 0}, {5, -1, 0}};
-	for (int k = 0; k < 2; k++) {
-		rs.rs_ndim = k ? 2 : 1;
+	/* a 0 keeps the tensor's own dimension at its axis: [0, -1] of rank 1's [2, 6] is [2, 6], [0, 0, 0] is
+	 * refused (no axis 2 to keep) */
+	int64_t keep[3] = {0, -1, 0};
+	rs.rs_ndim = 2;
+	memcpy(rs.rs_shape, keep, sizeof keep);
+	assert_int_equal(tp_served_build(hs, 1, &rs, 1, NULL, 0, NULL, 0, 2, 1, "rank.safetensors", &S, &e), 0);
+	assert_int_equal(S.t[0].ndim, 2);
+	assert_int_equal(S.t[0].shape[0], 2);
+	assert_int_equal(S.t[0].shape[1], 6);
+	tp_served_free(&S);
+	int64_t wrong[3][3] = {{24, 0, 0}, {5, -1, 0}, {0, 0, 0}};
+	for (int k = 0; k < 3; k++) {
+		rs.rs_ndim = k == 0 ? 1 : k + 1;
 		memcpy(rs.rs_shape, wrong[k], sizeof wrong[k]);
 		assert_int_equal(tp_served_build(hs, 1, &rs, 1, NULL, 0, NULL, 0, 2, 1, "rank.safetensors", &S, &e), -1);
 		assert_non_null(strstr(e.msg, "tensor 'A_log': its 12 elements on rank 1 do not fit the view's \"shape\""));

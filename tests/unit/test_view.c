@@ -390,6 +390,39 @@ static void test_const_shape(void **state)
 	fx_free(&f);
 }
 
+/* "transpose": true and "other_ranks": "zeros" reach the served tensor's description; a transpose of
+ * several pieces or with widening, a non-boolean transpose and another other_ranks are refused. */
+static void test_transpose_rank0(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "L.0.o L.0.b L.1.o L.1.b");
+	tp_vplan p;
+	tp_err e;
+	int rc = resolve(&f, "[{\"name\": \"L.{i}.w\", \"from\": \"L.{i}.o\", \"transpose\": true}, "
+			 "{\"name\": \"L.{i}.bias\", \"from\": \"L.{i}.b\", \"other_ranks\": \"zeros\"}]", NULL, &p, &e);
+	if (rc < 0)
+		fail_msg("%s", e.msg);
+	const tp_sdesc *w = find(&p, "L.1.w", NULL), *b = find(&p, "L.0.bias", NULL);
+	assert_non_null(w);
+	assert_non_null(b);
+	assert_true(w->transpose && !w->rank0_only);
+	assert_true(b->rank0_only && !b->transpose);
+	tp_vplan_free(&p);
+	const char *bad[] = {"\"cat\": [\"L.0.o\", \"L.0.b\"], \"transpose\": true",
+			     "\"from\": \"L.0.o\", \"transpose\": true, \"dtype\": \"F32\"",
+			     "\"from\": \"L.0.o\", \"transpose\": 1", "\"from\": \"L.0.o\", \"other_ranks\": \"ones\""};
+	const char *why[] = {"takes one \"from\" piece", "takes one \"from\" piece", "is true or false", "is \"zeros\""};
+	char t[512];
+	for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+		snprintf(t, sizeof t, "[{\"name\": \"c\", %s}]", bad[j]);
+		assert_int_equal(resolve(&f, t, NULL, &p, &e), -2);
+		if (!strstr(e.msg, why[j]))
+			fail_msg("bad[%zu]: %s", j, e.msg);
+	}
+	fx_free(&f);
+}
+
 /* "include": built-in fragments put over the parent (or an empty view) before the file: their
  * entries (a file's entry of the same name replaces one), their refusals appended to the parent's
  * and the file's, defaults merged by key; a fragment is never chosen nor mounted, holds no view
@@ -676,8 +709,8 @@ static void test_refusals(void **state)
 }
 
 /* "shape": parsed into the entry's served descriptions (served.c applies it: test_map), and its
- * refusals: not a list, a dimension below 1 other than -1, two -1, a fraction, more than
- * ST_MAX_DIMS. */
+ * refusals: not a list, a dimension below 0 other than -1, two -1, a fraction, more than
+ * ST_MAX_DIMS. A 0 is kept (the tensor's own dimension at that axis, served.c). */
 static void test_shape(void **state)
 {
 	(void)state;
@@ -697,7 +730,10 @@ static void test_shape(void **state)
 	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\"}]", NULL, &p, &e), 0);
 	assert_int_equal(find(&p, "L.0.A", NULL)->rs_ndim, 0); /* no "shape": the pieces' */
 	tp_vplan_free(&p);
-	const char *bad[] = {"2", "[]", "[0, 4]", "[-2, 4]", "[-1, -1]", "[1.5, 2]", "[\"4\"]", "[1, 1, 1, 1, 1, 1, 1, 1, 1]"};
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"shape\": [0, -1]}]", NULL, &p, &e), 0);
+	assert_int_equal(find(&p, "L.0.A", NULL)->rs_shape[0], 0);
+	tp_vplan_free(&p);
+	const char *bad[] = {"2", "[]", "[-3, 4]", "[-2, 4]", "[-1, -1]", "[1.5, 2]", "[\"4\"]", "[1, 1, 1, 1, 1, 1, 1, 1, 1]"};
 	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
 		char t[256];
 		snprintf(t, sizeof t, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"shape\": %s}]", bad[k]);
@@ -750,6 +786,7 @@ int main(void)
 		cmocka_unit_test(test_shape),            cmocka_unit_test(test_const_shape),
 		cmocka_unit_test(test_include),          cmocka_unit_test(test_rules),
 		cmocka_unit_test(test_pp_partition),
+		cmocka_unit_test(test_transpose_rank0),
 		cmocka_unit_test(test_pp_stage),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
