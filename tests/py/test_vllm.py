@@ -81,6 +81,10 @@ FAMILIES = {
     "deepseek_v3_nvfp4": ("deepseek_v3_nvfp4", "nvfp4-emulation", {}, None),
     "glm4_moe_nvfp4": ("glm4_moe_nvfp4", "nvfp4-emulation", {}, None),
     "mixtral_nvfp4": ("mixtral_nvfp4", "nvfp4-emulation", {}, None),
+    # gpt-oss (issue 28): BF16 experts served transposed (w13_weight, w2_weight) with w2_bias zeros off rank 0; and
+    # MXFP4 as published: vLLM's CPU MXFP4 MoE needs AMX, so built with its OCP MX emulation backend, load-only
+    # (vllm_plugin.py impersonate_mxfp4_emulation)
+    "gpt_oss": ("gpt_oss", None, {}, None), "gpt_oss_mxfp4": ("gpt_oss_mxfp4", "mxfp4-emulation", {}, None),
     # DeepSeek-V3's FP8 MoE: vLLM's CPU backend has no kernel to process it (both loaders stop there, after equal
     # key sets and loaded weights)
     "deepseek_v3_fp8": ("deepseek_v3_fp8", None, {}, "Unsupported FP8 MoE backend: NONE"),
@@ -101,6 +105,7 @@ FAMILIES = {
     # not run on CPU (no tokens): DSA as CUDA builds it; Kimi Linear with prefix caching off (on, the hybrid's
     # mamba_block_size is refused on CPU before the model is built); GLM-5.3's vision tower whole
     "deepseek_v32": ("deepseek_v32", "cuda-dsa", {}, None), "glm_moe_dsa": ("deepseek_v32", "cuda-dsa", {}, None),
+    "hy_v4": ("hy_v4", "cuda-dsa", {}, None),  # HY V4: DSA as CUDA builds it, hyper-connections, gate and sinks
     "kimi_linear": ("kimi_linear", None, {"enable_prefix_caching": False}, _KV_B),
     "glm5_next": ("glm5_next", "cuda-dsa", {"enable_prefix_caching": False, "mm_encoder_tp_mode": "data"}, None),
 }
@@ -109,10 +114,11 @@ FAMILIES = {
 # glm4_moe_fp8: "expected scalar type Float but found BFloat16" in the forward, both loaders: its F32 router
 # beside the FP8 MoE;
 # the NVFP4 families: vLLM on CPU has no NVFP4 kernel; the probe builds them with vLLM's emulation kernels, not a
-# run; olmo_hybrid: its Gated DeltaNet forward is Triton's FLA kernels)
-NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "kimi_linear", "glm5_next", "qwen3_moe_fp8", "deepseek_v3_fp8",
+# run; olmo_hybrid: its Gated DeltaNet forward is Triton's FLA kernels; gpt_oss_mxfp4: built with vLLM's OCP MX
+# emulation backend, whose forward is Triton's MoE)
+NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "hy_v4", "kimi_linear", "glm5_next", "qwen3_moe_fp8", "deepseek_v3_fp8",
            "glm4_moe_fp8", "llama_ct_fp8_static", "qwen3_moe_ct_fp8", "llama_nvfp4", "qwen3_moe_nvfp4",
-           "deepseek_v3_nvfp4", "glm4_moe_nvfp4", "mixtral_nvfp4", "olmo_hybrid"}
+           "deepseek_v3_nvfp4", "glm4_moe_nvfp4", "mixtral_nvfp4", "olmo_hybrid", "gpt_oss_mxfp4"}
 # forms vLLM's CPU backend builds only on a CPU with AMX: its FP8 block-scaled linear (CPUFp8BlockScaledMMKernel;
 # without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either loader), and its INT8
 # MoE (fused_moe/experts/cpu_moe.py CPUExpertsInt8._supports_current_device: "No Int8 MoE backend supports the
@@ -333,6 +339,28 @@ def olmo_hybrid_names(fails, stack, src, mnt, work):
     same_files(fails, "olmo_hybrid (transformers' norm names) T=2", stack.enter_context(ViewMount(out, 2)), mnt, 2)
 
 
+def hy_v4_names(fails, stack, src, mnt, work):
+    """The hy_v4 view serves the same files from the names transformers' save_pretrained writes (hc_pre before the
+    layer's hyper-connection, the MLP gates as linear_gate: vllm_models.hy_v4_hf_to_published) as from the published
+    names the probe's source holds, which vLLM's default loader reads."""
+    import torch
+    import vllm_models
+    saved = os.path.join(work, "hy_v4-saved")  # the names save_pretrained writes for this config
+    vllm_models.tf.AutoModelForCausalLM.from_config(vllm_models.FAMILIES["hy_v4"](), dtype=torch.bfloat16).save_pretrained(saved)
+    hf = {vllm_models.hy_v4_hf_to_published(k): k for k in header(os.path.join(saved, "model.safetensors"))}
+    fails.check(sorted(hf) == sorted(header(os.path.join(src, "model.safetensors"))),
+                "hy_v4: transformers' names do not map one to one onto the source's: %s"
+                % sorted(set(hf) ^ set(header(os.path.join(src, "model.safetensors"))))[:4])
+    out = os.path.join(work, "hy_v4-hf-names")
+    shutil.copytree(src, out)
+    vllm_models.edit_tensors(out, lambda t: {hf.get(k, k): v for k, v in t.items()})
+    keys = header(os.path.join(out, "model.safetensors"))
+    fails.check(any(".hc_pre.hc_attn_layer." in k for k in keys) and any(".mlp.linear_gate." in k for k in keys)
+                and not any(".hc_attn_layer.hc_pre." in k or ".mlp.gate_proj." in k for k in keys),
+                "hy_v4: the source under transformers' names was not written")
+    same_files(fails, "hy_v4 (transformers' names) T=2", stack.enter_context(ViewMount(out, 2)), mnt, 2)
+
+
 # family -> the config.json edits its view refuses by name, each with the reason's words: LFM2's untied head
 # (vLLM's Lfm2ForCausalLM ties it whatever the config says), a config.json without conv_dim (vLLM sizes the
 # short convolutions by it; its model cannot be built), short-conv biases (not proven); Gemma 2's untied head
@@ -342,6 +370,7 @@ REFUSED_EDITS = {
              ("no conv_dim", {"conv_dim": None}, "sizes the short convolutions by config.json's conv_dim"),
              ("conv_bias", {"conv_bias": True}, "short-conv biases (conv_bias) are not proven")),
     "gemma2": (("untied", {"tie_word_embeddings": False}, "Gemma2ForCausalLM has no lm_head"),),
+    "gpt_oss": (("tied", {"tie_word_embeddings": True}, "GptOssForCausalLM never ties lm_head"),),
 }
 
 
@@ -405,6 +434,8 @@ def main():
                 config_refusals(fails, fam, srcs[fam, 2], work)
         if ("olmo_hybrid", 2) in srcs:
             olmo_hybrid_names(fails, stack, srcs["olmo_hybrid", 2], served["olmo_hybrid", 2], work)
+        if ("hy_v4", 2) in srcs:
+            hy_v4_names(fails, stack, srcs["hy_v4", 2], served["hy_v4", 2], work)
         times["mount + reference"] = time.time() - t0
         with open(os.path.join(work, "cases.json"), "w") as f:
             json.dump(cases, f)
