@@ -3,7 +3,7 @@
 python sglang_check.py JOBS.json RESULT.json    (PYTHONPATH=tests/py/sglang_site: the stand-in sgl_kernel and
                                                  the loader hook, sitecustomize.py)
   JOBS:   [{"name", "model", "load_format": "auto" | "sharded_state", "tp", "keys": DIR, "prompts": [[ids]] or
-           [] (load only), "max_tokens"}]
+           [] (load only), "max_tokens", "engine_args": {more sglang.Engine arguments, none touching weights}}]
   RESULT: {name: {"tokens": [[ids]], "logprobs": [[[[id, logprob] top-5] per step]], "seconds": s} or
            {"error": text}}
 
@@ -35,7 +35,7 @@ def run(job):
     t0 = time.time()
     eng = sglang.Engine(model_path=job["model"], load_format=job["load_format"], tp_size=job["tp"], device="cpu",
                         attention_backend="torch_native", skip_tokenizer_init=True, disable_cuda_graph=True,
-                        max_total_tokens=256, log_level="error", random_seed=0)
+                        max_total_tokens=256, log_level="error", random_seed=0, **job.get("engine_args", {}))
     try:
         out = {"tokens": [], "logprobs": []}
         for p in job.get("prompts") or []:

@@ -17,12 +17,12 @@ loaders agree with for these families: the engine comparison above is what prove
 Wrong files must fail: the vLLM view's files (four attention scale entries SGLang does not hold: a
 KeyError in its sharded_state loader) and the SGLang view's files with the two ranks swapped (same
 names and shapes: the weights and tokens differ). Refusals by name: KV heads fewer than the ranks and
-an intermediate size SGLang's CPU path pads, a quantized checkpoint, pipeline stages, a family with no
-SGLang view.
+an intermediate size SGLang's CPU path pads, a quantized checkpoint, pipeline stages, an untied Gemma 3 (whose
+head SGLang's loader never fills), a tied or partly dense Qwen3-Next, a family with no SGLang view.
 
 STAND-IN: SGLang's CPU kernels (sgl_kernel) are not on PyPI; sglang_site/sgl_kernel is a module whose
-every function raises, which only lets SGLang import (its native torch paths then run): see its
-docstring. torch.compile is off (TORCHDYNAMO_DISABLE=1) for both loaders alike: it halves each engine
+every function raises, which only lets SGLang import (its native torch paths then run), and it registers two
+torch operators Qwen3-Next's Gated DeltaNet backend looks up on import, which raise too: see its docstring. torch.compile is off (TORCHDYNAMO_DISABLE=1) for both loaders alike: it halves each engine
 start on two cores and touches no weight. SGLang's processes are forked from sglang_check.py's, which has
 imported SGLang once, not spawned (each spawned process imports it again: 25 of a start's 30-38 s); the
 model code, loaders and post-load steps are SGLang's own either way (sglang_check.py, FORKED, NOT SPAWNED).
@@ -44,21 +44,40 @@ VIEWS = os.path.join(HERE, "..", "..", "views", "sglang")
 # family -> (view, config fields for vllm_models.make): KV heads as many as the ranks (SGLang's CPU path pads
 # fewer; the view refuses them); qwen3_moe's intermediate_size one SGLang pads, which no layer of an all-MoE
 # checkpoint uses (served: the engines prove that the padding leaves its parameters alone)
+# DeepSeek-V3's config fields as the published config.json has them, which SGLang reads (srt/models/deepseek_v2.py)
+# and transformers' DeepseekV3Config omits; its CPU rotary embedding takes YaRN only (deepseek_yarn)
+DEEPSEEK = {"moe_layer_freq": 1, "scoring_func": "sigmoid", "ep_size": 1,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                "original_max_position_embeddings": 64, "beta_fast": 32.0, "beta_slow": 1.0,
+                                "mscale": 1.0, "mscale_all_dim": 1.0}}
 FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen2": ("llama", {"num_key_value_heads": 2}),
             "qwen3": ("llama", {"num_key_value_heads": 2}), "qwen3_moe": ("qwen3_moe", {"num_key_value_heads": 2, "intermediate_size": 96}),
             "mixtral": ("mixtral", {"num_key_value_heads": 2}), "mistral": ("llama", {"num_key_value_heads": 2}),
             "phi3": ("phi3", {"num_key_value_heads": 2}), "glm4_moe": ("glm4_moe", {"num_key_value_heads": 2}),
             "qwen2_moe": ("qwen2_moe", {"num_key_value_heads": 2}),
-            # as the published DeepSeek-V3 config.json has them, which SGLang reads (srt/models/deepseek_v2.py) and
-            # transformers' DeepseekV3Config omits; its CPU rotary embedding takes YaRN only (deepseek_yarn)
-            "deepseek_v3": ("deepseek_v3", {"moe_layer_freq": 1, "scoring_func": "sigmoid", "ep_size": 1,
-                                            "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
-                                                                "original_max_position_embeddings": 64, "beta_fast": 32.0,
-                                                                "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}})}
+            "deepseek_v3": ("deepseek_v3", DEEPSEEK),
+            # Kimi K2: DeepSeek-V3's model under model_type kimi_k2 (vllm_models retypes config.json), which SGLang
+            # reads as DeepseekV3Config (srt/utils/hf_transformers/common.py _KimiK2ConfigAlias)
+            "kimi_k2": ("deepseek_v3", DEEPSEEK),
+            # Gemma 3's text model, tied (Gemma3TextConfig's default; the view refuses an untied one)
+            "gemma3": ("gemma3", {"num_key_value_heads": 2}),
+            # full_attention_interval as the published config.json has it: SGLang's Qwen3NextConfig builds its
+            # layer pattern from it (configs/qwen3_next.py layers_block_type), not from layer_types
+            "qwen3_next": ("qwen3_next", {"num_key_value_heads": 2, "full_attention_interval": 2})}
+# the reference's cuts (vllm_view_ref.CUTS, vLLM's) where SGLang's model cuts otherwise: Gemma 3's embedding is
+# Gemma3TextScaledWordEmbedding, a plain nn.Embedding (srt/models/gemma3_causal.py): whole on every rank, and with
+# tied embeddings its lm_head is that module
+REF_FAMILY = {"gemma3": "sglang_gemma3"}
+# more sglang.Engine arguments, none touching weights: SGLang resolves Qwen3-Next's Mamba radix cache to its
+# extra_buffer strategy where the overlap scheduler is on, which asserts on a CPU ("extra_buffer requires platform
+# support for Mamba cache state snapshots", srt/arg_groups/mamba_hook.py); without it, no_buffer
+ENGINE_ARGS = {"qwen3_next": {"disable_overlap_schedule": True}}
 # loaders only, no tokens: SGLang's Qwen2-MoE forward calls a Triton kernel (fused_gate_sigmoid_mul_add) that the
-# CPU build of Triton cannot run ("0 active drivers"), for either loader alike; DeepSeek-V3's torch_native attention
-# cannot run a v head dim other than the qk one
-LOAD_ONLY = {"qwen2_moe", "deepseek_v3"}
+# CPU build of Triton cannot run ("0 active drivers"), for either loader alike; DeepSeek-V3's (and Kimi K2's)
+# torch_native attention cannot run a v head dim other than the qk one; Qwen3-Next's Gated DeltaNet on a CPU calls
+# sgl_kernel's CPU kernels (chunk_gated_delta_rule_cpu, causal_conv1d_fn_cpu, ...: srt/layers/attention/linear/),
+# with no native torch path, and sgl_kernel here is a stand-in
+LOAD_ONLY = {"qwen2_moe", "deepseek_v3", "kimi_k2", "qwen3_next"}
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]
 ENGINE = os.environ.get("TPFS_SGLANG_ENGINE") or "run"  # none: no Engine start (the sanitized build)
 
@@ -100,10 +119,22 @@ def refusals(fails, work):
               "pads intermediate_size to a multiple of 32 x ranks"),
              ("phi3 intermediate_size 96 at T=2", "phi3", {"num_key_value_heads": 2, "intermediate_size": 96}, [],
               "pads intermediate_size to a multiple of 32 x ranks"),
-             ("tied deepseek_v3", "deepseek_v3", dict(FAMILIES["deepseek_v3"][1], tie_word_embeddings=True), [],
-              "a tied DeepSeek-V3"),
-             ("deepseek_v3 pipeline stages", "deepseek_v3", FAMILIES["deepseek_v3"][1], ["--pp", "2"], "has no pipeline stages"),
-             ("no SGLang view for gemma3", "gemma3", {"num_key_value_heads": 2}, [], "no sglang view for plan")]
+             ("tied deepseek_v3", "deepseek_v3", dict(DEEPSEEK, tie_word_embeddings=True), [], "a tied DeepSeek-V3"),
+             ("tied kimi_k2", "kimi_k2", dict(DEEPSEEK, tie_word_embeddings=True), [], "a tied DeepSeek-V3"),
+             ("untied gemma3", "gemma3", {"num_key_value_heads": 2, "tie_word_embeddings": False}, [],
+              "its loader never fills"),
+             ("gemma3 intermediate_size 96 at T=2", "gemma3", {"num_key_value_heads": 2, "intermediate_size": 96}, [],
+              "pads intermediate_size to a multiple of 32 x ranks"),
+             ("gemma3 one KV head at T=2", "gemma3", {"num_key_value_heads": 1}, [], "pads the attention and KV heads"),
+             ("tied qwen3_next", "qwen3_next", dict(FAMILIES["qwen3_next"][1], tie_word_embeddings=True), [],
+              "never ties lm_head to the embedding"),
+             ("qwen3_next with a dense layer", "qwen3_next", dict(FAMILIES["qwen3_next"][1], mlp_only_layers=[0]), [],
+              "builds every Qwen3-Next layer sparse"),
+             ("qwen3_next moe_intermediate_size 32 at T=2", "qwen3_next",
+              dict(FAMILIES["qwen3_next"][1], moe_intermediate_size=32), [], "pads moe_intermediate_size"),
+             ("qwen3_next pipeline stages", "qwen3_next", FAMILIES["qwen3_next"][1], ["--pp", "2"], "has no pipeline stages"),
+             ("deepseek_v3 pipeline stages", "deepseek_v3", DEEPSEEK, ["--pp", "2"], "has no pipeline stages"),
+             ("no SGLang view for gemma2", "gemma2", {"num_key_value_heads": 2}, [], "no sglang view for plan")]
     for what, fam, cfg, extra, want in cases:
         src = vllm_models.make(fam, os.path.join(work, "refused", what.replace(" ", "_")), tp=2, config=cfg)
         p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "sglang", *extra)
@@ -146,6 +177,8 @@ def main():
     import vllm_view_ref
     from test_vllm import header, part_files, same_files
 
+    # SGLang's Gemma 3 cut (REF_FAMILY): vLLM's llama cuts with the embedding and the tied head whole
+    vllm_view_ref.CUTS["sglang_gemma3"] = [(r"(lm_head|model\.embed_tokens)\.weight", "whole")] + vllm_view_ref.CUTS["llama"]
     fails = tpfs_test.Failures()
     t0 = time.time()
     work = tempfile.mkdtemp(prefix="tpfs-sglang-")
@@ -156,7 +189,8 @@ def main():
         for fam, (view, cfg) in FAMILIES.items():
             src = vllm_models.make(fam, os.path.join(work, "src", fam), tp=2, config=cfg)
             ref = os.path.join(work, "ref", fam)
-            vllm_view_ref.write(src, vllm_view_ref.load_view(os.path.join(VIEWS, view + ".json")), 2, ref)
+            vllm_view_ref.write(src, vllm_view_ref.load_view(os.path.join(VIEWS, view + ".json")), 2, ref,
+                                family=REF_FAMILY.get(fam))
             mnt = served[fam] = stack.enter_context(tpfs_test.Mount(src, 2, "--view", "sglang")).path
             same_files(fails, "%s T=2" % fam, mnt, ref, 2)
             for r in range(2):  # the served headers, read from the mount
@@ -164,7 +198,7 @@ def main():
             for how, model in (("auto", src), ("sharded_state", mnt)):
                 jobs.append({"name": "%s/%s" % (fam, how), "family": fam, "model": model, "load_format": how,
                              "tp": 2, "keys": os.path.join(work, "keys", fam, how),
-                             "prompts": [] if fam in LOAD_ONLY else PROMPTS})
+                             "prompts": [] if fam in LOAD_ONLY else PROMPTS, "engine_args": ENGINE_ARGS.get(fam, {})})
         # wrong files: the vLLM view's (extra keys), the SGLang view's with the ranks swapped (other weights)
         wrong_vllm = stack.enter_context(tpfs_test.Mount(os.path.join(work, "src", "llama"), 2, "--view", "vllm")).path
         swapped = os.path.join(work, "swapped")

@@ -7,6 +7,12 @@ submodule) is a function that raises when called and is false as a value. So SGL
 support (cpu_has_amx_support() is false) and runs its own native torch paths: its loaders
 (srt/model_loader/loader.py), its weight loaders and post-load steps, and its torch_native forward are
 SGLang's real code. Nothing here computes anything.
+
+Two torch operators are registered too (OPS: torch.ops.sgl_kernel.X, which SGLang's Gated DeltaNet backend for
+Qwen3-Next looks up when its module is imported on a CPU: srt/layers/attention/linear/gdn_backend.py and
+kernels/gdn_triton.py), each raising when called, so that SGLang can build that model and load it; its forward
+needs them (no native torch path) and is not run. Only these names: SGLang asks hasattr(torch.ops.sgl_kernel, X)
+to find kernels elsewhere (cpu_has_amx_support), and any other name stays missing.
 """
 import importlib.abc
 import importlib.machinery
@@ -65,3 +71,21 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 sys.meta_path.insert(0, _Finder())
+
+OPS = ("fused_sigmoid_gating_delta_rule_update_cpu", "fused_gdn_gating_cpu")
+
+
+def _register_ops():
+    import torch
+    lib = torch.library.Library("sgl_kernel", "FRAGMENT")
+    for op in OPS:
+        lib.define(op + "(Tensor[] args) -> Tensor")
+
+        def missing(args, _op=op):
+            raise RuntimeError("sgl_kernel stand-in (tests/py/sglang_site): torch.ops.sgl_kernel.%s is not available" % _op)
+        lib.impl(op, missing, "CompositeExplicitAutograd")
+    _LIBS.append(lib)  # kept alive: a Library object's operators go with it
+
+
+_LIBS = []
+_register_ops()
