@@ -81,10 +81,6 @@ FAMILIES = {
     "deepseek_v3_nvfp4": ("deepseek_v3_nvfp4", "nvfp4-emulation", {}, None),
     "glm4_moe_nvfp4": ("glm4_moe_nvfp4", "nvfp4-emulation", {}, None),
     "mixtral_nvfp4": ("mixtral_nvfp4", "nvfp4-emulation", {}, None),
-    # gpt-oss (issue 28): BF16 experts served transposed (w13_weight, w2_weight) with w2_bias zeros off rank 0; and
-    # MXFP4 as published: vLLM's CPU MXFP4 MoE needs AMX, so built with its OCP MX emulation backend, load-only
-    # (vllm_plugin.py impersonate_mxfp4_emulation)
-    "gpt_oss": ("gpt_oss", None, {}, None), "gpt_oss_mxfp4": ("gpt_oss_mxfp4", "mxfp4-emulation", {}, None),
     # DeepSeek-V3's FP8 MoE: vLLM's CPU backend has no kernel to process it (both loaders stop there, after equal
     # key sets and loaded weights)
     "deepseek_v3_fp8": ("deepseek_v3_fp8", None, {}, "Unsupported FP8 MoE backend: NONE"),
@@ -114,11 +110,10 @@ FAMILIES = {
 # glm4_moe_fp8: "expected scalar type Float but found BFloat16" in the forward, both loaders: its F32 router
 # beside the FP8 MoE;
 # the NVFP4 families: vLLM on CPU has no NVFP4 kernel; the probe builds them with vLLM's emulation kernels, not a
-# run; olmo_hybrid: its Gated DeltaNet forward is Triton's FLA kernels; gpt_oss_mxfp4: built with vLLM's OCP MX
-# emulation backend, whose forward is Triton's MoE)
+# run; olmo_hybrid: its Gated DeltaNet forward is Triton's FLA kernels)
 NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "hy_v4", "kimi_linear", "glm5_next", "qwen3_moe_fp8", "deepseek_v3_fp8",
            "glm4_moe_fp8", "llama_ct_fp8_static", "qwen3_moe_ct_fp8", "llama_nvfp4", "qwen3_moe_nvfp4",
-           "deepseek_v3_nvfp4", "glm4_moe_nvfp4", "mixtral_nvfp4", "olmo_hybrid", "gpt_oss_mxfp4"}
+           "deepseek_v3_nvfp4", "glm4_moe_nvfp4", "mixtral_nvfp4", "olmo_hybrid"}
 # forms vLLM's CPU backend builds only on a CPU with AMX: its FP8 block-scaled linear (CPUFp8BlockScaledMMKernel;
 # without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either loader), and its INT8
 # MoE (fused_moe/experts/cpu_moe.py CPUExpertsInt8._supports_current_device: "No Int8 MoE backend supports the
@@ -370,7 +365,6 @@ REFUSED_EDITS = {
              ("no conv_dim", {"conv_dim": None}, "sizes the short convolutions by config.json's conv_dim"),
              ("conv_bias", {"conv_bias": True}, "short-conv biases (conv_bias) are not proven")),
     "gemma2": (("untied", {"tie_word_embeddings": False}, "Gemma2ForCausalLM has no lm_head"),),
-    "gpt_oss": (("tied", {"tie_word_embeddings": True}, "GptOssForCausalLM never ties lm_head"),),
 }
 
 
