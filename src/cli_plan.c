@@ -292,7 +292,7 @@ static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const 
 }
 
 /* --view: rank's part files, each served tensor with its local shape and the source tensors it is
- * made of (concatenated, stacked, or a constant). */
+ * made of (concatenated, stacked, or a constant; widened, transposed, zeros off rank 0). */
 static void print_view(const tp_model *m, uint32_t rank)
 {
 	printf("source: %s\nplan:   %s\nview:   %s (%s)\n", m->src, m->plan_origin, m->view->origin,
@@ -336,6 +336,12 @@ static void print_view(const tp_model *m, uint32_t rank)
 				const st_header *h = &m->n[m->vnode[p][pd->file]].h;
 				w += (size_t)snprintf(made + w, sizeof made - w, "%s%s", j ? " + " : "", h->t[pd->tensor].name);
 			}
+			if (d && d->to_f32 && w < sizeof made)
+				w += (size_t)snprintf(made + w, sizeof made - w, " (widened to F32)");
+			if (d && d->transpose && w < sizeof made)
+				w += (size_t)snprintf(made + w, sizeof made - w, " (last two axes swapped)");
+			if (d && d->rank0_only && w < sizeof made)
+				w += (size_t)snprintf(made + w, sizeof made - w, rank ? " (zeros: rank 0 serves it)" : " (rank 0 only)");
 			printf("%-60s %-6s %-22s %12llu  %s\n", t->name, st_dtype_name(t->dtype), sh, (unsigned long long)t->size,
 			       made);
 		}

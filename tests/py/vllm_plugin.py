@@ -4,6 +4,8 @@ workers load it too; vllm_probe.py imports it directly).
 
 - impersonate_cuda_dsa(): lets the CPU platform build DSA models as vLLM on CUDA builds them.
 - impersonate_nvfp4_emulation(): lets the CPU platform build ModelOpt NVFP4 linears (vLLM's emulation kernel).
+- impersonate_mxfp4_emulation(): lets the CPU platform build gpt-oss's MXFP4 experts without AMX (vLLM's OCP MX
+  emulation backend).
 - impersonate_olmo_hybrid(): lets the CPU platform build OLMo hybrid's Gated DeltaNet layers (a stand-in
   for Triton's allocator hook, which the CPU build of Triton lacks), and gives vLLM 0.32's default loader
   the one-line fix of vllm-project/vllm#55858 (open), without which it loads no OLMo hybrid checkpoint.
@@ -68,6 +70,20 @@ def impersonate_nvfp4_emulation():
     from vllm.model_executor.layers.fused_moe.experts.nvfp4_emulation_moe import (
         Nvfp4QuantizationEmulationTritonExperts as experts)
     experts._supports_current_device = staticmethod(lambda: True)
+
+
+def impersonate_mxfp4_emulation():
+    """Lets vLLM's CPU platform build gpt-oss's MXFP4 experts on a CPU without AMX: vLLM 0.32's CPU MXFP4 MoE
+    backend (fused_moe/experts/cpu_moe.py CPUExpertsMxfp4) takes only CPUs with AMX tiles, and its last fallback,
+    the OCP MX emulation backend (experts/ocp_mx_emulation_moe.py: dequantize, then Triton's MoE), says it needs
+    the amd-quark package (for MXFP6 only: its MXFP4 dequantization is vLLM's own mxfp4_utils) and a CUDA or XPU
+    device, so the model cannot be built, by either loader. The two changes: that backend is let build on CPU
+    without amd-quark. The parameters the layer creates and the loaders fill do not depend on the backend
+    (Mxfp4MoEMethod.create_weights); its processing (oracle/mxfp4.py, EMULATION: the weights kept as loaded) is
+    vLLM's own; its forward needs Triton (no run)."""
+    from vllm.model_executor.layers.fused_moe.experts import ocp_mx_emulation_moe as m
+    m.has_quark = lambda: True
+    m.OCP_MXQuantizationEmulationTritonExperts._supports_current_device = staticmethod(lambda: True)
 
 
 def impersonate_olmo_hybrid():
