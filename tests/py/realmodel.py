@@ -43,13 +43,25 @@ FAMILIES = {}
 
 def family(name, cfg_cls, cfg, model_cls, per_rank, ts=(2, 4), wrong=r"layers\.0\.self_attn\.q_proj\.weight$",
            wrong_dim=0, config_json=None, global_norms=(), rank0_bias=(), mxfp4=False, mtp=False, forward_via=None,
-           patch=None):
+           patch=None, output=None):
     """patch: a family's own TP hook, patch(model, T, r, allsum), run after tp_patch's generic ones
     (for module kinds the generic hooks do not know: a mixer's gated norm over all heads, fused experts
-    of another class, ...)."""
+    of another class, ...). output: output(model, ids) -> the tensor compared instead of the logits, for
+    a model without a head (a composite's text tower: its last hidden state, which every rank holds
+    whole after the row-parallel sums; a vision encoder fed embeddings made from ids). model_cls: a
+    class transformers exports, or "module:Class" under transformers.models for one it does not."""
     FAMILIES[name] = dict(name=name, cfg_cls=cfg_cls, cfg=cfg, model_cls=model_cls, per_rank=per_rank, ts=ts,
                           wrong=wrong, wrong_dim=wrong_dim, config_json=config_json, global_norms=global_norms,
-                          rank0_bias=rank0_bias, mxfp4=mxfp4, mtp=mtp, forward_via=forward_via, patch=patch)
+                          rank0_bias=rank0_bias, mxfp4=mxfp4, mtp=mtp, forward_via=forward_via, patch=patch,
+                          output=output)
+
+
+def model_class(fam):
+    """The model class fam["model_cls"] names (see family)."""
+    import importlib
+    import transformers
+    mod, _, cls = fam["model_cls"].rpartition(":")
+    return getattr(importlib.import_module("transformers.models." + mod) if mod else transformers, cls)
 
 
 def logits(fam, model, ids):
@@ -57,6 +69,8 @@ def logits(fam, model, ids):
     wrapper whose text-only forward transformers cannot run: Llama4ForConditionalGeneration's returns
     through image outputs its language model does not have; the wrapper calls the same submodule)."""
     m = getattr(model, fam["forward_via"]) if fam["forward_via"] else model
+    if fam["output"]:
+        return fam["output"](m, ids)
     return m(input_ids=ids).logits
 
 
@@ -946,6 +960,41 @@ family("paddleocr_vl", "PaddleOCRVLConfig", dict(
 family("eurobert", "EuroBertConfig", _common(**_dense, mask_token_id=3), "EuroBertForMaskedLM", GQA)
 
 
+# --- issue 30: the towers without a head, proven by their last hidden state (each rank's after the row-parallel
+# sums, against the unsplit tower's) ---
+
+
+def _hidden(model, ids):
+    return model(input_ids=ids).last_hidden_state
+
+
+def _encoder_hidden(model, ids):
+    """DeepSeek-OCR-2's encoder takes embeddings, not ids: 16 positions of embeddings drawn from a generator
+    seeded by the ids, the first 8 patches (bidirectional among themselves), the rest causal queries."""
+    import torch
+    g = torch.Generator().manual_seed(int(ids.sum()))
+    x = torch.randn(ids.shape[0], ids.shape[1], model.config.hidden_size, generator=g).to(DTYPE())
+    return model(inputs_embeds=x, num_patches=8).last_hidden_state
+
+
+# GLM-Image's text tower (GlmImageTextModel): GLM-4's layers (q/k/v with biases, gate_up_proj fused in two
+# segments, sandwich norms), M-RoPE; its composite's head (onto vision_vocab_size) is not part of it
+family("glm_image_text", "GlmImageTextConfig", _common(num_key_value_heads=4, num_hidden_layers=2, vision_vocab_size=V,
+                                                       eos_token_id=2, rope_parameters=dict(
+    rope_type="default", rope_theta=10000.0, partial_rotary_factor=1.0, mrope_section=[2, 1, 1])), "GlmImageTextModel", GQA, output=_hidden,
+       wrong=r"layers\.0\.mlp\.gate_up_proj\.weight$")
+# Muse Glimmer's text tower (MuseGlimmerTextModel): GQA with weightless per-head q/k norms, a sigmoid output gate per
+# channel (self_attn.gate_proj [H*hd, D], beam's rule), sandwich centered norms, a weightless norm after the embedding
+# lookup (per token: the vocab-parallel sum is unchanged)
+family("muse_glimmer_text", "MuseGlimmerTextConfig", _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16),
+       "MuseGlimmerTextModel", GQA, output=_hidden, wrong=r"layers\.1\.self_attn\.gate_proj\.weight$")
+# DeepSeek-OCR-2's vision encoder (DeepseekOcr2VisionEncoder): a Qwen2-style tower (q/k/v biases, SwiGLU) over
+# embeddings, bidirectional over the patches; no embedding or head (its config's vocab_size sizes nothing)
+family("deepseek_ocr2_encoder", "DeepseekOcr2VisionEncoderConfig", _common(num_key_value_heads=4, num_hidden_layers=2),
+       "deepseek_ocr2.modeling_deepseek_ocr2:DeepseekOcr2VisionEncoder", GQA, output=_encoder_hidden,
+       wrong=r"layers\.1\.self_attn\.v_proj\.weight$")
+
+
 
 def text_of(cfg):
     return cfg.get("text_config") or cfg
@@ -1013,7 +1062,7 @@ def build(name, out_dir, seed=0):
     fam = FAMILIES[name]
     torch.manual_seed(seed)
     cfg = getattr(transformers, fam["cfg_cls"])(**copy.deepcopy(fam["cfg"]))
-    model = getattr(transformers, fam["model_cls"])(cfg).eval()
+    model = model_class(fam)(cfg).eval()
     with torch.no_grad():  # make the tiny model's numbers of a useful size: weights ~ 1/sqrt(fan-in), norms ~ 1
         g = torch.Generator().manual_seed(seed + 1)
         for n, p in model.named_parameters():
@@ -1122,7 +1171,7 @@ def _load_mxfp4(fam, path, cfg_dict):
         sd[base] = convert_moe_packed_tensors(sd.pop(k), sd.pop(base + "_scales"), dtype=DTYPE())
     torch.set_default_dtype(DTYPE())
     try:
-        model = getattr(transformers, fam["model_cls"])(config_object(fam, cfg_dict))
+        model = model_class(fam)(config_object(fam, cfg_dict))
     finally:
         torch.set_default_dtype(torch.float32)
     model.config._attn_implementation = "eager"
@@ -1147,7 +1196,7 @@ def load(fam, path, cfg_dict):
     import transformers
     if fam["mxfp4"]:
         return _load_mxfp4(fam, path, cfg_dict)
-    cls = getattr(transformers, fam["model_cls"])
+    cls = model_class(fam)
     model, info = cls.from_pretrained(path, config=config_object(fam, cfg_dict), output_loading_info=True,
                                       dtype=DTYPE(), attn_implementation="eager",
                                       experts_implementation="eager")

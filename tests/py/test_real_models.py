@@ -5,7 +5,8 @@ save_pretrained (several files and an index) is mounted at T = 2 and 4 (and 3 wh
 are allowed); each rank's folder is loaded strictly (no missing, unexpected or mismatched tensor)
 into a local-size model of the same class built from that rank's counts (computed by realmodel
 from the rules, not by tpfs); one process per rank runs the tensor-parallel forward over
-torch.distributed (gloo, CPU) and the logits must equal the unsplit model's to 1e-5 relative.
+torch.distributed (gloo, CPU) and the logits must equal the unsplit model's to 1e-5 relative (for a
+tower without a head, realmodel's `output` for the family: its last hidden state, every rank's whole).
 Then, at T = 2, rank 0's halves of one head-carrying tensor are swapped: the same check must fail.
 
 Workers are spawned once per T and loop over the families (torch's import dominates the cost).
