@@ -81,6 +81,10 @@ FAMILIES = {
     "deepseek_v3_nvfp4": ("deepseek_v3_nvfp4", "nvfp4-emulation", {}, None),
     "glm4_moe_nvfp4": ("glm4_moe_nvfp4", "nvfp4-emulation", {}, None),
     "mixtral_nvfp4": ("mixtral_nvfp4", "nvfp4-emulation", {}, None),
+    # gpt-oss (issue 28): BF16 experts served transposed (w13_weight, w2_weight) with w2_bias zeros off rank 0; and
+    # MXFP4 as published: vLLM's CPU MXFP4 MoE needs AMX, so built with its OCP MX emulation backend, load-only
+    # (vllm_plugin.py impersonate_mxfp4_emulation)
+    "gpt_oss": ("gpt_oss", None, {}, None), "gpt_oss_mxfp4": ("gpt_oss_mxfp4", "mxfp4-emulation", {}, None),
     # DeepSeek-V3's FP8 MoE: vLLM's CPU backend has no kernel to process it (both loaders stop there, after equal
     # key sets and loaded weights)
     "deepseek_v3_fp8": ("deepseek_v3_fp8", None, {}, "Unsupported FP8 MoE backend: NONE"),
@@ -110,10 +114,11 @@ FAMILIES = {
 # glm4_moe_fp8: "expected scalar type Float but found BFloat16" in the forward, both loaders: its F32 router
 # beside the FP8 MoE;
 # the NVFP4 families: vLLM on CPU has no NVFP4 kernel; the probe builds them with vLLM's emulation kernels, not a
-# run; olmo_hybrid: its Gated DeltaNet forward is Triton's FLA kernels)
+# run; olmo_hybrid: its Gated DeltaNet forward is Triton's FLA kernels; gpt_oss_mxfp4: built with vLLM's OCP MX
+# emulation backend, whose forward is Triton's MoE)
 NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "hy_v4", "kimi_linear", "glm5_next", "qwen3_moe_fp8", "deepseek_v3_fp8",
            "glm4_moe_fp8", "llama_ct_fp8_static", "qwen3_moe_ct_fp8", "llama_nvfp4", "qwen3_moe_nvfp4",
-           "deepseek_v3_nvfp4", "glm4_moe_nvfp4", "mixtral_nvfp4", "olmo_hybrid"}
+           "deepseek_v3_nvfp4", "glm4_moe_nvfp4", "mixtral_nvfp4", "olmo_hybrid", "gpt_oss_mxfp4"}
 # forms vLLM's CPU backend builds only on a CPU with AMX: its FP8 block-scaled linear (CPUFp8BlockScaledMMKernel;
 # without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either loader), and its INT8
 # MoE (fused_moe/experts/cpu_moe.py CPUExpertsInt8._supports_current_device: "No Int8 MoE backend supports the
@@ -132,7 +137,7 @@ PROBE_TP = [int(t) for t in (os.environ.get("TPFS_VLLM_TP") or "2,4").split(",")
 # tokens on two default-loader starts of the same checkpoint (deepseek_v3: [[217, 435, 435, ...]] then [[217, 978,
 # 393, ...]]), so its tokens prove nothing; its weights are proven by the probe.
 TOKENS_MODE = os.environ.get("TPFS_VLLM_TOKENS") or "some"  # some | all | none
-TOKENS = ["qwen2", "qwen2_moe", "qwen3_next", "llama_fp8", "qwen3_moe_ct_int8"]
+TOKENS = ["qwen2", "qwen2_moe", "qwen3_next", "llama_fp8", "qwen3_moe_ct_int8", "gpt_oss"]
 NONDETERMINISTIC = {"deepseek_v3", "kimi_k2"}  # TOKENS_MODE=all: their tokens are printed, not required
 if os.environ.get("TPFS_VLLM_CASES"):
     _only = os.environ["TPFS_VLLM_CASES"].split(",")
@@ -154,7 +159,10 @@ CASTS = {"olmo_hybrid": (r"\.linear_attn\.A_log$",)}
 # same names, shapes and dtypes)
 BROKEN = {"kv-swapped": (WRONG, "loaded"), "key-missing": (WRONG, "Missing keys"), "key-extra": (WRONG, "KeyError"),
           "dtype-cast": (WRONG, "keys"), "shape-narrowed": (WRONG, "keys"),
-          "scale-rows-swapped": ("llama_fp8", "loaded")}
+          "scale-rows-swapped": ("llama_fp8", "loaded"),
+          # gpt-oss: w13_weight served untransposed (the tiny model's [E, H, 2I/T] is [E, 2I/T, H]'s shape: only the
+          # bytes differ), w2_bias served on every rank (vLLM zeroes it off rank 0)
+          "experts-untransposed": ("gpt_oss", "loaded"), "w2-bias-on-every-rank": ("gpt_oss", "loaded")}
 
 
 # ---- runs in the vLLM venv from here on ----
@@ -215,12 +223,19 @@ def break_view(kind, src, view, out):
         for e in view["tensors"]:
             if e.get("name") == "model.layers.{i}.self_attn.qkv_proj.weight":
                 e["cat"] = [e["cat"][0], e["cat"][2], e["cat"][1]]
+    for e in view["tensors"]:
+        if kind == "experts-untransposed" and e.get("name", "").endswith("routed_experts.w13_weight"):
+            e.pop("transpose")
     vllm_view_ref.write(src, view, 2, out)
     path = part_files(out, 1)[0]
     t = load_file(path)
     if kind == "scale-rows-swapped":  # rows 0 and 1 of layer 0's qkv block scales (q's two block rows)
         s = t["model.layers.0.self_attn.qkv_proj.weight_scale_inv"]
         t["model.layers.0.self_attn.qkv_proj.weight_scale_inv"] = s[[1, 0] + list(range(2, s.shape[0]))].contiguous()
+    if kind == "w2-bias-on-every-rank":  # rank 0's bias on rank 1 too, where vLLM's loader zeroes it
+        t0 = load_file(part_files(out, 0)[0])
+        for k in [k for k in t if k.endswith("routed_experts.w2_bias")]:
+            t[k] = t0[k]
     if kind == "key-missing":
         del t["model.norm.weight"]
     elif kind == "key-extra":
@@ -229,7 +244,7 @@ def break_view(kind, src, view, out):
         t["model.norm.weight"] = t["model.norm.weight"].to(torch.float32)
     elif kind == "shape-narrowed":  # vLLM narrows the parameter to the tensor's size, warns, and loads
         t["model.layers.0.mlp.down_proj.weight"] = t["model.layers.0.mlp.down_proj.weight"][:, :-1].contiguous()
-    if kind != "kv-swapped":
+    if kind not in ("kv-swapped", "experts-untransposed"):
         save_file(t, path, metadata={"format": "pt"})
 
 
@@ -365,6 +380,7 @@ REFUSED_EDITS = {
              ("no conv_dim", {"conv_dim": None}, "sizes the short convolutions by config.json's conv_dim"),
              ("conv_bias", {"conv_bias": True}, "short-conv biases (conv_bias) are not proven")),
     "gemma2": (("untied", {"tie_word_embeddings": False}, "Gemma2ForCausalLM has no lm_head"),),
+    "gpt_oss": (("tied", {"tie_word_embeddings": True}, "GptOssForCausalLM never ties lm_head"),),
 }
 
 

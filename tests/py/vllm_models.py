@@ -248,6 +248,18 @@ FAMILIES = {
         layer_types=["linear_attention", "linear_attention", "full_attention"],
         mlp_layer_types=["dense", "sparse", "sparse"], tie_word_embeddings=False,
         pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    # gpt-oss (vLLM's models/gpt_oss.py GptOssForCausalLM): biased q/k/v/o, one sink per head, YaRN rope, sliding and
+    # full layers, fused experts [E, H, 2I] with gate and up interleaved, their biases, a biased router; KV heads as
+    # many as the ranks (vLLM's OAIAttention replicates none: WIDE), intermediate 128 so that MXFP4's 32-blocks
+    # divide at T=4; biases and sinks drawn wide too (the init leaves them zero)
+    "gpt_oss": lambda: tf.GptOssConfig(
+        **COMMON, num_key_value_heads=2, intermediate_size=128, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=16, layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=False,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 64, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "truncate": False}),
+    # as published: the experts in MXFP4 (mxfp4_experts)
+    "gpt_oss_mxfp4": lambda: FAMILIES["gpt_oss"](),
     # OLMo hybrid (vLLM's models/olmo_hybrid.py, layers/mamba/gdn/olmo_gdn_linear_attn.py): Gated DeltaNet with 2 key
     # heads of 64 and 4 value heads of 32 (the key and value widths equal: save_pretrained writes the fused conv as
     # equal thirds), then OLMo 3's attention (vLLM's head_dim is hidden_size / heads, its q_norm / k_norm whole)
@@ -322,6 +334,33 @@ def hy_v4_hf_to_published(name):
     name = re.sub(r"\.hc_pre\.(hc_(attn|mlp)_layer)\.", r".\1.hc_pre.", name)
     name = name.replace("model.hc_pre.hc_head.", "model.hc_head.")
     return re.sub(r"\.mlp\.(shared_experts\.)?linear_gate\.", r".mlp.\1gate_proj.", name)
+
+
+def mxfp4_experts(out):
+    """gpt-oss's fused experts rewritten as the published MXFP4 layout (what transformers' Mxfp4 quantizer and
+    OpenAI's checkpoints hold): gate_up_proj [E, H, 2I] as gate_up_proj_blocks [E, 2I, H/32, 16] (U8, two FP4 codes a
+    byte) and gate_up_proj_scales [E, 2I, H/32] (U8, E8M0), down_proj [E, I, H] as [E, H, I/32, 16] and
+    [E, H, I/32]; random codes and scales near 1 (the probe compares what the loaders leave, bit for bit), and
+    quantization_config as published (quant_method mxfp4, attention, router, embedding and head unquantized)."""
+    g = torch.Generator().manual_seed(7)
+
+    def experts(t):
+        for k in [k for k in t if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+            E, cols, rows = t.pop(k).shape
+            t[k + "_blocks"] = torch.randint(0, 256, (E, rows, cols // 32, 16), generator=g, dtype=torch.uint8)
+            t[k + "_scales"] = torch.randint(122, 128, (E, rows, cols // 32), generator=g, dtype=torch.uint8)
+        return t
+    edit_tensors(out, experts)
+    edit_config(out, lambda c: c.update(quantization_config={"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}))
+
+
+def wide_biases(out):
+    """gpt-oss's biases and sinks drawn as the weights are (transformers initializes them to zero, which would
+    leave a zeroed or misplaced bias unseen)."""
+    g = torch.Generator().manual_seed(11)
+    edit_tensors(out, lambda t: {k: (torch.randn(v.shape, generator=g) * 0.1).to(v.dtype)
+                                 if k.endswith(("bias", "sinks")) else v for k, v in t.items()})
 
 
 def kimi_published(out):
@@ -484,6 +523,7 @@ POSTSAVE = {"kimi_linear": kimi_published,
             "glm4_moe_fp8": lambda out: fp8_block(out, router=False), "llama_nvfp4": nvfp4,
             "qwen3_moe_nvfp4": lambda out: nvfp4(out, moe=True), "deepseek_v3_nvfp4": lambda out: nvfp4(out, moe=True),
             "glm4_moe_nvfp4": lambda out: nvfp4(out, moe=True), "mixtral_nvfp4": nvfp4,
+            "gpt_oss": wide_biases, "gpt_oss_mxfp4": lambda out: (wide_biases(out), mxfp4_experts(out)),
             # OLMo hybrid under the norm names vLLM's OlmoHybridForCausalLM loads (input_layernorm,
             # post_attention_layernorm): transformers' save_pretrained writes attention_layer_norm and
             # feedforward_layer_norm (its conversion_mapping.py renames them so on load), which vLLM's default loader
@@ -506,6 +546,7 @@ WIDE_KEYS = ("hidden_size", "num_attention_heads", "linear_num_key_heads", "line
              "linear_num_heads", "index_n_heads")
 WIDE = {"kimi_linear": {"moe_intermediate_size": 1024}, "glm5_next": {"num_key_value_heads": 4},
         "olmo_hybrid": {"num_key_value_heads": 4},  # the view refuses fewer KV heads than ranks
+        "gpt_oss": {"num_key_value_heads": 4}, "gpt_oss_mxfp4": {"num_key_value_heads": 4},  # vLLM replicates none
         "qwen3_moe_fp8": {"moe_intermediate_size": 512},
         "deepseek_v3_fp8": {"moe_intermediate_size": 512, "intermediate_size": 512},
         "mixtral_fp8": {"intermediate_size": 512}, "glm4_moe_fp8": {"moe_intermediate_size": 512},

@@ -9,8 +9,8 @@ builds, with torch and safetensors only, what vLLM's sharded_state loader must r
    block of columns, q heads split evenly, KV heads in replicated groups when fewer than T
    (QKVParallelLinear: shard tp_rank // (T / kv_heads)), the vocabulary padded with zero rows to a
    multiple of the view's pad_vocab and then divided (VocabParallelEmbedding), the rest whole;
-2. the view's entries (cat, stack, from, const, drop, when/unless, if_missing, dtype, shape, keep_rest,
-   drop_layers) are applied to those
+2. the view's entries (cat, stack, from, const, drop, when/unless, if_missing, dtype, shape, transpose,
+   other_ranks, keep_rest, drop_layers) are applied to those
    cuts, with the semantics written in views/vllm/README.md;
 3. the served tensors are written, grouped into parts by the source file of each tensor's first
    piece (constants go with their `per` tensor), the parts numbered 0, 1, ... in source-file name
@@ -281,6 +281,27 @@ CUTS = {
         (L + r"mlp\.(gate|up)_proj\.bias", "column"),  # jais2's MLP biases
         (L + r"mlp\.down_proj\.bias", "whole"),
     ],
+    # models/gpt_oss.py (GptOssModel.load_weights, _load_weights_other for BF16 experts, _load_weights_mxfp4): q / k /
+    # v heads cut evenly (OAIAttention: num_key_value_heads // T, no replication), sinks narrowed by heads, o_proj
+    # row-parallel (its bias whole), the router whole (GateLinear); BF16 experts: gate_up_proj [E, H, 2I] columns
+    # [2rI/T, 2(r+1)I/T) (weight[:, :, 2 * tp_rank_start : 2 * tp_rank_end]), down_proj [E, I, H] rows, the
+    # gate_up bias the same columns, down_proj_bias whole on rank 0 and zeros elsewhere (weight.zero_() where
+    # tp_rank != 0); MXFP4 experts: blocks [E, 2I, H/32, 16] rows [2rI/T, ...) and scales alike, down's blocks and
+    # scales by block columns (axis 2: tp_rank_start // 32 ... of the [E, H, I/32(, 16)] tensors)
+    "gpt_oss": [
+        (r"(lm_head|model\.embed_tokens)\.weight", "vocab"),
+        (r"model\.norm\.weight", "whole"),
+        (L + r"(input|post_attention)_layernorm\.weight", "whole"),
+        (L + r"self_attn\.q_proj\.(weight|bias)", "column"),
+        (L + r"self_attn\.[kv]_proj\.(weight|bias)", "column"),
+        (L + r"self_attn\.o_proj\.(weight|bias)", "row"),
+        (L + r"self_attn\.sinks", "column"),
+        (L + r"mlp\.router\.(weight|bias)", "whole"),
+        (L + r"mlp\.experts\.gate_up_proj", "axis2"),
+        (L + r"mlp\.experts\.(gate_up_proj_bias|down_proj|gate_up_proj_blocks|gate_up_proj_scales)", "axis1"),
+        (L + r"mlp\.experts\.down_proj_(blocks|scales)", "axis2"),
+        (L + r"mlp\.experts\.down_proj_bias", "rank0"),
+    ],
     "phi3": EMBED + [  # models/phi3.py (llama.py): fused checkpoint tensors loaded with loaded_shard_id None
         (L + r"self_attn\.qkv_proj\.weight", "qkv_fused"),
         (L + r"self_attn\.o_proj\.weight", "row"),
@@ -296,7 +317,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
-          "lfm2_moe": "lfm2", "olmo_hybrid": "olmo_hybrid", "hy_v4": "hy_v4",
+          "lfm2_moe": "lfm2", "olmo_hybrid": "olmo_hybrid", "gpt_oss": "gpt_oss", "hy_v4": "hy_v4",
           **{mt: "transformers" for mt in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm", "hunyuan_v1_dense",
                                            "jais2", "olmo", "vaultgemma")}}
 
@@ -438,8 +459,9 @@ DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 def plan_view(view, cfg, names, T=1):
     """The served tensors: a list of (served name, recipe, first source name) where recipe is
-    ("cat", [names], dtype, shape) / ("stack", [[names] per e], dtype, shape) (dtype None: the pieces',
-    or "F32": widened; shape None: as made, or the served shape) / ("const", dtype, value, shape: [] a
+    ("cat", [names], dtype, shape, transpose, zeros) / ("stack", [[names] per e], dtype, shape, transpose, zeros)
+    (dtype None: the pieces', or "F32": widened; shape None: as made, or the served shape; transpose: the last two
+    axes swapped; zeros: ranks other than 0 serve zeros) / ("const", dtype, value, shape: [] a
     scalar); and the
     source names used."""
     used, served = set(), []
@@ -498,12 +520,13 @@ def plan_view(view, cfg, names, T=1):
                 raise ViewError("%s: source tensor %s is used by two entries" % (sname, sorted(twice)[0]))
             used |= {p for g in groups for p in g}
             dt = entry.get("dtype")  # "F32": the pieces' values widened, as torch converts them
-            shape = entry.get("shape")  # the served shape (one -1), as torch reshapes
-            served.append((sname, ("stack", groups, dt, shape) if stack else ("cat", groups[0], dt, shape),
+            shape = entry.get("shape")  # the served shape (one -1, a 0 the tensor's own), as torch reshapes
+            tail = (entry.get("transpose", False), entry.get("other_ranks") == "zeros")
+            served.append((sname, (("stack", groups, dt, shape) if stack else ("cat", groups[0], dt, shape)) + tail,
                            groups[0][0]))
     rest = [n for n in sorted(names) if n not in used]
     if view.get("keep_rest", True):
-        served += [(n, ("cat", [n], None, None), n) for n in rest]
+        served += [(n, ("cat", [n], None, None, False, False), n) for n in rest]
     elif rest:
         raise ViewError("%s: no entry of view %s uses it" % (rest[0], view["name"]))
     dup = {s for s, _, _ in served if [x for x, _, _ in served].count(s) > 1}
@@ -556,8 +579,12 @@ def build(src, view, T, r, family=None):
             if t.dtype not in (torch.bfloat16, torch.float16):
                 raise ViewError("%s: %s pieces cannot be widened to %s" % (sname, t.dtype, recipe[2]))
             t = t.to(DTYPES[recipe[2]])
-        if recipe[0] != "const" and recipe[3]:
-            t = t.reshape(recipe[3])
+        if recipe[0] != "const" and recipe[3]:  # a 0: the tensor's own size at that axis
+            t = t.reshape([t.shape[a] if d == 0 else d for a, d in enumerate(recipe[3])])
+        if recipe[0] != "const" and recipe[4]:  # "transpose": the last two axes swapped
+            t = t.transpose(-1, -2)
+        if recipe[0] != "const" and recipe[5] and r != 0:  # "other_ranks": "zeros"
+            t = torch.zeros_like(t)
         parts.setdefault(where[first], {})[sname] = t.contiguous()
     return parts
 
