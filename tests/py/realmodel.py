@@ -988,6 +988,14 @@ family("glm_image_text", "GlmImageTextConfig", _common(num_key_value_heads=4, nu
 # lookup (per token: the vocab-parallel sum is unchanged)
 family("muse_glimmer_text", "MuseGlimmerTextConfig", _common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16),
        "MuseGlimmerTextModel", GQA, output=_hidden, wrong=r"layers\.1\.self_attn\.gate_proj\.weight$")
+# Muse Glimmer (MuseGlimmerForConditionalGeneration): that text tower under model.language_model with a head (tied
+# by default: untied here), the vision tower, adapter and projection whole; text-only logits
+family("muse_glimmer", "MuseGlimmerConfig", dict(
+    text_config=_common(num_key_value_heads=4, num_hidden_layers=2, head_dim=16),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2),
+    out_hidden_size=128, projector_hidden_size=64, image_token_id=V - 1, video_token_id=V - 2,
+    tie_word_embeddings=False), "MuseGlimmerForConditionalGeneration", _VL,
+       wrong=r"language_model\.layers\.0\.self_attn\.k_proj\.weight$")
 # DeepSeek-OCR-2's vision encoder (DeepseekOcr2VisionEncoder): a Qwen2-style tower (q/k/v biases, SwiGLU) over
 # embeddings, bidirectional over the patches; no embedding or head (its config's vocab_size sizes nothing)
 family("deepseek_ocr2_encoder", "DeepseekOcr2VisionEncoderConfig", _common(num_key_value_heads=4, num_hidden_layers=2),
