@@ -122,13 +122,21 @@ NOT_RUN = {"deepseek_v32", "glm_moe_dsa", "hy_v4", "kimi_linear", "glm5_next", "
 # forms vLLM's CPU backend builds only on a CPU with AMX: its FP8 block-scaled linear (CPUFp8BlockScaledMMKernel;
 # without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either loader), and its INT8
 # MoE (fused_moe/experts/cpu_moe.py CPUExpertsInt8._supports_current_device: "No Int8 MoE backend supports the
-# deployment configuration" without AMX, for the default loader too: qwen3_moe_ct_int8). Where the
-# CPU has none, their mounts are still compared with the reference's bytes, but vLLM is not run on them (nothing
-# to compare), and a line says so.
+# deployment configuration" without AMX, for the default loader too: qwen3_moe_ct_int8). Where the CPU has none,
+# the FP8 block families are built with vLLM's torch block kernel and Triton experts (vllm_plugin.py
+# impersonate_fp8_block_torch): load-only, and where vLLM has no FP8 MoE backend to process the experts on a CPU
+# (oracle/fp8.py: "Unsupported FP8 MoE backend: NONE"), both loaders stop there, after equal key sets and loaded
+# weights (NO_AMX_FP8: the stop, or None); the others' mounts are still compared with the reference's bytes, but
+# vLLM is not run on them (nothing to compare), and a line says so.
 NEEDS_AMX = {"llama_fp8", "qwen3_moe_fp8", "deepseek_v3_fp8", "mixtral_fp8", "glm4_moe_fp8", "llama_ct_fp8_static",
              "qwen3_moe_ct_int8"}
+_FP8_MOE = "Unsupported FP8 MoE backend: NONE"
+NO_AMX_FP8 = {"llama_fp8": None, "qwen3_moe_fp8": _FP8_MOE, "mixtral_fp8": _FP8_MOE, "glm4_moe_fp8": _FP8_MOE,
+              "deepseek_v3_fp8": _FP8_MOE}
 HAS_AMX = "amx_tile" in open("/proc/cpuinfo").read().split()
-NO_ENGINE = set() if HAS_AMX else NEEDS_AMX
+NO_ENGINE = set() if HAS_AMX else NEEDS_AMX - set(NO_AMX_FP8)
+if not HAS_AMX:  # built with vLLM's torch block kernel: load-only
+    FAMILIES = {f: (v[0], "fp8-block-torch", v[2], NO_AMX_FP8[f]) if f in NO_AMX_FP8 else v for f, v in FAMILIES.items()}
 PROBE_TP = [int(t) for t in (os.environ.get("TPFS_VLLM_TP") or "2,4").split(",")]
 # token runs: tied embeddings (qwen2), an MoE stack with a shared expert and its gate (qwen2_moe), Gated DeltaNet
 # (qwen3_next), FP8 block scales (llama_fp8, where the CPU has AMX), compressed-tensors INT8 per channel in the
@@ -144,7 +152,8 @@ if os.environ.get("TPFS_VLLM_CASES"):
     FAMILIES = {f: v for f, v in FAMILIES.items() if f in _only}
 if TOKENS_MODE == "all":
     TOKENS = [f for f in FAMILIES if f not in NOT_RUN]
-TOKENS = [] if TOKENS_MODE == "none" else [f for f in TOKENS if f in FAMILIES and f not in NO_ENGINE]
+TOKENS = [] if TOKENS_MODE == "none" else [f for f in TOKENS if f in FAMILIES and f not in NO_ENGINE and
+                                            (HAS_AMX or f not in NO_AMX_FP8)]
 HTTP = "llama" if TOKENS_MODE != "none" and "llama" in FAMILIES else None  # also the TP=1 family
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]  # ids on both ranks' vocab shards
 WRONG = "llama"  # the family whose view is broken on purpose (T=2)
@@ -415,6 +424,9 @@ def main():
     for f in sorted(NO_ENGINE & set(FAMILIES)):
         print("NOT RUN HERE: vLLM on %s (its CPU backend has no FP8 block or INT8 MoE kernel without AMX, and this CPU "
               "has none); its view's bytes are still compared with the reference" % f)
+    for f in sorted(set(NO_AMX_FP8) & set(FAMILIES) if not HAS_AMX else ()):
+        print("LOAD-ONLY HERE: vLLM on %s is built with its torch FP8 block kernel (this CPU has no AMX for its CPU "
+              "kernel): key sets and weights compared, no tokens" % f)
     fails = tpfs_test.Failures()
     t0 = time.time()
     work = tempfile.mkdtemp(prefix="tpfs-vllm-")
@@ -438,7 +450,8 @@ def main():
                 out = os.path.join(work, "broken", kind)
                 break_view(kind, srcs[fam, 2], vllm_view_ref.load_view(os.path.join(VIEWS, FAMILIES[fam][0] + ".json")),
                            out)
-                cases.append({"name": "%s/%s" % (fam, kind), "src": srcs[fam, 2], "served": out, "tp": 2})
+                cases.append({"name": "%s/%s" % (fam, kind), "src": srcs[fam, 2], "served": out, "tp": 2,
+                              "impersonate": FAMILIES[fam][1]})
         for fam in REFUSED_EDITS:
             if (fam, 2) in srcs:
                 config_refusals(fails, fam, srcs[fam, 2], work)

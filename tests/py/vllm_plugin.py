@@ -4,6 +4,8 @@ workers load it too; vllm_probe.py imports it directly).
 
 - impersonate_cuda_dsa(): lets the CPU platform build DSA models as vLLM on CUDA builds them.
 - impersonate_nvfp4_emulation(): lets the CPU platform build ModelOpt NVFP4 linears (vLLM's emulation kernel).
+- impersonate_fp8_block_torch(): lets the CPU platform build FP8 block checkpoints without AMX (vLLM's torch
+  fallback kernel and Triton experts).
 - impersonate_mxfp4_emulation(): lets the CPU platform build gpt-oss's MXFP4 experts without AMX (vLLM's OCP MX
   emulation backend).
 - impersonate_olmo_hybrid(): lets the CPU platform build OLMo hybrid's Gated DeltaNet layers (a stand-in
@@ -70,6 +72,27 @@ def impersonate_nvfp4_emulation():
     from vllm.model_executor.layers.fused_moe.experts.nvfp4_emulation_moe import (
         Nvfp4QuantizationEmulationTritonExperts as experts)
     experts._supports_current_device = staticmethod(lambda: True)
+
+
+def impersonate_fp8_block_torch():
+    """Lets vLLM's CPU platform build FP8 128x128-block checkpoints on a CPU without AMX: its CPU FP8 block linear
+    (kernels/linear/scaled_mm/cpu.py CPUFp8BlockScaledMMKernel) and FP8 MoE (CPUExpertsFp8) take only CPUs with
+    AMX tiles, so without AMX init_fp8_linear_kernel finds no kernel and the model cannot be built, by either
+    loader. The changes: the CPU platform's block-kernel list gets vLLM's own torch fallback
+    (BlockWiseTorchFP8ScaledMMLinearKernel, which CUDA and XPU list last), let build on CPU, and vLLM's Triton
+    experts are let build on CPU (the FP8 MoE oracle's TRITON backend, as CUDA takes it). The parameters the layers
+    create and the loaders fill do not depend on the kernel (Fp8LinearMethod / Fp8MoEMethod.create_weights); the
+    processing is that kernel's and backend's own, the same for both loaders; no forward (torch._scaled_mm's block
+    path and Triton need a GPU)."""
+    from vllm.model_executor.kernels import linear
+    from vllm.model_executor.kernels.linear.scaled_mm.pytorch import BlockWiseTorchFP8ScaledMMLinearKernel as k
+    from vllm.model_executor.layers.fused_moe.experts.triton_moe import TritonExperts
+    from vllm.platforms import PlatformEnum
+    have = linear._POSSIBLE_FP8_BLOCK_KERNELS.setdefault(PlatformEnum.CPU, [])
+    if k not in have:
+        have.append(k)
+    k.is_supported = classmethod(lambda cls, compute_capability=None: (True, None))
+    TritonExperts._supports_current_device = staticmethod(lambda: True)
 
 
 def impersonate_mxfp4_emulation():

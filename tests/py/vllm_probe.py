@@ -8,7 +8,8 @@ python vllm_probe.py CASES.json RESULT.json     (in the vLLM venv, scripts/setup
   CASES:  [{"name", "src", "served", "tp", "pp" (optional, default 1: pipeline stages; the group then has
             tp x pp ranks, rank = stage x tp + TP rank, as vLLM numbers them), "engine": {more EngineArgs fields},
             "env": {variables set while the case runs, e.g. VLLM_PP_LAYER_PARTITION}, "impersonate": null or
-            "cuda-dsa", "nvfp4-emulation", "mxfp4-emulation" or "olmo-hybrid" (vllm_plugin.py), "casts": [regex, ...] (keys
+            "cuda-dsa", "nvfp4-emulation", "fp8-block-torch", "mxfp4-emulation" or "olmo-hybrid"
+            (vllm_plugin.py), "casts": [regex, ...] (keys
             whose served dtype may differ from the parameter's: see 3), "stop": null or the text of vLLM's own
             error where vLLM cannot process the weights on this CPU (see verdict)}]
   RESULT: {name: {"ok": bool, "ranks": {rank: {"keys": [[key, served, vLLM's]], "cast": [the same],
@@ -200,6 +201,8 @@ def worker(rank, tp, port, cases_path, out_path):
                 vllm_plugin.impersonate_cuda_dsa()
             if case.get("impersonate") == "nvfp4-emulation":
                 vllm_plugin.impersonate_nvfp4_emulation()
+            if case.get("impersonate") == "fp8-block-torch":
+                vllm_plugin.impersonate_fp8_block_torch()
             if case.get("impersonate") == "mxfp4-emulation":
                 vllm_plugin.impersonate_mxfp4_emulation()
             if case.get("impersonate") == "olmo-hybrid":
