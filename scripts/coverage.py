@@ -369,6 +369,11 @@ def one(args):
 
 
 NO_VIEW = re.compile(r"^--view vllm: no vllm view for plan '[^']*' with model_type '[^']*'$")
+# families vLLM registers for which no view can be made or proven here, with why (views/vllm/README.md, "Not served")
+NO_VIEW_WHY = {
+    "dots3_note_text": "vLLM 0.32 cannot read a dots3_note_text config.json (\"Transformers does not recognize this "
+                       "architecture\"), and its CPU build cannot import vllm.models.dots3_note (CUDA flash attention)",
+}
 
 
 def view_cell(r, probed):
@@ -378,7 +383,7 @@ def view_cell(r, probed):
     if r["view"] == "served":
         return "served, probed (%s)" % probed[r["family"]] if r["family"] in probed else "served, NOT PROBED"
     if NO_VIEW.match(r["view_reason"]):
-        return "refused: no view"
+        return "refused: no view" + (" (%s)" % NO_VIEW_WHY[r["family"]] if r["family"] in NO_VIEW_WHY else "")
     return "%s: %s" % (r["view"], r["view_reason"].replace("--view vllm: ", ""))
 
 
