@@ -114,15 +114,15 @@ static inline void put_elem(uint8_t *out, const uint8_t *v, uint64_t a, uint64_t
 }
 
 /* A TP_RUN_TRANSPOSE run (run.h): output row q = m x C + c holds column c of matrix m, R elements.
- * Output rows are made in batches of up to TB columns of one matrix; for each batch, the source
- * rows in chunks of TR: each source row's TB elements read in one copy into a tile, then
- * scattered to their output rows. A partial first or last output row is a batch of its own, so
- * only the elements the run's bytes need are read. */
+ * Output rows are made in batches of up to TB columns of one matrix (TBYTES bytes of each source
+ * row); for each batch, the source rows in chunks of TR: each source row's TB elements read in one
+ * copy into a 32 KiB tile, then scattered to their output rows. A partial first or last output row
+ * is a batch of its own, so only the elements the run's bytes need are read. */
 static int transpose(const tp_src *src, const tp_run *r, uint8_t *dst, tp_err *e)
 {
-	enum { TB = 64, TR = 64 };
-	uint8_t tile[TR][TB * 8];
-	const uint64_t es = r->from, R = r->rows, C = r->cols, lo = r->pos, hi = r->pos + r->len;
+	enum { TBYTES = 512, TR = 64 };
+	uint8_t tile[TR][TBYTES];
+	const uint64_t es = r->from, R = r->rows, C = r->cols, lo = r->pos, hi = r->pos + r->len, TB = TBYTES / (es ? es : 1);
 	if ((es != 1 && es != 2 && es != 4 && es != 8) || !R || !C || !r->rep || r->rep % (C * es))
 		return tp_fail(e, TP_EINVAL, "a transposed run of %llu x %llu elements of %llu bytes in rows of %llu bytes",
 			       (unsigned long long)R, (unsigned long long)C, (unsigned long long)es,
