@@ -70,14 +70,36 @@ FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen2": ("llama", {
 REF_FAMILY = {"gemma3": "sglang_gemma3"}
 # more sglang.Engine arguments, none touching weights: SGLang resolves Qwen3-Next's Mamba radix cache to its
 # extra_buffer strategy where the overlap scheduler is on, which asserts on a CPU ("extra_buffer requires platform
-# support for Mamba cache state snapshots", srt/arg_groups/mamba_hook.py); without it, no_buffer
-ENGINE_ARGS = {"qwen3_next": {"disable_overlap_schedule": True}}
+# support for Mamba cache state snapshots", srt/arg_groups/mamba_hook.py); without it, no_buffer. Its Mamba state
+# pool is sized to 8 requests: SGLang sizes it from the free memory otherwise (22 s against 7 s an Engine start
+# here, and the next start's check that the ranks see the same free memory, "The memory capacity is unbalanced",
+# failed on a busy machine)
+ENGINE_ARGS = {"qwen3_next": {"disable_overlap_schedule": True, "max_mamba_cache_size": 8}}
 # loaders only, no tokens: SGLang's Qwen2-MoE forward calls a Triton kernel (fused_gate_sigmoid_mul_add) that the
 # CPU build of Triton cannot run ("0 active drivers"), for either loader alike; DeepSeek-V3's (and Kimi K2's)
 # torch_native attention cannot run a v head dim other than the qk one; Qwen3-Next's Gated DeltaNet on a CPU calls
 # sgl_kernel's CPU kernels (chunk_gated_delta_rule_cpu, causal_conv1d_fn_cpu, ...: srt/layers/attention/linear/),
 # with no native torch path, and sgl_kernel here is a stand-in
 LOAD_ONLY = {"qwen2_moe", "deepseek_v3", "kimi_k2", "qwen3_next"}
+
+
+def qwen3_next_mtp(t):
+    """Qwen3-Next's MTP block added as published checkpoints hold it: mtp.fc [H, 2H], mtp.pre_fc_norm_embedding,
+    mtp.pre_fc_norm_hidden, mtp.norm and mtp.layers.0.* (a copy of the last layer, a full-attention one). SGLang's
+    Qwen3NextForCausalLM skips every such name (its NextN draft model reads them): the view drops them, and
+    sharded_state would raise KeyError on any it served."""
+    import torch
+    last = max(int(k.split(".")[2]) for k in t if k.startswith("model.layers."))
+    pre, h = "model.layers.%d." % last, t["model.norm.weight"]
+    out = dict(t, **{"mtp.fc.weight": torch.randn(h.shape[0], 2 * h.shape[0]).to(h.dtype),
+                     "mtp.pre_fc_norm_embedding.weight": h.clone(), "mtp.pre_fc_norm_hidden.weight": h.clone(),
+                     "mtp.norm.weight": h.clone()})
+    out.update({"mtp.layers.0." + k[len(pre):]: v.clone() for k, v in t.items() if k.startswith(pre)})
+    return out
+
+
+# what is added to a family's checkpoint after vllm_models.make (vllm_models.edit_tensors)
+EDIT = {"qwen3_next": qwen3_next_mtp}
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]
 ENGINE = os.environ.get("TPFS_SGLANG_ENGINE") or "run"  # none: no Engine start (the sanitized build)
 
@@ -188,6 +210,8 @@ def main():
         jobs, served, served_hdr = [], {}, {}
         for fam, (view, cfg) in FAMILIES.items():
             src = vllm_models.make(fam, os.path.join(work, "src", fam), tp=2, config=cfg)
+            if fam in EDIT:
+                vllm_models.edit_tensors(src, EDIT[fam])
             ref = os.path.join(work, "ref", fam)
             vllm_view_ref.write(src, vllm_view_ref.load_view(os.path.join(VIEWS, view + ".json")), 2, ref,
                                 family=REF_FAMILY.get(fam))
