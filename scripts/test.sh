@@ -41,6 +41,13 @@ PY
   printf '%-34s %5d s\n' "total" $((SECONDS - t_start)) >&2
 }
 trap print_times EXIT
+# Each tpfs daemon watches its sources with one inotify instance, and tests/py/test_vllm.py holds every view
+# family mounted at T=2 and 4 at once (120 daemons with 60 families): above fs.inotify.max_user_instances
+# (128 by default, for all of root's processes) a daemon warns that it cannot watch its sources and the test
+# fails on that warning. Raised where this user may (root), never lowered.
+if [ "$(cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo 1024)" -lt 1024 ] && [ "$(id -u)" = 0 ]; then
+  sysctl -qw fs.inotify.max_user_instances=1024 || echo "test.sh: could not raise fs.inotify.max_user_instances" >&2
+fi
 bash scripts/setup.sh build
 part "setup (test venv, packages)"
 bash scripts/setup.sh --vllm build   # the second venv, for tests/py/test_vllm.py (cached after the first run)
