@@ -55,6 +55,7 @@ FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen2": ("llama", {
             "mixtral": ("mixtral", {"num_key_value_heads": 2}), "mistral": ("llama", {"num_key_value_heads": 2}),
             "phi3": ("phi3", {"num_key_value_heads": 2}), "glm4_moe": ("glm4_moe", {"num_key_value_heads": 2}),
             "qwen2_moe": ("qwen2_moe", {"num_key_value_heads": 2}),
+            "granite": ("llama", {"num_key_value_heads": 2}), "glm4": ("llama", {"num_key_value_heads": 2}),
             "deepseek_v3": ("deepseek_v3", DEEPSEEK),
             # Kimi K2: DeepSeek-V3's model under model_type kimi_k2 (vllm_models retypes config.json), which SGLang
             # reads as DeepseekV3Config (srt/utils/hf_transformers/common.py _KimiK2ConfigAlias)
