@@ -27,6 +27,10 @@ import time
 import realmodel as RM
 
 TOL = 1e-5  # the unsplit logits, relative to their largest magnitude; a wrong split must miss it
+# mounts (daemons) at once: each daemon takes an inotify instance to watch its sources, and Linux allows 128 a
+# user by default (fs.inotify.max_user_instances); past it a daemon warns that it cannot watch, which fails the
+# test. More families than this at one T are run in balanced chunks, each with its own T workers.
+MAX_MOUNTS = 100
 
 
 def rel_err(a, b):
@@ -272,47 +276,54 @@ def main(only):
             if not at_t:
                 continue
             t1 = time.time()
-            with contextlib.ExitStack() as stack:
-                jobs = []
-                for name in list(at_t):
-                    try:
-                        m = stack.enter_context(tt.Mount(os.path.join(tmp, name), T))
-                    except AssertionError as e:
-                        F.check(False, "%s T=%d: %s" % (name, T, str(e)[:1500]))
-                        table[(name, T)] = "REFUSED"
-                        at_t.remove(name)
-                        continue
-                    jobs.append(dict(family=name, src=os.path.join(tmp, name), mnt=m.path,
-                                     ref=os.path.join(tmp, name + ".ref.pt"), wrong=T == 2))
-                jp = os.path.join(tmp, "jobs%d.json" % T)
-                with open(jp, "w") as f:
-                    json.dump(jobs, f)
-                out = os.path.join(tmp, "out%d" % T)
-                procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(T), str(r), jp, out],
-                                          stderr=subprocess.PIPE, text=True) for r in range(T)]
-                errs = []
-                for p in procs:
-                    try:
-                        errs.append(p.communicate(timeout=900)[1])
-                    except subprocess.TimeoutExpired:
-                        for q in procs:
-                            q.kill()
-                        errs.append("timed out after 900 s: " + (p.communicate()[1] or ""))
-                for job in jobs:
-                    if RM.FAMILIES[job["family"]]["mtp"]:
-                        check_mtp(job["family"], job["src"], job["mnt"], T, F)
-                for r, p in enumerate(procs):
-                    F.check(p.returncode == 0, "T=%d rank %d worker exited %d: %s" % (T, r, p.returncode, errs[r][-3000:]))
-            if procs[0].returncode != 0:
-                continue
-            ranks = []
-            for r in range(T):
-                with open(out + ".%d" % r) as f:
-                    ranks.append(json.load(f))
-            res = ranks[0]
-            for name, x in res.items():  # each rank's own loading error, not only rank 0's view of it
-                if "error" in x:
-                    x["error"] = "; ".join(rk[name]["error"] for rk in ranks if "another rank" not in rk[name]["error"])
+            res, refused = {}, set()
+            n_chunks = -(-len(at_t) // MAX_MOUNTS)
+            size = -(-len(at_t) // n_chunks)
+            for c0 in range(0, len(at_t), size):  # at most MAX_MOUNTS daemons at once (see MAX_MOUNTS)
+                with contextlib.ExitStack() as stack:
+                    jobs = []
+                    for name in at_t[c0:c0 + size]:
+                        try:
+                            m = stack.enter_context(tt.Mount(os.path.join(tmp, name), T))
+                        except AssertionError as e:
+                            F.check(False, "%s T=%d: %s" % (name, T, str(e)[:1500]))
+                            table[(name, T)] = "REFUSED"
+                            refused.add(name)
+                            continue
+                        jobs.append(dict(family=name, src=os.path.join(tmp, name), mnt=m.path,
+                                         ref=os.path.join(tmp, name + ".ref.pt"), wrong=T == 2))
+                    jp = os.path.join(tmp, "jobs%d-%d.json" % (T, c0))
+                    with open(jp, "w") as f:
+                        json.dump(jobs, f)
+                    out = os.path.join(tmp, "out%d-%d" % (T, c0))
+                    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(T), str(r), jp,
+                                               out], stderr=subprocess.PIPE, text=True) for r in range(T)]
+                    errs = []
+                    for p in procs:
+                        try:
+                            errs.append(p.communicate(timeout=900)[1])
+                        except subprocess.TimeoutExpired:
+                            for q in procs:
+                                q.kill()
+                            errs.append("timed out after 900 s: " + (p.communicate()[1] or ""))
+                    for job in jobs:
+                        if RM.FAMILIES[job["family"]]["mtp"]:
+                            check_mtp(job["family"], job["src"], job["mnt"], T, F)
+                    for r, p in enumerate(procs):
+                        F.check(p.returncode == 0, "T=%d rank %d worker exited %d: %s"
+                                % (T, r, p.returncode, errs[r][-3000:]))
+                if procs[0].returncode != 0:
+                    continue  # its families: "no result" below
+                ranks = []
+                for r in range(T):
+                    with open(out + ".%d" % r) as f:
+                        ranks.append(json.load(f))
+                for name, x in ranks[0].items():  # each rank's own loading error, not only rank 0's view of it
+                    if "error" in x:
+                        x["error"] = "; ".join(rk[name]["error"] for rk in ranks
+                                               if "another rank" not in rk[name]["error"])
+                res.update(ranks[0])
+            at_t = [f for f in at_t if f not in refused]
             for name in at_t:
                 x = res.get(name, {"error": "no result"})
                 if "error" in x:
