@@ -360,8 +360,9 @@ def olmo_hybrid_names(fails, stack, src, mnt, work):
 
 def hy_v4_names(fails, stack, src, mnt, work):
     """The hy_v4 view serves the same files from the names transformers' save_pretrained writes (hc_pre before the
-    layer's hyper-connection, the MLP gates as linear_gate: vllm_models.hy_v4_hf_to_published) as from the published
-    names the probe's source holds, which vLLM's default loader reads."""
+    layer's hyper-connection, the MLP gates as linear_gate: vllm_models.hy_v4_hf_to_published), and from routed
+    experts one tensor each, as from the published names and fused experts the probe's source holds, which vLLM's
+    default loader reads."""
     import torch
     import vllm_models
     saved = os.path.join(work, "hy_v4-saved")  # the names save_pretrained writes for this config
@@ -378,6 +379,29 @@ def hy_v4_names(fails, stack, src, mnt, work):
                 and not any(".hc_attn_layer.hc_pre." in k or ".mlp.gate_proj." in k for k in keys),
                 "hy_v4: the source under transformers' names was not written")
     same_files(fails, "hy_v4 (transformers' names) T=2", stack.enter_context(ViewMount(out, 2)), mnt, 2)
+
+    def per_expert(t):  # the routed experts one tensor each, the other form vLLM's HYV4 loads (its expert mapping)
+        o = {}
+        for k, v in t.items():
+            m = re.fullmatch(r"(.*\.mlp\.experts)\.(gate_up_proj|down_proj)", k)
+            if not m:
+                o[k] = v
+                continue
+            for e in range(v.shape[0]):
+                if m.group(2) == "down_proj":  # [E, D, I]: each expert's down_proj.weight [D, I]
+                    o["%s.%d.down_proj.weight" % (m.group(1), e)] = v[e].contiguous()
+                    continue
+                g, u = v[e].chunk(2, dim=0)  # [E, 2I, D]: gate's rows, then up's (vLLM: chunk(2, dim=-2))
+                o["%s.%d.gate_proj.weight" % (m.group(1), e)] = g.contiguous()
+                o["%s.%d.up_proj.weight" % (m.group(1), e)] = u.contiguous()
+        return o
+    pe = os.path.join(work, "hy_v4-per-expert")
+    shutil.copytree(src, pe)
+    vllm_models.edit_tensors(pe, per_expert)
+    keys = header(os.path.join(pe, "model.safetensors"))
+    fails.check("model.layers.1.mlp.experts.3.up_proj.weight" in keys and not any(k.endswith("gate_up_proj") for k in keys),
+                "hy_v4: the source with per-expert tensors was not written")
+    same_files(fails, "hy_v4 (routed experts per expert) T=2", stack.enter_context(ViewMount(pe, 2)), mnt, 2)
 
 
 # family -> the config.json edits its view refuses by name, each with the reason's words: LFM2's untied head
