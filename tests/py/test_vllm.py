@@ -413,6 +413,10 @@ REFUSED_EDITS = {
              ("no conv_dim", {"conv_dim": None}, "sizes the short convolutions by config.json's conv_dim"),
              ("conv_bias", {"conv_bias": True}, "short-conv biases (conv_bias) are not proven")),
     "gemma2": (("untied", {"tie_word_embeddings": False}, "Gemma2ForCausalLM has no lm_head"),),
+    # HY V4: the forms vLLM's HYV4 builds other modules for (no hyper-connections, no gate, a gate per head)
+    "hy_v4": (("no iHC", {"enable_ihc": False}, "without iHC (enable_ihc false)"),
+              ("headwise gate", {"gating_type": "headwise"}, "only the elementwise output gate"),
+              ("no sinks", {"learnable_sink": False}, "builds no learnable_sink_param")),
     "gpt_oss": (("tied", {"tie_word_embeddings": True}, "GptOssForCausalLM never ties lm_head"),),
 }
 
