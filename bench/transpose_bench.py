@@ -27,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "py"))
 import tpfs_test as tt  # noqa: E402
+from io_bench import read_files as read_all  # noqa: E402  (bench/ is this script's folder: on sys.path)
 
 
 def write_checkpoint(out, E, H, I, heads=64, kv=8, hd=64, vocab=2048):
@@ -67,19 +68,6 @@ def write_checkpoint(out, E, H, I, heads=64, kv=8, hd=64, vocab=2048):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f)
     return off
-
-
-def read_all(files, buf=1 << 20):
-    b = bytearray(buf)
-    mv, n = memoryview(b), 0
-    for p in files:
-        with open(p, "rb", buffering=0) as f:
-            while True:
-                k = f.readinto(mv)
-                if not k:
-                    break
-                n += k
-    return n
 
 
 def timed(fn):
