@@ -106,6 +106,7 @@ FAMILIES = {
     # mamba_block_size is refused on CPU before the model is built); GLM-5.3's vision tower whole
     "deepseek_v32": ("deepseek_v32", "cuda-dsa", {}, None), "glm_moe_dsa": ("deepseek_v32", "cuda-dsa", {}, None),
     "hy_v4": ("hy_v4", "cuda-dsa", {}, None),  # HY V4: DSA as CUDA builds it, hyper-connections, gate and sinks
+    "gptj": ("gptj", None, {}, None),  # GPT-J: the view's own rules cut the attention by heads (rank folders refused)
     "kimi_linear": ("kimi_linear", None, {"enable_prefix_caching": False}, _KV_B),
     "glm5_next": ("glm5_next", "cuda-dsa", {"enable_prefix_caching": False, "mm_encoder_tp_mode": "data"}, None),
 }
@@ -366,7 +367,8 @@ def hy_v4_names(fails, stack, src, mnt, work):
     import torch
     import vllm_models
     saved = os.path.join(work, "hy_v4-saved")  # the names save_pretrained writes for this config
-    vllm_models.tf.AutoModelForCausalLM.from_config(vllm_models.FAMILIES["hy_v4"](), dtype=torch.bfloat16).save_pretrained(saved)
+    vllm_models.tf.AutoModelForCausalLM.from_config(vllm_models.FAMILIES["hy_v4"](),
+                                                    dtype=torch.bfloat16).save_pretrained(saved)
     hf = {vllm_models.hy_v4_hf_to_published(k): k for k in header(os.path.join(saved, "model.safetensors"))}
     fails.check(sorted(hf) == sorted(header(os.path.join(src, "model.safetensors"))),
                 "hy_v4: transformers' names do not map one to one onto the source's: %s"
@@ -399,7 +401,8 @@ def hy_v4_names(fails, stack, src, mnt, work):
     shutil.copytree(src, pe)
     vllm_models.edit_tensors(pe, per_expert)
     keys = header(os.path.join(pe, "model.safetensors"))
-    fails.check("model.layers.1.mlp.experts.3.up_proj.weight" in keys and not any(k.endswith("gate_up_proj") for k in keys),
+    fails.check("model.layers.1.mlp.experts.3.up_proj.weight" in keys
+                and not any(k.endswith("gate_up_proj") for k in keys),
                 "hy_v4: the source with per-expert tensors was not written")
     same_files(fails, "hy_v4 (routed experts per expert) T=2", stack.enter_context(ViewMount(pe, 2)), mnt, 2)
 

@@ -154,6 +154,11 @@ FAMILIES = {
     # checkpoint's names (hy_v4_hf_to_published), the ones vLLM's default loader reads. Not run on CPU (DSA)
     "hy_v4": lambda: tf.HYV4Config(index_topk=16, index_head_dim=128, index_n_heads=2, hc_mult=2,
                                    mlp_layer_types=["dense", "sparse"], **_MLA),
+    # GPT-J (vLLM's models/gpt_j.py GPTJForCausalLM): q/k/v [n_embd, n_embd] (head_dim n_embd / n_head, the rank
+    # folders' refusal), partial rotary, fc_in / fc_out with biases, lm_head with a bias; biases drawn wide
+    # (wide_biases)
+    "gptj": lambda: tf.GPTJConfig(n_embd=128, n_head=2, n_layer=2, vocab_size=1000, n_positions=256, rotary_dim=32,
+                                  initializer_range=0.1, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
     # Gated DeltaNet as the CPU backend runs it: bf16, linear head dims 128
     "qwen3_next": lambda: tf.Qwen3NextConfig(
         hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
@@ -524,6 +529,7 @@ POSTSAVE = {"kimi_linear": kimi_published,
             "qwen3_moe_nvfp4": lambda out: nvfp4(out, moe=True), "deepseek_v3_nvfp4": lambda out: nvfp4(out, moe=True),
             "glm4_moe_nvfp4": lambda out: nvfp4(out, moe=True), "mixtral_nvfp4": nvfp4,
             "gpt_oss": wide_biases, "gpt_oss_mxfp4": lambda out: (wide_biases(out), mxfp4_experts(out)),
+            "gptj": wide_biases,
             # OLMo hybrid under the norm names vLLM's OlmoHybridForCausalLM loads (input_layernorm,
             # post_attention_layernorm): transformers' save_pretrained writes attention_layer_norm and
             # feedforward_layer_norm (its conversion_mapping.py renames them so on load), which vLLM's default loader

@@ -198,6 +198,19 @@ CUTS = {
         (L + r"mlp\.experts\.gate_up_proj", "experts_halves"),
         (L + r"mlp\.experts\.down_proj", "experts_row"),
     ] + DS_MOE,
+    # GPT-J (models/gpt_j.py): QKVParallelLinear over n_head heads, each its own KV head (q, k, v each cut by rows),
+    # out_proj and fc_out RowParallelLinear (fc_out's bias whole), fc_in ColumnParallelLinear with its bias,
+    # ParallelLMHead with a bias (padded and cut as the vocabulary), LayerNorms whole
+    "gptj": [
+        (r"(lm_head|transformer\.wte)\.weight", "vocab"),
+        (r"lm_head\.bias", "vocab"),
+        (r"transformer\.h\.\d+\.attn\.[qkv]_proj\.weight", "column"),
+        (r"transformer\.h\.\d+\.attn\.out_proj\.weight", "row"),
+        (r"transformer\.h\.\d+\.mlp\.fc_in\.(weight|bias)", "column"),
+        (r"transformer\.h\.\d+\.mlp\.fc_out\.weight", "row"),
+        (r"transformer\.h\.\d+\.mlp\.fc_out\.bias", "whole"),
+        (r"transformer\.(h\.\d+\.ln_1|ln_f)\.(weight|bias)", "whole"),
+    ],
     "qwen3_next": EMBED + ATTN + [  # models/qwen3_next.py, layers/mamba/gdn/qwen_gdn_linear_attn.py
         (L + r"linear_attn\.in_proj_(qkvz|ba)\.weight", "column"),  # one output shard: contiguous rows
         (L + r"linear_attn\.conv1d\.weight", "gdn_conv"),  # mamba_v2_sharded_weight_loader: [q | k | v]
@@ -317,7 +330,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
-          "lfm2_moe": "lfm2", "olmo_hybrid": "olmo_hybrid", "gpt_oss": "gpt_oss", "hy_v4": "hy_v4",
+          "lfm2_moe": "lfm2", "olmo_hybrid": "olmo_hybrid", "gpt_oss": "gpt_oss", "hy_v4": "hy_v4", "gptj": "gptj",
           **{mt: "transformers" for mt in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm", "hunyuan_v1_dense",
                                            "jais2", "olmo", "vaultgemma")}}
 
