@@ -341,7 +341,7 @@ static void print_view(const tp_model *m, uint32_t rank)
 			if (d && d->transpose && w < sizeof made)
 				w += (size_t)snprintf(made + w, sizeof made - w, " (last two axes swapped)");
 			if (d && d->rank0_only && w < sizeof made)
-				w += (size_t)snprintf(made + w, sizeof made - w, rank ? " (zeros: rank 0 serves it)" : " (rank 0 only)");
+				w += (size_t)snprintf(made + w, sizeof made - w, rank % m->T ? " (zeros: TP rank 0 serves it)" : " (TP rank 0 only)");
 			printf("%-60s %-6s %-22s %12llu  %s\n", t->name, st_dtype_name(t->dtype), sh, (unsigned long long)t->size,
 			       made);
 		}

@@ -244,6 +244,12 @@ static void cuda_destroy(void *self)
 
 static const tp_gather_ops cuda_ops = {"cuda", cuda_gather, cuda_destroy};
 
+/* The run layout this module reads (run.h TP_RUN_ABI), checked by the loader. */
+extern "C" {
+extern const unsigned tp_cuda_abi;
+const unsigned tp_cuda_abi = TP_RUN_ABI;
+}
+
 extern "C" int tp_cuda_probe(char *why, size_t n)
 {
 	int count = 0;

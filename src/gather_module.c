@@ -1,6 +1,8 @@
 /* gather_module.c: loading the CUDA gather module (see gather_module.h). */
 #include "gather_module.h"
 
+#include "run.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -45,6 +47,13 @@ static void *open_module(char *why, size_t n)
 		if (access(tried[i], R_OK) != 0)
 			continue;
 		void *h = dlopen(tried[i], RTLD_NOW | RTLD_LOCAL);
+		const unsigned *abi = h ? (const unsigned *)dlsym(h, "tp_cuda_abi") : NULL;
+		if (h && (!abi || *abi != TP_RUN_ABI)) { /* built from another tp_run: it would misread every run */
+			snprintf(why, n, "%s was built for run layout %#x, this tpfs reads %#x: rebuild it with this tpfs",
+				 tried[i], abi ? *abi : 0u, TP_RUN_ABI);
+			dlclose(h);
+			return NULL;
+		}
 		if (h)
 			return h;
 		snprintf(why, n, "cannot load %s: %s", tried[i], dlerror());

@@ -42,6 +42,11 @@ typedef struct tp_run {
 	uint32_t rows, cols;
 } tp_run;
 
+/* The run layout a gather module is built for: a module exports it (tp_cuda_abi) and the loader refuses
+ * a module of another (gather_module.c), so a stale installed module never misreads runs. Bump the
+ * version with any change to tp_run or to the run kinds. */
+#define TP_RUN_ABI ((2u << 16) | (unsigned)sizeof(tp_run))
+
 /* Whether run r reads a source (TP_RUN_SRC, TP_RUN_WIDEN or TP_RUN_TRANSPOSE). */
 static inline int tp_run_reads(const tp_run *r)
 {

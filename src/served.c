@@ -161,7 +161,7 @@ static int transpose(bld *b, const tp_sdesc *d, tp_stensor *st)
 	if (R > UINT32_MAX || C > UINT32_MAX)
 		return tp_fail(b->e, TP_ELIMIT, "%s: tensor '%s': a transposed matrix of %llu x %llu is too large",
 			       b->fname, d->name, (unsigned long long)R, (unsigned long long)C);
-	if (S->nparts > st->part0) { /* no part: no bytes on this rank */
+	if (S->nparts > st->part0 && !(d->rank0_only && S->rank != 0)) { /* no part, or zeros: nothing read */
 		tp_part *p = &S->parts[st->part0];
 		const tp_piece *pc = S->pieces + p->pi;
 		uint64_t row = C * (bits / 8);

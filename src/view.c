@@ -107,6 +107,10 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 	int kinds = (cat != NULL) + (from != NULL) + (cst != NULL) + (drop != NULL);
 	if (kinds != 1)
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: give exactly one of cat, from, const, drop", origin, k);
+	if ((drop || cst) && (cJSON_GetObjectItemCaseSensitive(o, "transpose") ||
+			      cJSON_GetObjectItemCaseSensitive(o, "other_ranks")))
+		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"transpose\" and \"other_ranks\" are for cat and from "
+			       "entries (not const or drop)", origin, k);
 	if (drop) {
 		x->kind = TP_VE_DROP;
 		x->per = drop;

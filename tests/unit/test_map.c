@@ -1490,6 +1490,73 @@ static void test_multi_source_layout_case(void **state)
  * other than the first, a concatenated scalar, stacked groups of different shapes, a group only
  * partly on the rank, a piece naming no tensor, two tensors of one name, a constant of no whole
  * bytes. */
+/* Transposed parts of matrices larger than the CPU gather's tile (more source rows than its 64, more
+ * columns than a 512-byte segment holds), for elements of 1, 2, 4 and 8 bytes, cut by columns on the last
+ * axis (the column cut of gpt-oss's gate_up_proj) at T=2: random reads, most starting and ending inside
+ * an output row and some inside an element, through the mapper and the CPU gather, equal the naive
+ * transpose of the naive cut; rank 1 of a rank0_only copy reads zeros. */
+static void test_transpose_large(void **state)
+{
+	(void)state;
+	const st_dtype dts[4] = {ST_U8, ST_BF16, ST_F32, ST_I64};
+	long reads = 0;
+	for (int k = 0; k < 4; k++) {
+		uint64_t R = 150 + 7 * (uint64_t)k, C2 = 2 * (600 + 31 * (uint64_t)k); /* source [3, R, C2], cut to C2 / 2 */
+		tcase cs[1] = {{"w", dts[k], 3, {3, R, C2}, tp_spec_split(2, C2, 1)}};
+		file f;
+		make_file(cs, 1, &f);
+		const st_header *hs[1] = {&f.h};
+		tp_src src = {.fd = -1, .map = f.bytes, .size = f.size};
+		uint64_t es = st_dtype_bits(dts[k]) / 8, C = C2 / 2, lsh[ST_MAX_DIMS], nl;
+		for (int zero = 0; zero < 2; zero++) {
+			uint32_t r = zero ? 1 : 0;
+			uint8_t *cut = NULL;
+			assert_int_equal(naive_tensor(&cs[0], f.bytes + f.h.data_start + f.h.t[0].begin, 2, r, lsh, &cut, &nl), 0);
+			assert_int_equal(nl, 3 * R * C * es);
+			uint8_t *want = calloc(nl, 1);
+			for (uint64_t m = 0; m < 3 && !zero; m++)
+				for (uint64_t i = 0; i < R; i++)
+					for (uint64_t j = 0; j < C; j++)
+						memcpy(want + ((m * C + j) * R + i) * es, cut + ((m * R + i) * C + j) * es, es);
+			tp_pdesc pd = {0, 0, cs[0].spec};
+			tp_sdesc d = {.name = "wT", .pieces = &pd, .npieces = 1, .transpose = 1, .rank0_only = zero};
+			tp_served S;
+			tp_err e;
+			if (tp_served_build(hs, 1, &d, 1, NULL, 0, NULL, 0, 2, r, "rank.safetensors", &S, &e) < 0)
+				fail_msg("%s", e.msg);
+			assert_int_equal(S.t[0].shape[1], C);
+			assert_int_equal(S.t[0].shape[2], R);
+			uint8_t *local = malloc(S.local_size), *buf = malloc(nl + 1);
+			tp_served_local(&S, local);
+			for (int q = 0; q < 40; q++) {
+				uint64_t a = q == 0 ? 0 : rnd() % nl, len = q == 0 ? nl : 1 + rnd() % (nl - a), got = 0;
+				while (got < len) {
+					tp_run runs[8];
+					uint64_t cov;
+					size_t nr = tp_served_map(&S, S.hdr_size + a + got, len - got, runs, 8, &cov);
+					assert_true(cov > 0);
+					if (tp_gather_cpu(runs, nr, &src, local, buf + got, &e) < 0)
+						fail_msg("%s", e.msg);
+					got += cov;
+				}
+				if (memcmp(buf, want + a, len))
+					fail_msg("%s%s: read [%llu, +%llu) differs from the naive transpose", st_dtype_name(dts[k]),
+						 zero ? " (rank 1 of a rank0_only tensor)" : "", (unsigned long long)a,
+						 (unsigned long long)len);
+				reads++;
+			}
+			free(local);
+			free(buf);
+			free(want);
+			free(cut);
+			tp_served_free(&S);
+		}
+		st_header_free(&f.h);
+		free(f.bytes);
+	}
+	printf("large transposes: %ld reads compared\n", reads);
+}
+
 static void test_multi_source_refusals(void **state)
 {
 	(void)state;
@@ -1598,6 +1665,7 @@ int main(void)
 		cmocka_unit_test(test_multi_source_random),
 		cmocka_unit_test(test_multi_source_layout_case),
 		cmocka_unit_test(test_multi_source_refusals),
+		cmocka_unit_test(test_transpose_large),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

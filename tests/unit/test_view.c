@@ -413,6 +413,14 @@ static void test_transpose_rank0(void **state)
 			     "\"from\": \"L.0.o\", \"transpose\": true, \"dtype\": \"F32\"",
 			     "\"from\": \"L.0.o\", \"transpose\": 1", "\"from\": \"L.0.o\", \"other_ranks\": \"ones\""};
 	const char *why[] = {"takes one \"from\" piece", "takes one \"from\" piece", "is true or false", "is \"zeros\""};
+	/* not on const or drop entries */
+	const char *odd[] = {"[{\"name\": \"c\", \"const\": {\"dtype\": \"F32\", \"value\": 1}, \"per\": \"L.0.o\", "
+			     "\"other_ranks\": \"zeros\"}]", "[{\"drop\": \"L.0.o\", \"transpose\": true}]"};
+	for (size_t j = 0; j < 2; j++) {
+		assert_int_equal(resolve(&f, odd[j], NULL, &p, &e), -2);
+		if (!strstr(e.msg, "are for cat and from entries"))
+			fail_msg("odd[%zu]: %s", j, e.msg);
+	}
 	char t[512];
 	for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
 		snprintf(t, sizeof t, "[{\"name\": \"c\", %s}]", bad[j]);
