@@ -13,6 +13,12 @@ the source in the page cache:
                slice, transpose and copy into contiguous arrays (np.ascontiguousarray), no file written.
 Each read is the daemon's first (a fresh mount per repetition); throughputs are rank bytes over wall time;
 the ratios are taken within a repetition, then the median. Prints a Markdown table for docs/PERFORMANCE.md.
+
+Then, from a cold page cache (the source's pages dropped with POSIX_FADV_DONTNEED: no root needed), each view's
+rank 0 files are read once and the source bytes left in the page cache (mincore) are set beside the page-touch
+minimum `tpfs plan --io --ranks 0` gives for that view: what the daemon's prefetch fetched (a node's storage
+reads). With columns cut at T >= 4, whole pages lie between a rank's rows: a prefetch that fetched whole
+matrices would show about twice the minimum.
 """
 import argparse
 import json
@@ -26,48 +32,19 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "py"))
+import fixtures  # noqa: E402
 import tpfs_test as tt  # noqa: E402
 from io_bench import read_files as read_all  # noqa: E402  (bench/ is this script's folder: on sys.path)
 
 
-def write_checkpoint(out, E, H, I, heads=64, kv=8, hd=64, vocab=2048):
-    """One gpt-oss decoder layer (config.json as transformers writes it, model.safetensors in BF16)."""
-    os.makedirs(out, exist_ok=True)
-    L = "model.layers.0."
-    shapes = {"model.embed_tokens.weight": [vocab, H], "lm_head.weight": [vocab, H], "model.norm.weight": [H],
-              L + "input_layernorm.weight": [H], L + "post_attention_layernorm.weight": [H],
-              L + "self_attn.q_proj.weight": [heads * hd, H], L + "self_attn.q_proj.bias": [heads * hd],
-              L + "self_attn.k_proj.weight": [kv * hd, H], L + "self_attn.k_proj.bias": [kv * hd],
-              L + "self_attn.v_proj.weight": [kv * hd, H], L + "self_attn.v_proj.bias": [kv * hd],
-              L + "self_attn.o_proj.weight": [H, heads * hd], L + "self_attn.o_proj.bias": [H],
-              L + "self_attn.sinks": [heads], L + "mlp.router.weight": [E, H], L + "mlp.router.bias": [E],
-              L + "mlp.experts.gate_up_proj": [E, H, 2 * I], L + "mlp.experts.gate_up_proj_bias": [E, 2 * I],
-              L + "mlp.experts.down_proj": [E, I, H], L + "mlp.experts.down_proj_bias": [E, H]}
-    hdr, off = {}, 0
-    for k in sorted(shapes):
-        n = int(np.prod(shapes[k])) * 2
-        hdr[k] = {"dtype": "BF16", "shape": shapes[k], "data_offsets": [off, off + n]}
-        off += n
-    js = json.dumps(hdr).encode()
-    js += b" " * (-len(js) % 8)
-    rng = np.random.default_rng(0)
-    with open(os.path.join(out, "model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(js)) + js)
-        left = off
-        while left:
-            n = min(left, 64 << 20)
-            f.write(rng.integers(0, 1 << 16, n // 2, dtype=np.uint16).tobytes())
-            left -= n
-    cfg = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": H, "intermediate_size": I,
-           "num_hidden_layers": 1, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
-           "num_local_experts": E, "num_experts_per_tok": 4, "vocab_size": vocab, "tie_word_embeddings": False,
-           "layer_types": ["sliding_attention"], "sliding_window": 128, "max_position_embeddings": 4096,
-           "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
-                               "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0},
-           "torch_dtype": "bfloat16"}
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    return off
+def page_touch(src, T, extra):
+    """`tpfs plan --io --ranks 0`'s page-touch minimum of rank 0, in bytes."""
+    out = tt.tpfs("plan", src, "--tp", str(T), "--io", "--ranks", "0", *extra).stdout
+    for line in out.splitlines():
+        w = line.split()
+        if w and w[0] == "0":
+            return int(w[3])
+    raise RuntimeError("no rank 0 line in tpfs plan --io:\n" + out)
 
 
 def timed(fn):
@@ -106,7 +83,7 @@ def main():
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="tpfs-tbench-")
     src = os.path.join(work, "src")
-    total = write_checkpoint(src, a.experts, a.hidden, a.inter)
+    total = fixtures.gpt_oss_layer(src, a.experts, a.hidden, a.inter)
     read_all([os.path.join(src, "model.safetensors")])  # into the page cache
     experts = a.experts * a.hidden * a.inter * 3 * 2  # gate_up + down, BF16
     rows = {"hf view (cut, served as cut)": [], "vllm view (cut, served transposed)": [],
@@ -138,6 +115,21 @@ def main():
         print("| %s | %.2f GB/s | %.2fx hf view |" % (k, m, m / hf))
     print("\nvllm view / hf view, per repetition: %s (median %.2f)" % (", ".join("%.2f" % r for r in ratios),
                                                                        statistics.median(ratios)))
+    path = os.path.join(src, "model.safetensors")
+    print("\nFrom a cold page cache, rank 0 read once (T=%d): source bytes the read left in the page cache against "
+          "`tpfs plan --io --ranks 0`'s page-touch minimum.\n" % a.tp)
+    print("| reader of rank 0 | source fetched | page-touch minimum | ratio |")
+    print("| --- | --- | --- | --- |")
+    for name, extra in (("hf view", ()), ("vllm view (transposed)", ("--view", "vllm"))):
+        with tt.Mount(src, a.tp, *extra) as m:
+            files = ([os.path.join(m.path, f) for f in sorted(os.listdir(m.path)) if f.startswith("model-rank-0-")]
+                     if extra else [os.path.join(m.path, "rank0", "model.safetensors")])
+            tt.drop_cache(path)
+            before = tt.resident(path)
+            read_all(files)
+            got = tt.resident(path) - before
+        need = page_touch(src, a.tp, extra)
+        print("| %s | %.1f MB | %.1f MB | %.2fx |" % (name, got / 1e6, need / 1e6, got / need))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ static void release_runs_src(const tp_fs *fs, const tp_node *n, const tp_run *ru
 	for (size_t k = 0; k < nr; k++) {
 		if (!tp_run_reads(&runs[k]) || runs[k].src != src)
 			continue;
-		uint64_t a = tp_run_src_off(&runs[k]), end = a + tp_run_src_bytes(&runs[k]);
+		uint64_t a, end;
+		tp_run_src_span(&runs[k], &a, &end);
 		lo = a < lo ? a : lo;
 		hi = end > hi ? end : hi;
 	}
@@ -360,13 +361,13 @@ static void fetch_src(const tp_fs *fs, const rfile *rf, const tp_io_range *rg, s
 static void fetch_runs(const tp_fs *fs, const rfile *rf, const tp_run *runs, size_t nr)
 {
 	tp_io_range rg[64];
-	size_t done = 0;
-	while (done < nr) {
-		size_t used, ng = tp_io_ranges_src(runs + done, nr - done, sys_page(), rg, 64, &used);
+	tp_io_at at = {0, 0};
+	while (at.run < nr) {
+		tp_io_at was = at;
+		size_t ng = tp_io_ranges_src(runs, nr, sys_page(), rg, 64, &at);
 		fetch_src(fs, rf, rg, ng);
-		if (!used)
-			break;
-		done += used;
+		if (at.run == was.run && at.cut <= was.cut)
+			break; /* no progress (not reached: each call advances) */
 	}
 }
 
@@ -375,12 +376,13 @@ static void fetch_runs(const tp_fs *fs, const rfile *rf, const tp_run *runs, siz
 static void fetch_span(const tp_fs *fs, const rfile *rf, uint64_t a, uint64_t b)
 {
 	tp_io_range rg[64];
+	uint64_t cut = 0;
 	while (a < b) {
-		uint64_t cov;
-		size_t ng = tp_file_io_plan(rf->f, a, b, sys_page(), rg, 64, &cov);
+		uint64_t cov, was = cut;
+		size_t ng = tp_file_io_plan(rf->f, a, b, sys_page(), rg, 64, &cov, &cut);
 		fetch_src(fs, rf, rg, ng);
-		if (!cov)
-			break;
+		if (!cov && cut <= was)
+			break; /* no progress (not reached: each call advances) */
 		a += cov;
 	}
 }

@@ -293,30 +293,63 @@ static int push(tp_io_range *out, size_t cap, size_t *n, uint32_t src, uint64_t 
 	return 0;
 }
 
+/* Pushes the source ranges of cut bytes [x, c1) of a cut whose byte y lies at source offset
+ * at + y / rep * stride + y % rep (rows of rep bytes, stride apart): one range where no whole page
+ * lies between two rows, else a range per row. Returns the cut byte reached: c1, or less where out
+ * filled up. */
+static uint64_t push_rows(tp_io_range *out, size_t cap, size_t *n, uint32_t src, uint64_t at, uint64_t stride,
+			  uint64_t rep, uint64_t x, uint64_t c1, uint64_t page)
+{
+	if (x >= c1)
+		return c1;
+	if (stride <= rep || stride - rep < page || x / rep == (c1 - 1) / rep)
+		return push(out, cap, n, src, at + x / rep * stride + x % rep,
+			    at + (c1 - 1) / rep * stride + (c1 - 1) % rep + 1, page) < 0
+			       ? x
+			       : c1;
+	while (x < c1) {
+		uint64_t q = x / rep, e = (q + 1) * rep < c1 ? (q + 1) * rep : c1;
+		if (push(out, cap, n, src, at + q * stride + x % rep, at + q * stride + (e - 1) % rep + 1, page) < 0)
+			return x;
+		x = e;
+	}
+	return c1;
+}
+
 /* tp_io_ranges and tp_io_ranges_src: with by_src, each range of its runs' source. */
-static size_t ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, size_t *used,
+static size_t ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, tp_io_at *at,
 		     int by_src)
 {
-	size_t n = 0, k = 0;
-	for (; k < nr; k++) {
-		if (!tp_run_src_bytes(&runs[k]))
+	size_t n = 0;
+	for (; at->run < nr; at->run++, at->cut = 0) {
+		const tp_run *r = &runs[at->run];
+		uint32_t src = by_src ? r->src : 0;
+		if (r->kind == TP_RUN_TRANSPOSE) { /* the rows of its cut span (tp_run_t_src), not what lies between */
+			uint64_t lo, hi;
+			tp_run_t_span(r, &lo, &hi);
+			uint64_t to = push_rows(out, cap, &n, src, r->off, r->stride, r->rep, lo + at->cut, hi, page);
+			if (to < hi) {
+				at->cut = to - lo;
+				break; /* out is full */
+			}
 			continue;
-		uint64_t lo = tp_run_src_off(&runs[k]);
-		if (push(out, cap, &n, by_src ? runs[k].src : 0, lo, lo + tp_run_src_bytes(&runs[k]), page) < 0)
-			break;
+		}
+		uint64_t a, b;
+		tp_run_src_span(r, &a, &b);
+		if (a < b && push(out, cap, &n, src, a, b, page) < 0)
+			break; /* out is full */
 	}
-	*used = k;
 	return n;
 }
 
-size_t tp_io_ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, size_t *used)
+size_t tp_io_ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, tp_io_at *at)
 {
-	return ranges(runs, nr, page, out, cap, used, 0);
+	return ranges(runs, nr, page, out, cap, at, 0);
 }
 
-size_t tp_io_ranges_src(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, size_t *used)
+size_t tp_io_ranges_src(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, tp_io_at *at)
 {
-	return ranges(runs, nr, page, out, cap, used, 1);
+	return ranges(runs, nr, page, out, cap, at, 1);
 }
 
 /* One cut's share of a plan: the pages of the rows of local bytes [pos - t0, tend - t0) of a cut
@@ -403,10 +436,12 @@ size_t tp_io_plan(const tp_layout *L, uint64_t a, uint64_t b, uint64_t page, tp_
 }
 
 size_t tp_served_io_plan(const tp_served *S, uint64_t a, uint64_t b, uint64_t page, tp_io_range *out, size_t cap,
-			 uint64_t *covered)
+			 uint64_t *covered, uint64_t *cut)
 {
 	size_t n = 0;
+	uint64_t skip = *cut; /* of the transposed matrix holding a */
 	*covered = 0;
+	*cut = 0;
 	if (b > S->size)
 		b = S->size;
 	if (a >= b || cap < TP_MAX_PIECES)
@@ -432,19 +467,22 @@ size_t tp_served_io_plan(const tp_served *S, uint64_t a, uint64_t b, uint64_t pa
 			pos = tend;
 			continue;
 		}
-		if (p->tes) { /* transposed: the source span of every matrix the output bytes reach (a run's span:
-			       * tp_run_src_bytes), one range each, merged where they touch */
+		if (p->tes) { /* transposed: the cut rows of every matrix the output bytes reach (an output row
+			       * reads all its matrix's rows), from `skip` in the one holding a */
 			const tp_piece *pc = S->pieces + p->pi;
 			uint64_t mat = (uint64_t)p->trows * p->tcols * p->tes, m = (pos - t0) / mat, m1 = (tend - t0 - 1) / mat;
 			for (; m <= m1; m++) {
-				uint64_t r0 = m * mat / p->rep, r1 = ((m + 1) * mat - 1) / p->rep;
-				if (push(out, cap, &n, p->src, p->base + r0 * p->stride + pc->off,
-					 p->base + r1 * p->stride + pc->off + pc->len, page) < 0)
-					break;
+				uint64_t c0 = m * mat, c1 = c0 + mat, holds_a = t0 + c0 <= a && a < t0 + c1;
+				uint64_t to = push_rows(out, cap, &n, p->src, p->base + pc->off, p->stride, p->rep,
+							c0 + (holds_a ? skip : 0), c1, page);
+				if (to < c1) {
+					*cut = to - c0;
+					break; /* out is full */
+				}
 			}
 			if (m <= m1) {
 				pos = t0 + m * mat > pos ? t0 + m * mat : pos;
-				break; /* out is full */
+				break;
 			}
 			pos = tend;
 			continue;

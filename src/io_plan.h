@@ -56,17 +56,26 @@ typedef struct tp_io_range {
 	uint32_t src;
 } tp_io_range;
 
+/* Where tp_io_ranges stopped: at runs[run], of which (a TP_RUN_TRANSPOSE run) the first `cut`
+ * bytes of its cut span (tp_run_t_span) are planned already. Start from {0, 0}. */
+typedef struct tp_io_at {
+	size_t run;
+	uint64_t cut;
+} tp_io_at;
+
 /* Turns runs of one source (as tp_map emits them; only runs that read a source count, a
- * TP_RUN_WIDEN one by the source bytes it widens; their src is not
- * read and the ranges name source 0) into page-aligned ranges of `page` bytes (a power of two),
- * in order, merging a range into the previous one when they overlap or touch. Writes at most
- * cap ranges; *used receives the number of runs consumed (all of them unless cap was reached:
- * call again from there). Returns the number of ranges. */
-size_t tp_io_ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, size_t *used);
+ * TP_RUN_WIDEN one by the source bytes it widens, a TP_RUN_TRANSPOSE one by the cut rows of its
+ * matrices (tp_run_t_span), not the other ranks' bytes between them; their src is not read and
+ * the ranges name source 0) into page-aligned ranges of `page` bytes (a power of two), in order,
+ * merging a range into the previous one when they overlap or touch. Plans from *at and writes at
+ * most cap ranges (cap >= 1), advancing *at past what they cover: done when at->run == nr, else
+ * call again (each call advances *at: a transposed run whose rows leave whole pages between them
+ * gives a range per row, and may take several calls). Returns the number of ranges. */
+size_t tp_io_ranges(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, tp_io_at *at);
 
 /* The same for runs of several sources (tp_served_map's): each range names its runs' source,
  * and ranges merge only within one source. */
-size_t tp_io_ranges_src(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, size_t *used);
+size_t tp_io_ranges_src(const tp_run *runs, size_t nr, uint64_t page, tp_io_range *out, size_t cap, tp_io_at *at);
 
 /* The page ranges (of `page` bytes, a power of two) to fetch for rank-file bytes [a, b) of L, in
  * order, merged as tp_io_ranges merges: every page of the source runs tp_map gives for [a, b),
@@ -79,8 +88,13 @@ size_t tp_io_plan(const tp_layout *L, uint64_t a, uint64_t b, uint64_t page, tp_
 		  uint64_t *covered);
 
 /* The same for bytes [a, b) of served file S: every page of the source runs tp_served_map gives,
- * each range naming its source, widened and merged as tp_io_plan does for each piece's cut. */
+ * each range naming its source, widened and merged as tp_io_plan does for each piece's cut; for a
+ * transposed part, the cut rows of every matrix [a, b) reaches (whole matrices: any output row of
+ * a matrix reads all its rows). *cut: on entry, the bytes of the cut of the transposed matrix
+ * holding byte a that the previous call planned (0 to start); on return, the same for byte
+ * a + *covered (nonzero where out filled up inside a transposed matrix whose rows each give a
+ * range: call again from there, with *covered 0 possible, *cut then grown). */
 size_t tp_served_io_plan(const tp_served *S, uint64_t a, uint64_t b, uint64_t page, tp_io_range *out, size_t cap,
-			 uint64_t *covered);
+			 uint64_t *covered, uint64_t *cut);
 
 #endif

@@ -71,32 +71,31 @@ static inline void tp_run_t_span(const tp_run *r, uint64_t *lo, uint64_t *hi)
 	*hi = (m1 + 1) * mat;
 }
 
-/* The source bytes run r reads from r->off: len for TP_RUN_SRC, the 2-byte values a TP_RUN_WIDEN
- * run widens, the source span of a TP_RUN_TRANSPOSE run's matrices (from tp_run_t_src of its
- * tp_run_t_span's first byte: see tp_run_src_off), 0 for the other kinds. */
+/* The source bytes run r reads: len for TP_RUN_SRC, the 2-byte values a TP_RUN_WIDEN run widens,
+ * len for a TP_RUN_TRANSPOSE run (each output byte is one source byte), 0 for the other kinds. */
 static inline uint64_t tp_run_src_bytes(const tp_run *r)
 {
-	if (r->kind == TP_RUN_SRC)
+	if (r->kind == TP_RUN_SRC || r->kind == TP_RUN_TRANSPOSE)
 		return r->len;
 	if (r->kind == TP_RUN_WIDEN)
 		return (r->skip + r->len + 3) / 4 * 2;
-	if (r->kind == TP_RUN_TRANSPOSE) {
-		uint64_t lo, hi;
-		tp_run_t_span(r, &lo, &hi);
-		return tp_run_t_src(r, hi - 1) + 1 - tp_run_t_src(r, lo);
-	}
 	return 0;
 }
 
-/* The source offset of the first byte run r reads (with tp_run_src_bytes: the span it reads). */
-static inline uint64_t tp_run_src_off(const tp_run *r)
+/* The source bytes [*a, *b) from the first byte run r reads to one past its last (for a
+ * TP_RUN_TRANSPOSE run: the cut rows of tp_run_t_span, other ranks' bytes between them included;
+ * tp_io_ranges plans only its rows). Empty (*a == *b) for a run that reads no source. */
+static inline void tp_run_src_span(const tp_run *r, uint64_t *a, uint64_t *b)
 {
 	if (r->kind == TP_RUN_TRANSPOSE) {
 		uint64_t lo, hi;
 		tp_run_t_span(r, &lo, &hi);
-		return tp_run_t_src(r, lo);
+		*a = tp_run_t_src(r, lo);
+		*b = tp_run_t_src(r, hi - 1) + 1;
+		return;
 	}
-	return r->off;
+	*a = r->off;
+	*b = r->off + tp_run_src_bytes(r);
 }
 
 #endif

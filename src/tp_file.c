@@ -35,8 +35,11 @@ size_t tp_file_map(tp_file f, uint64_t off, uint64_t len, tp_run *out, size_t ca
 }
 
 size_t tp_file_io_plan(tp_file f, uint64_t a, uint64_t b, uint64_t page, tp_io_range *out, size_t cap,
-		       uint64_t *covered)
+		       uint64_t *covered, uint64_t *cut)
 {
-	return f.L ? tp_io_plan(f.L, a, b, page, out, cap, covered)
-		   : tp_served_io_plan(f.S, a, b, page, out, cap, covered);
+	if (f.L) {
+		*cut = 0;
+		return tp_io_plan(f.L, a, b, page, out, cap, covered);
+	}
+	return tp_served_io_plan(f.S, a, b, page, out, cap, covered, cut);
 }

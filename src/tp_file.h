@@ -56,8 +56,9 @@ uint32_t tp_file_nsrc(tp_file f);
 size_t tp_file_map(tp_file f, uint64_t off, uint64_t len, tp_run *out, size_t cap, uint64_t *covered);
 
 /* tp_io_plan or tp_served_io_plan: the page ranges (each naming its source) that bytes [a, b)
- * read. cap >= TP_MAX_PIECES. *covered: the file bytes done. */
+ * read. cap >= TP_MAX_PIECES. *covered: the file bytes done; *cut: tp_served_io_plan's cursor in a
+ * transposed matrix (a layout's is always 0). Done when a + *covered == b and *cut is 0. */
 size_t tp_file_io_plan(tp_file f, uint64_t a, uint64_t b, uint64_t page, tp_io_range *out, size_t cap,
-		       uint64_t *covered);
+		       uint64_t *covered, uint64_t *cut);
 
 #endif

@@ -9,6 +9,7 @@ checkpoints are laid out. Dimensions are chosen so that T = 1, 2 and 4 divide ev
 """
 import json
 import os
+import struct
 import sys
 
 import numpy as np
@@ -400,6 +401,48 @@ FAMILIES = {f.__name__: f for f in [llama, qwen2, qwen3, qwen3_moe, deepseek_v3,
                                     qwen3_5, kimi_linear, glm5_next]}
 # families whose plan allows uneven head splits (and whose other dims divide by 3)
 UNEVEN = {"deepseek_v3", "glm_moe_dsa"}
+
+
+def gpt_oss_layer(out, E, H, I, heads=64, kv=8, hd=64, vocab=2048):
+    """One gpt-oss decoder layer of random BF16 bytes, of any size (config.json as transformers writes it,
+    one model.safetensors written in 64 MB pieces; bench/transpose_bench.py writes 400 MB): the experts
+    gate_up_proj [E, H, 2I] and down_proj [E, I, H] as transformers' GptOss stores them. Returns the data bytes."""
+    os.makedirs(out, exist_ok=True)
+    L = "model.layers.0."
+    shapes = {"model.embed_tokens.weight": [vocab, H], "lm_head.weight": [vocab, H], "model.norm.weight": [H],
+              L + "input_layernorm.weight": [H], L + "post_attention_layernorm.weight": [H],
+              L + "self_attn.q_proj.weight": [heads * hd, H], L + "self_attn.q_proj.bias": [heads * hd],
+              L + "self_attn.k_proj.weight": [kv * hd, H], L + "self_attn.k_proj.bias": [kv * hd],
+              L + "self_attn.v_proj.weight": [kv * hd, H], L + "self_attn.v_proj.bias": [kv * hd],
+              L + "self_attn.o_proj.weight": [H, heads * hd], L + "self_attn.o_proj.bias": [H],
+              L + "self_attn.sinks": [heads], L + "mlp.router.weight": [E, H], L + "mlp.router.bias": [E],
+              L + "mlp.experts.gate_up_proj": [E, H, 2 * I], L + "mlp.experts.gate_up_proj_bias": [E, 2 * I],
+              L + "mlp.experts.down_proj": [E, I, H], L + "mlp.experts.down_proj_bias": [E, H]}
+    hdr, off = {}, 0
+    for k in sorted(shapes):
+        n = int(np.prod(shapes[k])) * 2
+        hdr[k] = {"dtype": "BF16", "shape": shapes[k], "data_offsets": [off, off + n]}
+        off += n
+    js = json.dumps(hdr).encode()
+    js += b" " * (-len(js) % 8)
+    rng = np.random.default_rng(0)
+    with open(os.path.join(out, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(js)) + js)
+        left = off
+        while left:
+            n = min(left, 64 << 20)
+            f.write(rng.integers(0, 1 << 16, n // 2, dtype=np.uint16).tobytes())
+            left -= n
+    cfg = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": H, "intermediate_size": I,
+           "num_hidden_layers": 1, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
+           "num_local_experts": E, "num_experts_per_tok": 4, "vocab_size": vocab, "tie_word_embeddings": False,
+           "layer_types": ["sliding_attention"], "sliding_window": 128, "max_position_embeddings": 4096,
+           "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                               "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0},
+           "torch_dtype": "bfloat16"}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return off
 
 
 def save(out, config, tensors, nfiles=2, extra_files=True):

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import tempfile
 import time
 
@@ -234,36 +235,6 @@ with tt.Mount(src, 2, "--view", wrong) as m:
 # disk of this test's folder: its cached pages are dropped, 4 KiB of rank 0's first part file are
 # read with the kernel's readahead on it off, and the source pages the daemon asks for (those of
 # the part's next 8 MiB) must turn up in the page cache, where that read itself needs one page.
-def resident(path):
-    """Bytes of path's pages in the page cache (mincore over a mapping of it)."""
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    size = os.path.getsize(path)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
-        assert addr not in (None, ctypes.c_void_p(-1).value), "mmap failed"
-        vec = (ctypes.c_ubyte * ((size + 4095) // 4096))()
-        rc = libc.mincore(addr, size, vec)
-        libc.munmap(addr, size)
-        assert rc == 0, "mincore failed"
-        return sum(b & 1 for b in vec) * 4096
-    finally:
-        os.close(fd)
-
-
-def drop_cache(d):
-    for f in os.listdir(d):
-        fd = os.open(os.path.join(d, f), os.O_RDONLY)
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-
-
 big = os.path.join(work, "big")
 bc = dict(config, hidden_size=1024, num_attention_heads=16, num_key_value_heads=4, head_dim=64, intermediate_size=2048,
           vocab_size=1024, num_hidden_layers=2)
@@ -279,15 +250,16 @@ fixtures.save(big, bc, bb.t)
 srcs = [os.path.join(big, f) for f in os.listdir(big) if f.endswith(".safetensors")]
 with tt.Mount(big, 2, "--view", "vllm") as m:
     part = sorted(glob.glob(os.path.join(m.path, "model-rank-0-part-*.safetensors")))[0]
-    drop_cache(big)
-    before = sum(resident(f) for f in srcs)
+    for f in os.listdir(big):
+        tt.drop_cache(os.path.join(big, f))
+    before = sum(tt.resident(f) for f in srcs)
     fd = os.open(part, os.O_RDONLY)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # the kernel's readahead on the part file off
     os.pread(fd, 4096, 0)
     os.close(fd)
     after = before
     for _ in range(50):  # MADV_WILLNEED starts the reads and returns: wait for them
-        after = sum(resident(f) for f in srcs)
+        after = sum(tt.resident(f) for f in srcs)
         if after - before >= 4 << 20:
             break
         time.sleep(0.1)
@@ -310,6 +282,48 @@ with tt.Mount(big, 2, "--view", "vllm") as m:
             if l[:1].isdigit()}
     F.check(int(rows["0"][4]) > int(rows["0"][3]) // 2,
             "without --reply iov most view reads are copied (%s reads, %s copied)" % (rows["0"][3], rows["0"][4]))
+
+# 7b. a transposed part's prefetch (issue 28's read path): gpt-oss's gate_up_proj [E, H, 2I] is cut by
+# columns, 2I/T of each row, and served transposed; at T=4 with rows of four pages, whole pages of the other
+# ranks' columns lie between rank 0's. Rank 0's view, read from a cold page cache, must leave every page of
+# its own columns cached and none of the pages that hold only other ranks' columns (the prefetch fetches
+# the cut's rows, not whole matrices: before the fix it fetched all of them), and no more of the source
+# than rank 0's rank folder (the hf view, the same cuts served as cut) fetches.
+gpt = os.path.join(work, "gpt-oss")
+gE, gH, gI = 2, 64, 4096  # a gate_up row 16 KiB: rank 0 the first 4 KiB, whole pages of other columns after it
+fixtures.gpt_oss_layer(gpt, gE, gH, gI, heads=8, kv=4, hd=64, vocab=256)
+gsrc = os.path.join(gpt, "model.safetensors")
+with open(gsrc, "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    ghdr, gbase = json.loads(f.read(n)), 8 + n
+page = os.sysconf("SC_PAGE_SIZE")
+gu0 = gbase + ghdr["model.layers.0.mlp.experts.gate_up_proj"]["data_offsets"][0]
+mine, others = set(), set()
+for row in range(gE * gH):
+    start, share = gu0 + row * 2 * gI * 2, 2 * gI // 4 * 2
+    mine.update(range(start // page, (start + share - 1) // page + 1))
+    first, last = -(-(start + share) // page), (start + 2 * gI * 2) // page  # pages wholly in other columns
+    others.update(range(first, last))
+fetched = {}
+for how, extra in (("hf", ()), ("vllm", ("--view", "vllm"))):
+    with tt.Mount(gpt, 4, *extra) as m:
+        files = ([os.path.join(m.path, f) for f in sorted(os.listdir(m.path)) if f.startswith("model-rank-0-")]
+                 if extra else [os.path.join(m.path, "rank0", "model.safetensors")])
+        tt.drop_cache(gsrc)
+        for f in files:
+            with open(f, "rb") as fh:
+                while fh.read(1 << 20):
+                    pass
+        cached = tt.resident_pages(gsrc)
+    fetched[how] = sum(cached) * page
+    if how == "vllm":
+        F.check(others and all(cached[p] for p in mine) and not any(cached[p] for p in others),
+                "gpt-oss at T=4, --view vllm: rank 0's read fetched its %d pages of gate_up_proj's columns and "
+                "none of the %d pages of other ranks' columns (%d of them cached)"
+                % (len(mine), len(others), sum(cached[p] for p in others)))
+F.check(fetched["vllm"] <= fetched["hf"],
+        "gpt-oss at T=4: rank 0's vLLM view fetched no more source than its rank folder (%d KiB, %d KiB)"
+        % (fetched["vllm"] >> 10, fetched["hf"] >> 10))
 
 # 5b. one condition language (issue 31): "when" is a plan expression over config.json and T (an
 # entry dropping model.norm.weight at T=4 only), and one that reads a key neither config.json nor the

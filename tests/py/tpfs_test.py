@@ -1,4 +1,4 @@
-"""Helpers shared by the Python tests of tpfs: the binary, mounts, skips, raw safetensors I/O.
+"""Helpers shared by the Python tests of tpfs: the binary, mounts, skips, raw safetensors I/O, the page cache.
 
 Mount tests follow libfuse's test/util.py: the daemon runs in the foreground, the test waits for
 the mount to appear, always unmounts (fusermount3 -u -z) and reaps the daemon, and fails when the
@@ -43,6 +43,43 @@ def require_fuse():
     if why:
         print("SKIP: " + why)
         sys.exit(SKIP)
+
+
+def resident(path):
+    """Bytes of path's pages in the page cache."""
+    return sum(resident_pages(path)) * os.sysconf("SC_PAGE_SIZE")
+
+
+def resident_pages(path):
+    """Per page of path, 1 where it is in the page cache, else 0 (mincore over a mapping of it)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size, page = os.path.getsize(path), os.sysconf("SC_PAGE_SIZE")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+        assert addr not in (None, ctypes.c_void_p(-1).value), "mmap failed"
+        vec = (ctypes.c_ubyte * ((size + page - 1) // page))()
+        rc = libc.mincore(addr, size, vec)
+        libc.munmap(addr, size)
+        assert rc == 0, "mincore failed"
+        return [b & 1 for b in vec]
+    finally:
+        os.close(fd)
+
+
+def drop_cache(path):
+    """Drops path's clean pages from the page cache (POSIX_FADV_DONTNEED after an fsync: no root needed)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def tpfs(*args, check=False, **kw):

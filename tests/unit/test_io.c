@@ -5,7 +5,8 @@
  * bitmap of the source file, and the marked bytes and the pages holding any are counted.
  * tp_io_need_of must give the same numbers for random rank sets over column, row, middle-axis,
  * segmented, replicated-group, uneven, padded, replicated and (expert-parallel) absent tensors,
- * at several page sizes. tp_io_ranges must cover exactly the pages of the runs it is given, and
+ * at several page sizes. tp_io_ranges must cover exactly the pages of the runs it is given (of a
+ * transposed run: the rows of the matrices it reaches, not the bytes between them), and
  * tp_io_plan every page of the runs of the bytes asked for and no page the rank never needs.
  */
 #include <setjmp.h>
@@ -197,34 +198,76 @@ static void test_need_matches_brute_force(void **state)
 	st_header_free(&h);
 }
 
+/* A random TP_RUN_TRANSPOSE run at source offset `at`: M matrices [R, C] of es-byte elements, cut
+ * by their last axis (rows of C elements), by their rows (a matrix a row) or by an outer axis (two
+ * matrices a row), rows `stride` apart, some output bytes of them. Returns the source bytes its
+ * cut spans. */
+static uint64_t random_transpose(tp_run *r, uint64_t at, uint64_t page)
+{
+	static const uint8_t sizes[] = {1, 2, 4, 8};
+	uint64_t es = sizes[rnd() % 4], R = 1 + rnd() % 9, C = 1 + rnd() % 9, M = 1 + rnd() % 4;
+	uint64_t mat = R * C * es, how = rnd() % 3, rep = how == 0 ? C * es : how == 1 ? mat : 2 * mat;
+	if (how == 2 && M % 2)
+		M++;
+	uint64_t total = M * mat, pos = rnd() % total, len = 1 + rnd() % (total - pos);
+	*r = (tp_run){.kind = TP_RUN_TRANSPOSE, .off = at, .len = len, .src = 0, .pos = pos,
+		      .stride = rep + (rnd() % 2 ? rnd() % (3 * page) : 0), .rep = rep, .rows = (uint32_t)R,
+		      .cols = (uint32_t)C, .from = (uint8_t)es};
+	return (total / rep - 1) * r->stride + rep;
+}
+
+/* Marks the pages of the source bytes run r reads, computed here from the run's definition: a
+ * transposed run reads every row of each matrix one of its output elements lies in. */
+static void mark_run(const tp_run *r, uint64_t page, uint8_t *want)
+{
+	if (r->kind == TP_RUN_SRC) {
+		for (uint64_t p = r->off / page; p <= (r->off + r->len - 1) / page; p++)
+			want[p] = 1;
+		return;
+	}
+	if (r->kind != TP_RUN_TRANSPOSE)
+		return;
+	uint64_t es = r->from, mat = (uint64_t)r->rows * r->cols * es;
+	uint64_t m0 = r->pos / mat, m1 = (r->pos + r->len - 1) / mat;
+	for (uint64_t x = m0 * mat; x < (m1 + 1) * mat; x++)
+		want[(r->off + x / r->rep * r->stride + x % r->rep) / page] = 1;
+}
+
 static void test_ranges_cover_the_runs(void **state)
 {
 	(void)state;
-	for (int trial = 0; trial < 200; trial++) {
+	long transposed = 0;
+	for (int trial = 0; trial < 400; trial++) {
 		tp_run runs[64];
 		size_t nr = 1 + rnd() % 64;
 		uint64_t page = (uint64_t)1 << (6 + rnd() % 7), at = rnd() % 4096, limit = 0;
 		for (size_t k = 0; k < nr; k++) {
-			runs[k].kind = rnd() % 7 == 0 ? TP_RUN_ZERO : rnd() % 11 == 0 ? TP_RUN_HDR : TP_RUN_SRC;
 			if (rnd() % 9 == 0)
 				at = rnd() % 60000; /* a jump, maybe backwards */
-			runs[k].off = at;
-			runs[k].len = 1 + rnd() % 3000;
-			at += runs[k].len + (rnd() % 3 ? rnd() % 6000 : 0);
+			uint64_t span;
+			if (rnd() % 5 == 0) {
+				span = random_transpose(&runs[k], at, page);
+				transposed++;
+			} else {
+				runs[k] = (tp_run){.kind = rnd() % 7 == 0 ? TP_RUN_ZERO : rnd() % 11 == 0 ? TP_RUN_HDR : TP_RUN_SRC,
+						   .off = at, .len = 1 + rnd() % 3000};
+				span = runs[k].len;
+			}
+			at += span + (rnd() % 3 ? rnd() % 6000 : 0);
 			if (at + 1 > limit)
 				limit = at + 1;
 		}
 		uint8_t *want = calloc(limit / page + 2, 1), *got = calloc(limit / page + 2, 1);
 		for (size_t k = 0; k < nr; k++)
-			if (runs[k].kind == TP_RUN_SRC)
-				for (uint64_t p = runs[k].off / page; p <= (runs[k].off + runs[k].len - 1) / page; p++)
-					want[p] = 1;
+			mark_run(&runs[k], page, want);
 		tp_io_range out[64];
-		size_t done = 0, cap = 1 + rnd() % 8;
-		while (done < nr) {
-			size_t used;
-			size_t n = tp_io_ranges(runs + done, nr - done, page, out, cap, &used);
-			assert_true(used > 0 || n == 0);
+		size_t cap = 1 + rnd() % 8;
+		tp_io_at pos = {0, 0};
+		while (pos.run < nr) {
+			tp_io_at was = pos;
+			size_t n = tp_io_ranges(runs, nr, page, out, cap, &pos);
+			assert_true(pos.run > was.run || (pos.run == was.run && pos.cut > was.cut)); /* progress */
+			assert_true(n <= cap);
 			for (size_t j = 0; j < n; j++) {
 				assert_int_equal(out[j].lo % page, 0);
 				assert_int_equal(out[j].hi % page, 0);
@@ -238,9 +281,6 @@ static void test_ranges_cover_the_runs(void **state)
 					got[p] = 1;
 				}
 			}
-			if (!used)
-				break;
-			done += used;
 		}
 		for (uint64_t p = 0; p <= limit / page; p++)
 			if (want[p] && !got[p])
@@ -248,6 +288,7 @@ static void test_ranges_cover_the_runs(void **state)
 		free(want);
 		free(got);
 	}
+	assert_true(transposed > 1000);
 }
 
 /* Marks the pages of the source runs of rank-file bytes [a, b) of L. */
