@@ -19,6 +19,7 @@ KeyError in its sharded_state loader) and the SGLang view's files with the two r
 names and shapes: the weights and tokens differ). Refusals by name: KV heads fewer than the ranks and
 an intermediate size SGLang's CPU path pads, a quantized checkpoint, pipeline stages, an untied Gemma 3 (whose
 head SGLang's loader never fills), a tied or partly dense Qwen3-Next, a family with no SGLang view.
+TPFS_SGLANG_FAMILIES=a,b starts the Engines of those families only (and llama's): to iterate on a family.
 
 STAND-IN: SGLang's CPU kernels (sgl_kernel) are not on PyPI; sglang_site/sgl_kernel is a module whose
 every function raises, which only lets SGLang import (its native torch paths then run), and it registers two
@@ -65,6 +66,10 @@ FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen2": ("llama", {
             # full_attention_interval as the published config.json has it: SGLang's Qwen3NextConfig builds its
             # layer pattern from it (configs/qwen3_next.py layers_block_type), not from layer_types
             "qwen3_next": ("qwen3_next", {"num_key_value_heads": 2, "full_attention_interval": 2})}
+# TPFS_SGLANG_FAMILIES=a,b: only those families' Engine starts (and llama's, which the wrong-file cases use), to
+# iterate on one family; unset: every family
+ONLY = [f for f in (os.environ.get("TPFS_SGLANG_FAMILIES") or "").split(",") if f]
+RUN = [f for f in FAMILIES if not ONLY or f in ONLY or f == "llama"]
 # the reference's cuts (vllm_view_ref.CUTS, vLLM's) where SGLang's model cuts otherwise: Gemma 3's embedding is
 # Gemma3TextScaledWordEmbedding, a plain nn.Embedding (srt/models/gemma3_causal.py): whole on every rank, and with
 # tied embeddings its lm_head is that module
@@ -209,7 +214,8 @@ def main():
     times = {}
     with contextlib.ExitStack() as stack:
         jobs, served, served_hdr = [], {}, {}
-        for fam, (view, cfg) in FAMILIES.items():
+        for fam in RUN:
+            view, cfg = FAMILIES[fam]
             src = vllm_models.make(fam, os.path.join(work, "src", fam), tp=2, config=cfg)
             if fam in EDIT:
                 vllm_models.edit_tensors(src, EDIT[fam])
@@ -268,7 +274,7 @@ def main():
         fails.done("sglang")
         return
     print("%-24s %-8s %-9s %-9s %s" % ("family", "rank", "keys", "weights", "tensors"))
-    for fam in FAMILIES:
+    for fam in RUN:
         a, b = res.get(fam + "/auto", {}), res.get(fam + "/sharded_state", {})
         for n_, x in ((fam + " (default loader)", a), (fam + " (sharded_state)", b)):
             fails.check(x and not x.get("error"), "%s: SGLang failed: %s" % (n_, (x.get("error") or "no result")[-800:]))

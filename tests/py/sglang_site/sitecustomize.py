@@ -32,7 +32,8 @@ def install():
 
     def digest(t):
         t = t.detach().contiguous().cpu()
-        b = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        # reshape(-1): a 0-d tensor (Apertus's xIELU beta and eps) cannot be viewed as bytes of another size
+        b = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
         return "%s %s %s" % (tuple(t.shape), str(t.dtype).replace("torch.", ""), hashlib.sha1(b).hexdigest())
 
     def tensors(model):
