@@ -18,7 +18,8 @@ Wrong files must fail: the vLLM view's files (four attention scale entries SGLan
 KeyError in its sharded_state loader) and the SGLang view's files with the two ranks swapped (same
 names and shapes: the weights and tokens differ). Refusals by name: KV heads fewer than the ranks and
 an intermediate size SGLang's CPU path pads, a quantized checkpoint, pipeline stages, an untied Gemma 3 (whose
-head SGLang's loader never fills), a tied or partly dense Qwen3-Next, a family with no SGLang view.
+head SGLang's loader never fills), a tied or partly dense Qwen3-Next, a tied Arcee, HunYuan dense without
+use_qk_norm, Command R with it, a family with no SGLang view (gemma2, gemma, exaone4: views/sglang/README.md says why).
 TPFS_SGLANG_FAMILIES=a,b starts the Engines of those families only (and llama's): to iterate on a family.
 
 STAND-IN: SGLang's CPU kernels (sgl_kernel) are not on PyPI; sglang_site/sgl_kernel is a module whose
@@ -65,7 +66,15 @@ FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen2": ("llama", {
             "gemma3": ("gemma3", {"num_key_value_heads": 2}),
             # full_attention_interval as the published config.json has it: SGLang's Qwen3NextConfig builds its
             # layer pattern from it (configs/qwen3_next.py layers_block_type), not from layer_types
-            "qwen3_next": ("qwen3_next", {"num_key_value_heads": 2, "full_attention_interval": 2})}
+            "qwen3_next": ("qwen3_next", {"num_key_value_heads": 2, "full_attention_interval": 2}),
+            # llama's view: Apertus (no gate_proj, xIELU's parameters and 0-d buffers), Arcee (no gate_proj, never
+            # tied), OLMo (LayerNorms without weights), HunYuan dense (query_layernorm / key_layernorm, which SGLang
+            # builds only with use_qk_norm, as the published config.json says)
+            "apertus": ("llama", {"num_key_value_heads": 2}), "arcee": ("llama", {"num_key_value_heads": 2}),
+            "olmo": ("llama", {"num_key_value_heads": 2}),
+            "hunyuan_v1_dense": ("llama", {"num_key_value_heads": 2, "use_qk_norm": True}),
+            # Command R: no lm_head (SGLang's logits come from the embedding), tied (CohereConfig's default)
+            "cohere": ("cohere", {"num_key_value_heads": 2})}
 # TPFS_SGLANG_FAMILIES=a,b: only those families' Engine starts (and llama's, which the wrong-file cases use), to
 # iterate on one family; unset: every family
 ONLY = [f for f in (os.environ.get("TPFS_SGLANG_FAMILIES") or "").split(",") if f]
@@ -162,7 +171,20 @@ def refusals(fails, work):
               dict(FAMILIES["qwen3_next"][1], moe_intermediate_size=32), [], "pads moe_intermediate_size"),
              ("qwen3_next pipeline stages", "qwen3_next", FAMILIES["qwen3_next"][1], ["--pp", "2"], "has no pipeline stages"),
              ("deepseek_v3 pipeline stages", "deepseek_v3", DEEPSEEK, ["--pp", "2"], "has no pipeline stages"),
-             ("no SGLang view for gemma2", "gemma2", {"num_key_value_heads": 2}, [], "no sglang view for plan")]
+             ("tied arcee", "arcee", {"num_key_value_heads": 2, "tie_word_embeddings": True}, [],
+              "never ties its head"),
+             ("hunyuan_v1_dense without use_qk_norm", "hunyuan_v1_dense", {"num_key_value_heads": 2}, [],
+              "only where config.json says use_qk_norm"),
+             ("cohere with use_qk_norm", "cohere", {"num_key_value_heads": 2, "use_qk_norm": True}, [],
+              "cut by heads"),
+             ("apertus intermediate_size 96 at T=2", "apertus", {"num_key_value_heads": 2, "intermediate_size": 96}, [],
+              "pads intermediate_size to a multiple of 32 x ranks"),
+             ("no SGLang view for gemma2", "gemma2", {"num_key_value_heads": 2}, [], "no sglang view for plan"),
+             # SGLang's Gemma adds 1 to every norm weight as it loads (srt/models/gemma.py), which no view makes
+             ("no SGLang view for gemma", "gemma", {"num_key_value_heads": 2}, [], "no sglang view for plan"),
+             # SGLang refuses the torch_native attention for every EXAONE 4 (transformers always sets
+             # sliding_window_pattern): nothing proven
+             ("no SGLang view for exaone4", "exaone4", {"num_key_value_heads": 2}, [], "no sglang view for plan")]
     for what, fam, cfg, extra, want in cases:
         src = vllm_models.make(fam, os.path.join(work, "refused", what.replace(" ", "_")), tp=2, config=cfg)
         p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "sglang", *extra)
