@@ -390,7 +390,8 @@ static cJSON *builtin(const char *name, const char *engine, int fragment, const 
 /* "extends": NAME and "include": [FRAGMENT, ...]. The view is the built-in view NAME (of the same
  * engine, or ENGINE/NAME: another engine's, whose entries an engine shares where both hold the
  * same names, as SGLang's views extend vLLM's; none: an empty view), then each built-in fragment
- * in order (views/<engine>/fragments: entries shared by views, such as a quantization's scales), then this file, each put over what
+ * in order (views/<engine>/fragments: entries shared by views, such as a quantization's scales; ENGINE/NAME:
+ * another engine's fragment), then this file, each put over what
  * came before (merge_over). A parent may itself extend another, 4 levels at most; a fragment
  * neither extends nor includes. Consumes child; returns the merged object, or NULL with e set. */
 static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e)
@@ -427,7 +428,19 @@ static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e)
 	const cJSON *incs = parent ? inc : NULL;
 	cJSON_ArrayForEach(it, incs)
 	{
-		cJSON *frag = cJSON_IsString(it) ? builtin(it->valuestring, engine, 1, origin, depth, e) : NULL;
+		const char *fn = cJSON_IsString(it) ? it->valuestring : NULL, *slash = fn ? strchr(fn, '/') : NULL;
+		char fen[32]; /* ENGINE/NAME: another engine's fragment, as "extends" names another engine's view */
+		if (slash && (slash == fn || (size_t)(slash - fn) >= sizeof fen)) {
+			tp_fail(e, TP_EINVAL, "%s: \"include\": \"%s\" is NAME or ENGINE/NAME", origin, fn);
+			cJSON_Delete(parent);
+			parent = NULL;
+			break;
+		}
+		if (slash) {
+			memcpy(fen, fn, (size_t)(slash - fn));
+			fen[slash - fn] = 0;
+		}
+		cJSON *frag = fn ? builtin(slash ? slash + 1 : fn, slash ? fen : engine, 1, origin, depth, e) : NULL;
 		if (!cJSON_IsString(it))
 			tp_fail(e, TP_EINVAL, "%s: \"include\" holds fragment names", origin);
 		if (!frag || merge_over(parent, frag, 1, origin, it->valuestring, e) < 0) {

@@ -53,7 +53,9 @@ DEEPSEEK = {"moe_layer_freq": 1, "scoring_func": "sigmoid", "ep_size": 1,
                                 "original_max_position_embeddings": 64, "beta_fast": 32.0, "beta_slow": 1.0,
                                 "mscale": 1.0, "mscale_all_dim": 1.0}}
 FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen2": ("llama", {"num_key_value_heads": 2}),
-            "qwen3": ("llama", {"num_key_value_heads": 2}), "qwen3_moe": ("qwen3_moe", {"num_key_value_heads": 2, "intermediate_size": 96}),
+            "qwen3": ("llama", {"num_key_value_heads": 2}),
+            # Qwen3 with its norm weights stored F32 beside BF16 matrices (issue 51): served as stored (CASTS)
+            "qwen3_f32norm": ("llama", {"num_key_value_heads": 2}), "qwen3_moe": ("qwen3_moe", {"num_key_value_heads": 2, "intermediate_size": 96}),
             "mixtral": ("mixtral", {"num_key_value_heads": 2}), "mistral": ("llama", {"num_key_value_heads": 2}),
             "phi3": ("phi3", {"num_key_value_heads": 2}), "glm4_moe": ("glm4_moe", {"num_key_value_heads": 2}),
             "qwen2_moe": ("qwen2_moe", {"num_key_value_heads": 2}),
@@ -96,25 +98,19 @@ ENGINE_ARGS = {"qwen3_next": {"disable_overlap_schedule": True, "max_mamba_cache
 # sgl_kernel's CPU kernels (chunk_gated_delta_rule_cpu, causal_conv1d_fn_cpu, ...: srt/layers/attention/linear/),
 # with no native torch path, and sgl_kernel here is a stand-in
 LOAD_ONLY = {"qwen2_moe", "deepseek_v3", "kimi_k2", "qwen3_next"}
+# keys served in the checkpoint's dtype where SGLang's parameter has the model's (issue 51): SGLang's sharded_state
+# copy casts them as its default loader's weight_loader does, so the loaded bits are equal (checked below with every
+# tensor); narrowing them in the view would be right for one --dtype only. family -> regex; at least one must be cast
+CASTS = {"qwen3_f32norm": r"norm\.weight$"}
+# families the SGLang view refuses for a tensor SGLang derives at load time outside the state dict, which its
+# sharded_state loader never refreshes (issue 51): family -> the derived tensors. Such a family is mounted with its
+# view less that last refusal (a view FILE) and run like the others, and the loaders must leave exactly those
+# tensors different (and no other): the refusal's reason, proven by SGLang itself. Were SGLang to refresh them,
+# this check fails, and the family can be served again. Qwen3-Next: GemmaRMSNorm.gemma_weight (weight + 1), left at
+# 1.0 by sharded_state; seen only with norm weights other than zeros (vllm_models.random_norms)
+DERIVED = {"qwen3_next": r"\.gemma_weight$"}
 
 
-def qwen3_next_mtp(t):
-    """Qwen3-Next's MTP block added as published checkpoints hold it: mtp.fc [H, 2H], mtp.pre_fc_norm_embedding,
-    mtp.pre_fc_norm_hidden, mtp.norm and mtp.layers.0.* (a copy of the last layer, a full-attention one). SGLang's
-    Qwen3NextForCausalLM skips every such name (its NextN draft model reads them): the view drops them, and
-    sharded_state would raise KeyError on any it served."""
-    import torch
-    last = max(int(k.split(".")[2]) for k in t if k.startswith("model.layers."))
-    pre, h = "model.layers.%d." % last, t["model.norm.weight"]
-    out = dict(t, **{"mtp.fc.weight": torch.randn(h.shape[0], 2 * h.shape[0]).to(h.dtype),
-                     "mtp.pre_fc_norm_embedding.weight": h.clone(), "mtp.pre_fc_norm_hidden.weight": h.clone(),
-                     "mtp.norm.weight": h.clone()})
-    out.update({"mtp.layers.0." + k[len(pre):]: v.clone() for k, v in t.items() if k.startswith(pre)})
-    return out
-
-
-# what is added to a family's checkpoint after vllm_models.make (vllm_models.edit_tensors)
-EDIT = {"qwen3_next": qwen3_next_mtp}
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]
 ENGINE = os.environ.get("TPFS_SGLANG_ENGINE") or "run"  # none: no Engine start (the sanitized build)
 
@@ -170,6 +166,8 @@ def refusals(fails, work):
              ("qwen3_next moe_intermediate_size 32 at T=2", "qwen3_next",
               dict(FAMILIES["qwen3_next"][1], moe_intermediate_size=32), [], "pads moe_intermediate_size"),
              ("qwen3_next pipeline stages", "qwen3_next", FAMILIES["qwen3_next"][1], ["--pp", "2"], "has no pipeline stages"),
+             # issue 51: the norms' gemma_weight, which sharded_state leaves at 1.0 (DERIVED proves it)
+             ("qwen3_next (gemma_weight)", "qwen3_next", FAMILIES["qwen3_next"][1], [], "gemma_weight stays 1.0"),
              ("deepseek_v3 pipeline stages", "deepseek_v3", DEEPSEEK, ["--pp", "2"], "has no pipeline stages"),
              ("tied arcee", "arcee", {"num_key_value_heads": 2, "tie_word_embeddings": True}, [],
               "never ties its head"),
@@ -239,12 +237,19 @@ def main():
         for fam in RUN:
             view, cfg = FAMILIES[fam]
             src = vllm_models.make(fam, os.path.join(work, "src", fam), tp=2, config=cfg)
-            if fam in EDIT:
-                vllm_models.edit_tensors(src, EDIT[fam])
             ref = os.path.join(work, "ref", fam)
             vllm_view_ref.write(src, vllm_view_ref.load_view(os.path.join(VIEWS, view + ".json")), 2, ref,
                                 family=REF_FAMILY.get(fam))
-            mnt = served[fam] = stack.enter_context(tpfs_test.Mount(src, 2, "--view", "sglang")).path
+            how = "sglang"
+            if fam in DERIVED:  # the view less its refusal of the derived tensors, as a view file
+                with open(os.path.join(VIEWS, view + ".json")) as f:
+                    v = json.load(f)
+                assert "gemma_weight" in v["refuse"][-1]["reason"], v["refuse"][-1]
+                v["refuse"].pop()
+                how = os.path.join(work, "%s-served.json" % fam)
+                with open(how, "w") as f:
+                    json.dump(v, f)
+            mnt = served[fam] = stack.enter_context(tpfs_test.Mount(src, 2, "--view", how)).path
             same_files(fails, "%s T=2" % fam, mnt, ref, 2)
             for r in range(2):  # the served headers, read from the mount
                 served_hdr[fam, r] = {k: list(v) for pth in part_files(mnt, r) for k, v in header(pth).items()}
@@ -308,6 +313,12 @@ def main():
                 continue
             have = served_hdr[fam, r]
             want = {k: [v[0], TORCH_TO_ST.get(v[1], v[1])] for k, v in lb["expected"].items()}
+            if fam in CASTS:  # served F32 where the model holds BF16: the shape agrees, only the dtype differs
+                cast = sorted(k for k in have if k in want and re.search(CASTS[fam], k) and have[k][0] == want[k][0]
+                              and have[k][1] == "F32" and want[k][1] == "BF16")
+                fails.check(cast, "%s rank %d: no key served F32 where SGLang holds BF16 (%s): the case proves "
+                            "nothing" % (fam, r, CASTS[fam]))
+                want = dict(want, **{k: have[k] for k in cast})
             keys_ok = have == want
             fails.check(keys_ok, "%s rank %d: served keys/shapes/dtypes differ from what sharded_state fills: %s"
                         % (fam, r, sorted((k, have.get(k), want.get(k)) for k in set(have) | set(want)
@@ -317,6 +328,13 @@ def main():
             fails.check(la["expected"] == lb["expected"], "%s rank %d: the two loaders' models hold different "
                         "state dicts: %s" % (fam, r, sorted(set(la["expected"]) ^ set(lb["expected"]))[:4]))
             differ = sorted(k for k in set(la["final"]) | set(lb["final"]) if la["final"].get(k) != lb["final"].get(k))
+            if fam in DERIVED:  # exactly the derived tensors differ: why the view refuses the family
+                derived = [k for k in differ if re.search(DERIVED[fam], k)]
+                fails.check(derived and len(derived) == len(differ) and la["final"],
+                            "%s rank %d: the loaders should leave exactly the derived tensors %s different "
+                            "(why the view refuses it): derived %s, others %s"
+                            % (fam, r, DERIVED[fam], derived[:3], [k for k in differ if k not in derived][:5]))
+                differ = [k for k in differ if k not in derived]
             fails.check(not differ and la["final"], "%s rank %d: the loaders leave different tensors: %s"
                         % (fam, r, differ[:5]))
             print("%-24s %-8s %-9s %-9s %d" % (fam, r, "equal" if keys_ok else "DIFFER", "equal" if not differ

@@ -55,6 +55,7 @@ _KV_B = "kv_b_proj weight (0,) vs kv_lora_rank"
 FAMILIES = {
     "llama": ("llama", None, {}, None), "qwen2": ("llama", None, {}, None), "qwen3": ("llama", None, {}, None),
     "mistral": ("llama", None, {}, None),
+    "qwen3_f32norm": ("llama", None, {}, None),  # norm weights stored F32 beside BF16 (issue 51): CASTS
     "qwen3_moe": ("qwen3_moe", None, {}, None), "qwen2_moe": ("qwen2_moe", None, {}, None),
     "mixtral": ("mixtral", None, {}, None), "phi3": ("phi3", None, {}, None), "gemma3": ("gemma3", None, {}, None),
     "glm4_moe": ("glm4_moe", None, {}, None), "deepseek_v3": ("deepseek_v3", None, {}, None),
@@ -163,7 +164,10 @@ WRONG = "llama"  # the family whose view is broken on purpose (T=2)
 # casts with the copy_ its default loader does): OLMo hybrid's A_log, F32 in checkpoints (transformers makes it
 # F32), torch.empty in the model's dtype in vLLM's layer (olmo_gdn_linear_attn.py): serving it narrowed would
 # be right for one --dtype only
-CASTS = {"olmo_hybrid": (r"\.linear_attn\.A_log$",)}
+# Likewise a checkpoint's norm weights stored F32 beside BF16 matrices (qwen3_f32norm, issue 51): served as stored,
+# cast by vLLM's copy as by its default loader's; narrowing them in the view would be right for --dtype bfloat16
+# only, and would lose the F32 bits a --dtype float32 engine keeps
+CASTS = {"olmo_hybrid": (r"\.linear_attn\.A_log$",), "qwen3_f32norm": (r"norm\.weight$",)}
 # broken views the probe must refuse, each in its own way: name -> (what it breaks, the failure it must show)
 # (the family whose view each breaks, at T=2; the FP8 one swaps two block-scale rows of a fused qkv scale:
 # same names, shapes and dtypes)

@@ -277,8 +277,26 @@ FAMILIES = {
 
 # the model class where it is not AutoModelForCausalLM's (a vision-language wrapper, saved whole)
 MODEL_CLS = {"glm5_next": "Glm5NextForConditionalGeneration"}
-# families saved with an MTP layer, and the prefix of their decoder layers
-MTP = {"deepseek_v3": "model.", "glm5_next": "model.language_model."}
+# families saved with an MTP layer as their published checkpoints hold it (issue 51): family -> (the prefix of its
+# decoder layers, the tensors the MTP layer adds to a copy of the last decoder layer). DeepSeek-V3 / V3.2 and GLM-5
+# publish layers.{num_hidden_layers} with eh_proj, enorm, hnorm, shared_head.norm, shared_head.head and
+# embed_tokens; GLM-4.5 / 4.6 / 4.7 (GLM-4.5-Air's model.layers.46.*: 19 names in its published index) with eh_proj,
+# enorm, hnorm and shared_head.norm only. The quantized forms carry it quantized like the layer it copies (add_mtp
+# runs after the quantization). Kimi K2 publishes none (num_nextn_predict_layers 0).
+DS_MTP = ("eh_proj", "enorm", "hnorm", "shared_head.norm", "shared_head.head", "embed_tokens")
+GLM_MTP = ("eh_proj", "enorm", "hnorm", "shared_head.norm")
+MTP = {"deepseek_v3": ("model.", DS_MTP), "deepseek_v3_fp8": ("model.", DS_MTP),
+       "deepseek_v3_nvfp4": ("model.", DS_MTP), "deepseek_v32": ("model.", DS_MTP), "glm_moe_dsa": ("model.", DS_MTP),
+       "glm5_next": ("model.language_model.", DS_MTP), "glm4_moe": ("model.", GLM_MTP),
+       "glm4_moe_fp8": ("model.", GLM_MTP), "glm4_moe_nvfp4": ("model.", GLM_MTP)}
+
+# tensors saved in F32 where transformers writes the model's dtype (issue 51): published Qwen3 / Llama-style
+# checkpoints of some trainers keep their norm weights in F32 beside BF16 matrices; the views serve them as stored
+# (the engine's copy casts them as its default loader's does: the engine's dtype is chosen at serve time, --dtype)
+F32 = {"qwen3_f32norm": r"norm\.weight$"}
+
+# what a family's published checkpoints hold beyond transformers' names, added after the rest (issue 51)
+PUBLISHED = {"qwen3_next": lambda out: qwen3_next_mtp(out)}
 
 # config.json keys rewritten after save_pretrained (families transformers knows under another type)
 RETYPE = {"kimi_k2": {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}}
@@ -306,27 +324,63 @@ def edit_tensors(out, fn):
     save_file(fn(load_file(path)), path, metadata={"format": "pt"})
 
 
-def add_mtp(out, n_layers, prefix="model."):
+def add_mtp(out, n_layers, prefix="model.", extras=DS_MTP):
     """Appends a DeepSeek-style MTP layer, as published checkpoints hold it: layers.{n_layers} (under
-    prefix, which also holds norm and embed_tokens), a copy
-    of the last decoder layer plus eh_proj, enorm, hnorm, shared_head.{norm,head} and embed_tokens,
-    in a second file with an index. vLLM's default loader skips it (its speculative-decoding model
-    reads it); the view must not serve it (drop_layers)."""
+    prefix, which also holds norm and embed_tokens), a copy of the last decoder layer (of every file: a quantized
+    checkpoint's MTP layer is quantized alike) plus the EXTRAS (MTP: eh_proj [H, 2H], enorm, hnorm,
+    shared_head.norm [H], shared_head.head and embed_tokens [V, H]), in a second file with an index. vLLM's and
+    SGLang's default loaders skip it (their speculative-decoding models read it); the views must not serve it
+    (drop_layers)."""
     from safetensors.torch import load_file, save_file
     main = load_file(os.path.join(out, "model.safetensors"))
     last, new = prefix + "layers.%d." % (n_layers - 1), prefix + "layers.%d." % n_layers
     mtp = {new + k[len(last):]: v.clone() for k, v in main.items() if k.startswith(last)}
     g = torch.Generator().manual_seed(5)
     H, V = main[prefix + "norm.weight"].shape[0], main[prefix + "embed_tokens.weight"].shape[0]
-    for k, shape in (("eh_proj.weight", (H, 2 * H)), ("enorm.weight", (H,)), ("hnorm.weight", (H,)),
-                     ("shared_head.norm.weight", (H,)), ("shared_head.head.weight", (V, H)),
-                     ("embed_tokens.weight", (V, H))):
-        mtp[new + k] = torch.randn(shape, generator=g).to(torch.bfloat16)
+    shapes = {"eh_proj": (H, 2 * H), "enorm": (H,), "hnorm": (H,), "shared_head.norm": (H,),
+              "shared_head.head": (V, H), "embed_tokens": (V, H)}
+    for k in extras:
+        mtp[new + k + ".weight"] = torch.randn(shapes[k], generator=g).to(torch.bfloat16)
     save_file(mtp, os.path.join(out, "model-mtp.safetensors"), metadata={"format": "pt"})
     wm = {k: "model.safetensors" for k in main}
     wm.update({k: "model-mtp.safetensors" for k in mtp})
     with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": wm}, f)
+    # the published config.json says so (GLM-5's too, which transformers' GlmMoeDsaConfig does not write: vLLM's
+    # default loader then takes the MTP layer for a decoder layer and fails on eh_proj)
+    edit_config(out, lambda c: c.get("text_config", c).update(num_nextn_predict_layers=1))
+
+
+def qwen3_next_mtp(out):
+    """Qwen3-Next's MTP block added as published checkpoints hold it (issue 51): mtp.fc [H, 2H],
+    mtp.pre_fc_norm_embedding, mtp.pre_fc_norm_hidden, mtp.norm and mtp.layers.0.* (a copy of the last layer, a
+    full-attention one), in model.safetensors. vLLM's Qwen3NextForCausalLM (hf_to_vllm_mapper: "mtp." -> None) and
+    SGLang's skip every such name (their MTP / NextN draft models read them): the views drop them, and sharded_state
+    would raise KeyError on any they served."""
+    def add(t):
+        last = max(int(k.split(".")[2]) for k in t if k.startswith("model.layers."))
+        pre, h = "model.layers.%d." % last, t["model.norm.weight"]
+        g = torch.Generator().manual_seed(6)
+        extra = {"mtp.fc.weight": torch.randn(h.shape[0], 2 * h.shape[0], generator=g).to(h.dtype),
+                 "mtp.pre_fc_norm_embedding.weight": h.clone(), "mtp.pre_fc_norm_hidden.weight": h.clone(),
+                 "mtp.norm.weight": h.clone()}
+        extra.update({"mtp.layers.0." + k[len(pre):]: v.clone() for k, v in t.items() if k.startswith(pre)})
+        return dict(t, **extra)
+    edit_tensors(out, add)
+
+
+def random_norms(out, seed=7):
+    """Every normalization tensor of OUT/model.safetensors (a 1-D tensor whose name holds "norm": RMSNorm and
+    LayerNorm weights and biases, q_norm / k_norm) moved by a uniform draw in [-0.5, 0.5) (issue 51): published
+    checkpoints hold trained norms, while transformers initializes them to ones (or zeros, for the norms that add
+    1 as they run: Gemma's, Qwen3-Next's), which hides an engine's buffer derived from a norm at load time
+    (SGLang's GemmaRMSNorm.gemma_weight = weight + 1) that a loader fails to refresh."""
+    g = torch.Generator().manual_seed(seed)
+
+    def move(t):
+        return {k: (v.float() + torch.rand(v.shape, generator=g) - 0.5).to(v.dtype)
+                if v.dim() == 1 and "norm" in k and v.is_floating_point() else v for k, v in t.items()}
+    edit_tensors(out, move)
 
 
 def hy_v4_hf_to_published(name):
@@ -471,6 +525,7 @@ CT = {"llama_ct_fp8": ("llama", "FP8_DYNAMIC"), "llama_ct_int8": ("llama", "W8A8
       "llama_ct_fp8_static": ("llama", "FP8"),
       "qwen3_moe_ct_fp8": ("qwen3_moe", "FP8_DYNAMIC"), "qwen3_moe_ct_int8": ("qwen3_moe", "W8A8")}
 FAMILIES.update({f: FAMILIES[base] for f, (base, _) in CT.items()})  # the base family's config
+FAMILIES["qwen3_f32norm"] = FAMILIES["qwen3"]  # Qwen3 with its norm weights stored F32 (F32)
 FAMILIES["llama_nvfp4"] = FAMILIES["llama_fp8"]  # NVFP4 (nvfp4): the FP8 families' sizes
 FAMILIES["qwen3_moe_nvfp4"] = FAMILIES["qwen3_moe_fp8"]
 FAMILIES["deepseek_v3_nvfp4"] = FAMILIES["deepseek_v3_fp8"]
@@ -601,15 +656,21 @@ def make(family, out, seed=0, tp=2, layers=None, config=None):
         compressed_tensors(model, out, CT[family][1])
     else:
         model.save_pretrained(out)
-    if family in MTP:
-        add_mtp(out, getattr(cfg, "text_config", cfg).num_hidden_layers, MTP[family])
+    random_norms(out)
     if family in BF16:
         edit_tensors(out, lambda t: {k: v.to(torch.bfloat16) if re.search(BF16[family], k) else v
+                                     for k, v in t.items()})
+    if family in F32:
+        edit_tensors(out, lambda t: {k: v.to(torch.float32) if re.search(F32[family], k) else v
                                      for k, v in t.items()})
     if family in RETYPE:
         edit_config(out, lambda c: c.update(RETYPE[family]))
     if family in POSTSAVE:
         POSTSAVE[family](out)
+    if family in MTP:
+        add_mtp(out, getattr(cfg, "text_config", cfg).num_hidden_layers, *MTP[family])
+    if family in PUBLISHED:
+        PUBLISHED[family](out)
     return out
 
 

@@ -656,7 +656,7 @@ def merge_over(base, over, path, what, fragment=False):
 def load_view(path):
     """A view file, with "extends" and "include" applied as views/vllm/README.md says: the named
     view of the same folder, or ENGINE/NAME: of the engine's folder beside it (none: an empty view), then each named fragment of its fragments/
-    folder in order, then this file, each put over what came before (merge_over)."""
+    folder in order (ENGINE/NAME: another engine's fragment), then this file, each put over what came before (merge_over)."""
     with open(path) as f:
         view = json.load(f)
     base, inc = view.get("extends"), view.get("include", [])
@@ -678,8 +678,9 @@ def load_view(path):
         if out is None:
             raise ViewError("%s: extends %r, which no view beside it is" % (path, base))
     folder = os.path.dirname(path) or "."  # the view's own fragments
-    for name in inc:
-        frag = os.path.join(folder, "fragments", name + ".json")
+    for name in inc:  # NAME: the view's engine's fragment; ENGINE/NAME: another engine's
+        fdir = os.path.join(os.path.dirname(folder), name.split("/")[0]) if "/" in name else folder
+        frag = os.path.join(fdir, "fragments", name.split("/")[-1] + ".json")
         if not os.path.isfile(frag):
             raise ViewError("%s: includes %r, which no fragment in fragments/ is" % (path, name))
         with open(frag) as fh:
