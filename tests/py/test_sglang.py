@@ -1,6 +1,7 @@
 """SGLang's sharded_state loader on the files `tpfs mount SRC MNT --tp 2 --view sglang` serves (issue 29).
 
-Tiny random checkpoints (vllm_models.py) of every SGLang view family (FAMILIES), mounted at T=2 with
+Tiny random checkpoints (vllm_models.py: random norm weights, and the published extras such as MTP layers and F32
+norms: issue 51) of every SGLang view family (FAMILIES), mounted at T=2 with
 --view sglang, proven by SGLang 0.5.23 (the venv of `scripts/setup.sh --sglang`) as a user runs it:
 sglang.Engine(model_path=..., tp_size=2, load_format=...) on SRC with SGLang's default loader and on the
 mount with load_format="sharded_state" (sglang_check.py), on the CPU engine with the torch_native
@@ -19,7 +20,8 @@ KeyError in its sharded_state loader) and the SGLang view's files with the two r
 names and shapes: the weights and tokens differ). Refusals by name: KV heads fewer than the ranks and
 an intermediate size SGLang's CPU path pads, a quantized checkpoint, pipeline stages, an untied Gemma 3 (whose
 head SGLang's loader never fills), a tied or partly dense Qwen3-Next, a tied Arcee, HunYuan dense without
-use_qk_norm, Command R with it, a family with no SGLang view (gemma2, gemma, exaone4: views/sglang/README.md says why).
+use_qk_norm, Command R with it, Qwen3-Next (its norms' gemma_weight, which SGLang's sharded_state leaves at 1.0: DERIVED
+runs it with that refusal lifted and requires exactly those tensors to differ), a family with no SGLang view (gemma2, gemma, exaone4: views/sglang/README.md says why).
 TPFS_SGLANG_FAMILIES=a,b starts the Engines of those families only (and llama's): to iterate on a family.
 
 STAND-IN: SGLang's CPU kernels (sgl_kernel) are not on PyPI; sglang_site/sgl_kernel is a module whose
