@@ -82,6 +82,7 @@ typedef struct tp_fs {
 	pthread_t invalidator;
 	_Atomic uint64_t *win; /* [i * T + r]: prefetch window, rank-file units of PF_UNIT: lo << 32 | hi */
 	rank_stats *rs;        /* [r] */
+	_Atomic int64_t io_base; /* read_bytes of /proc/self/io when serving began (INIT), -1: unknown */
 	struct timespec started;
 	char *ra_note;         /* what was done about readahead (shared with the helper process) */
 	_Atomic int ready;

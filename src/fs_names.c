@@ -106,6 +106,7 @@ static fuse_ino_t vlookup(const tp_fs *fs, const char *name)
 }
 
 static size_t stats_size(const tp_fs *fs);
+static int64_t storage_read(void);
 
 static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 {
@@ -186,6 +187,7 @@ static void reply_entry(fuse_req_t req, const tp_fs *fs, fuse_ino_t ino)
 static void op_init(void *data, struct fuse_conn_info *conn)
 {
 	tp_fs *fs = data;
+	atomic_store(&fs->io_base, storage_read()); /* before any read: the stats count from here */
 	atomic_store(&fs->ready, 1); /* from here on, cache invalidations reach the kernel */
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA; /* files never change while mounted */
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
@@ -468,12 +470,31 @@ void names_ops(struct fuse_lowlevel_ops *o)
 
 /* ---- counters ---- */
 
+/* Bytes storage delivered for this process's reads so far: read_bytes of /proc/self/io (the
+ * reads its threads submitted to a block device, readahead they caused included, summed over
+ * threads), or -1 where the kernel does not say. */
+static int64_t storage_read(void)
+{
+	char buf[1024];
+	int fd = open("/proc/self/io", O_RDONLY | O_CLOEXEC);
+	ssize_t got = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+	if (fd >= 0)
+		close(fd);
+	if (got <= 0)
+		return -1;
+	buf[got] = 0;
+	const char *p = strstr(buf, "\nread_bytes: ");
+	unsigned long long v;
+	return p && sscanf(p, "\nread_bytes: %llu", &v) == 1 ? (int64_t)v : -1;
+}
+
 /* The stats file's size: its text is padded to it, so that stat tells exactly what a read gives
  * (tar, du and cp see the whole file) however the counters grow: a bound on the header lines
- * (the source path, the plan's origin, the readahead and gather notes) and 128 bytes a rank. */
+ * (the source path, the plan's origin, the readahead and gather notes, the source byte
+ * counts) and 128 bytes a rank. */
 static size_t stats_size(const tp_fs *fs)
 {
-	return 512 + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note +
+	return 1024 + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note +
 	       (size_t)(fs->o->serve ? fs->o->nserve : fs->T) * 128;
 }
 
@@ -486,11 +507,24 @@ char *stats_text(tp_fs *fs, size_t *len)
 	char pp[64] = ""; /* with stages: how the rank numbers below are made */
 	if (fs->m->P > 1)
 		snprintf(pp, sizeof pp, "pp: %u (rank = stage x tp + TP rank)\n", fs->m->P);
+	/* what tpfs used of the source, and what storage delivered (issue 52) */
+	uint64_t used = 0;
+	for (uint32_t r = 0; r < fs->T; r++)
+		used += atomic_load(&fs->rs[r].touched);
+	int64_t base = atomic_load(&fs->io_base), now = base < 0 ? -1 : storage_read();
+	char fetched[64] = "unknown (the kernel does not say: no /proc/self/io)";
+	if (now >= 0)
+		snprintf(fetched, sizeof fetched, "%lld", (long long)(now > base ? now - base : 0));
 	size_t w = (size_t)snprintf(b, cap,
 				    "tpfs %s\nsource: %s\ntp: %u\n%splan: %s\nreadahead: %s\ngather: %s\n"
+				    "source_used: %llu (bytes of the source copied into replies: source_bytes below, summed)\n"
+				    "source_fetched: %s (bytes storage delivered for the daemon's reads since it began serving, the "
+				    "kernel's readahead included: read_bytes of its /proc/self/io, which counts block I/O: a lower bound, "
+				    "often 0, on network and FUSE file systems)\n"
 				    "%-6s %16s %16s %10s %10s %10s\n",
-				    TPFS_VERSION, fs->m->src, fs->m->T, pp, fs->m->plan_origin, fs->ra_note, fs->gather_note, "rank",
-				    "bytes_served", "source_bytes", "reads", "copied", "gpu");
+				    TPFS_VERSION, fs->m->src, fs->m->T, pp, fs->m->plan_origin, fs->ra_note, fs->gather_note,
+				    (unsigned long long)used, fetched, "rank", "bytes_served",
+				    "source_bytes", "reads", "copied", "gpu");
 	for (uint32_t r = 0; r < fs->T && w < cap; r++)
 		if (served(fs, r))
 			w += (size_t)snprintf(b + w, cap - w, "%-6u %16llu %16llu %10llu %10llu %10llu\n", r,

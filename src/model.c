@@ -82,7 +82,15 @@ static int load_tensors(tp_model *m, tp_node *n, tp_err *e)
 	n->mode = st.st_mode;
 	n->uid = st.st_uid;
 	n->gid = st.st_gid;
-	if (st_read_fd(n->fd, n->src_size, n->path, &n->h, e) < 0)
+	/* The header alone, without the kernel's readahead past it: that would bring in megabytes of
+	 * tensor data (other ranks' rows, on a node that serves some ranks) at every mount, plan and
+	 * check (issue 52). The advice is the open file's, and the daemon reads through this
+	 * descriptor's mapping later: its reads get their own policy (fs_read.c, --source-io), so the
+	 * default is restored after the header. A file system without the advice reads as before. */
+	posix_fadvise(n->fd, 0, 0, POSIX_FADV_RANDOM);
+	int hrc = st_read_fd(n->fd, n->src_size, n->path, &n->h, e);
+	posix_fadvise(n->fd, 0, 0, POSIX_FADV_NORMAL);
+	if (hrc < 0)
 		return -1;
 	if (n->src_size) {
 		void *p = mmap(NULL, n->src_size, PROT_READ, MAP_SHARED, n->fd, 0);
