@@ -128,7 +128,7 @@ static int cmd_mount(int argc, char **argv)
 			if (parse_u32(optarg, &fo.threads) < 0 || fo.threads < 1 || fo.threads > 1024)
 				return die_usage(usage_mount, "--threads: give 1..1024");
 			break;
-		case 'L': fo.log_path = optarg; break;
+		case 'L': fo.log_path = optarg; break; /* made absolute below: the daemon leaves the folder */
 		case 'c':
 			if (strcmp(optarg, "local") && strcmp(optarg, "global"))
 				return die_usage(usage_mount, "--config: local or global");
@@ -252,6 +252,10 @@ static int cmd_mount(int argc, char **argv)
 		fprintf(stderr, "tpfs: %s is inside %s: the mount would hide its own source; mount elsewhere\n", src, mnt);
 		goto refused;
 	}
+	char rlog[PATH_MAX], cwd[PATH_MAX];
+	if (fo.log_path && fo.log_path[0] != '/' && getcwd(cwd, sizeof cwd) &&
+	    snprintf(rlog, sizeof rlog, "%s/%s", cwd, fo.log_path) < (int)sizeof rlog)
+		fo.log_path = rlog; /* as the mount message and the stats file name it */
 	mo.src = rsrc;
 	mo.mnt = rmnt;
 	fo.mnt = rmnt;
@@ -281,6 +285,9 @@ static int cmd_mount(int argc, char **argv)
 	int rc = tp_fs_main(&m, &fo, &parent, &e); /* closes fo.mnt_lock once the mount exists */
 	if (rc < 0 && (parent || fo.foreground))
 		fprintf(stderr, "tpfs: %s\n", e.msg);
+	if (rc == 0 && parent) /* the daemon's messages (a file it failed, and why) go elsewhere from now on */
+		fprintf(stderr, "tpfs: mounted at %s; the daemon logs to %s; `tpfs stats %s` lists files that failed\n",
+			rmnt, fo.log_path ? fo.log_path : "syslog (tag tpfs: journalctl -t tpfs)", mnt);
 	tp_model_close(&m);
 	return rc < 0 ? 1 : 0;
 refused:

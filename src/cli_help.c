@@ -103,7 +103,8 @@ const char *const usage_mount =
 	"  --readahead KB      readahead window set on the mount (default 4096: reads arrive as\n"
 	"                      1 MiB requests, several in flight; 0 leaves the kernel's 128)\n"
 	"  --threads N         worker threads (default 16)\n"
-	"  --log FILE          log file in background mode (default: syslog)\n"
+	"  --log FILE          log file in background mode (default: syslog, tag tpfs); the mount\n"
+	"                      says where; 'tpfs stats MNT' lists the files whose reads failed\n"
 	"  --gather MODE       auto, cpu or cuda. cuda gathers every strided read on the GPU and is\n"
 	"                      refused when no device is usable; auto (default) uses it only for\n"
 	"                      gathers past --cuda-min-runs N and --cuda-min-bytes B, which are unset\n"
@@ -158,7 +159,11 @@ const char *const usage_umount =
 	"\n"
 	"Unmounts a tpfs mount (the daemon then exits). --lazy detaches it even while files are open.\n";
 
-const char *const usage_stats = "usage: tpfs stats MNT\n\nPrints the counters of a mount (bytes served and source bytes read per rank).\n";
+const char *const usage_stats =
+	"usage: tpfs stats MNT\n\nPrints the counters of a mount: bytes served and source bytes read per rank, the\n"
+	"source bytes storage delivered, where the daemon logs, and the files whose reads failed\n"
+	"(the latest 16, each with its reason and time: a loader that maps a file sees a failed\n"
+	"read as a bus error, SIGBUS).\n";
 
 /* ---- argument helpers (cli.h) ---- */
 

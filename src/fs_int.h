@@ -154,6 +154,19 @@ void log_fuse(enum fuse_log_level level, const char *fmt, va_list ap);
 void send_note(int fd, const char *msg);
 /* Once daemonized: standard streams to /dev/null, messages to log_path (or syslog). */
 void detach_stdio(const char *log_path);
+/* Where messages go now: the log file's path, syslog, or stderr (before detaching, or -f). */
+const char *log_where(void);
+/* A read of file (a served file's or a source's name, as the log names it) failed; why is a
+ * printf format (a sentence without a final period). Kept for the stats file: one entry per file,
+ * its latest reason and time, the latest FAIL_KEEP files. Any thread; never waits on I/O. */
+#define FAIL_KEEP 16
+#define FAIL_TEXT 240 /* bytes kept of a name and of a reason */
+void note_failure(const char *file, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The stats file's lines about failed files into b (cap bytes): "failed: none", or the count and
+ * a line per kept file, oldest first. Returns the length written (at most cap - 1). */
+size_t failures_text(char *b, size_t cap);
+/* The most bytes failures_text writes. */
+size_t failures_text_max(void);
 
 /* ---- fs_names.c ---- */
 /* The operations table's two halves (fs_session.c assembles them): fs_names.c's, fs_read.c's. */

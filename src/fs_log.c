@@ -2,8 +2,11 @@
  *
  * "tpfs: LEVEL: message" on stderr, or, once daemonized, in the --log file or syslog; the first
  * error is kept for the parent that waits in background mode (send_note). Repeated warnings are
- * shown TP_LOG_REPEAT times per kind and then counted (tp_log_shown, tp_log_repeats). Also the
- * open-file limit (tp_fs_nofile), which the CLI checks before mounting.
+ * shown TP_LOG_REPEAT times per kind and then counted (tp_log_shown, tp_log_repeats). The files
+ * whose reads failed are also kept, the latest FAIL_KEEP of them with their reason and time, for
+ * the stats file (note_failure, failures_text): a loader that maps a file gets a failed read as a
+ * bus error, and the log may be where its user does not look. Also the open-file limit
+ * (tp_fs_nofile), which the CLI checks before mounting.
  */
 #include "fs_int.h"
 
@@ -14,6 +17,7 @@ static int log_syslog;
 char first_error[512]; /* the first error logged, for the parent in background mode */
 int daemon_fd = -1;     /* background mode: the socket to the waiting parent (see below) */
 FILE *log_file;
+static const char *log_name; /* log_file's path */
 
 void tp_log(int level, const char *fmt, ...)
 {
@@ -125,6 +129,93 @@ int tp_fs_nofile(uint64_t need, tp_err *e)
 	return 0;
 }
 
+const char *log_where(void)
+{
+	return log_name ? log_name : log_syslog ? "syslog (tag tpfs: journalctl -t tpfs)" : "stderr (tpfs mount -f)";
+}
+
+/* ---- failed files ---- */
+
+/* The latest FAIL_KEEP files whose reads failed, oldest first, one entry per file; the lock is held
+ * only to copy a few hundred bytes (no handler waits on anything under it). */
+static struct {
+	char file[FAIL_TEXT];
+	char why[FAIL_TEXT];
+	struct timespec when; /* the latest failure, CLOCK_REALTIME */
+	uint64_t n;           /* failures noted for it */
+} fails[FAIL_KEEP];
+static uint32_t nfails;
+static uint64_t fails_dropped; /* files that left the list for newer ones */
+static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void note_failure(const char *file, const char *fmt, ...)
+{
+	char name[FAIL_TEXT], why[FAIL_TEXT];
+	size_t len = strlen(file);
+	if (len < sizeof name) /* a long name keeps its end: the file's own name */
+		memcpy(name, file, len + 1);
+	else
+		snprintf(name, sizeof name, "...%s", file + len - (sizeof name - 4));
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	pthread_mutex_lock(&fail_lock);
+	uint32_t k = 0;
+	while (k < nfails && strcmp(fails[k].file, name) != 0)
+		k++;
+	uint64_t n = k < nfails ? fails[k].n : 0;
+	if (k == nfails && nfails == FAIL_KEEP) { /* a new file: the oldest leaves the list */
+		k = 0;
+		fails_dropped++;
+	}
+	if (k < nfails) { /* moved to the end, the newest */
+		memmove(&fails[k], &fails[k + 1], (nfails - k - 1) * sizeof fails[0]);
+		nfails--;
+	}
+	memcpy(fails[nfails].file, name, sizeof name);
+	memcpy(fails[nfails].why, why, sizeof why);
+	fails[nfails].when = now;
+	fails[nfails].n = n + 1;
+	nfails++;
+	pthread_mutex_unlock(&fail_lock);
+}
+
+size_t failures_text(char *b, size_t cap)
+{
+	size_t w = 0;
+#define PUT(...) (w += w < cap ? (size_t)snprintf(b + w, cap - w, __VA_ARGS__) : 0)
+	pthread_mutex_lock(&fail_lock);
+	if (!nfails)
+		PUT("failed: none\n");
+	else
+		PUT("failed: %llu file%s (their reads failed: a loader that maps a file gets that as a bus error, SIGBUS)\n",
+		    (unsigned long long)(nfails + fails_dropped), nfails + fails_dropped == 1 ? "" : "s");
+	for (uint32_t k = 0; k < nfails; k++) {
+		struct tm tm;
+		char when[32] = "?";
+		if (gmtime_r(&fails[k].when.tv_sec, &tm))
+			strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+		PUT("  %s %s: %s", when, fails[k].file, fails[k].why);
+		if (fails[k].n > 1)
+			PUT(" (%llu times; the time is the latest's)", (unsigned long long)fails[k].n);
+		PUT("\n");
+	}
+	if (fails_dropped)
+		PUT("  and %llu earlier file%s not listed (the log names every one)\n", (unsigned long long)fails_dropped,
+		    fails_dropped == 1 ? "" : "s");
+	pthread_mutex_unlock(&fail_lock);
+#undef PUT
+	return w < cap ? w : cap ? cap - 1 : 0;
+}
+
+size_t failures_text_max(void)
+{
+	return 256 + FAIL_KEEP * (2 * FAIL_TEXT + 96) + 128;
+}
+
 void send_note(int fd, const char *msg)
 {
 	if (fd >= 0 && send(fd, msg, strlen(msg), MSG_NOSIGNAL) < 0 && errno != EPIPE)
@@ -139,6 +230,7 @@ void detach_stdio(const char *log_path)
 		return;
 	if (log_path) {
 		log_file = fopen(log_path, "a");
+		log_name = log_file ? log_path : NULL;
 		if (!log_file)
 			tp_log(0, "cannot open log %s: %s; logging to syslog", log_path, strerror(errno));
 	}

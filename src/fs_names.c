@@ -490,12 +490,12 @@ static int64_t storage_read(void)
 
 /* The stats file's size: its text is padded to it, so that stat tells exactly what a read gives
  * (tar, du and cp see the whole file) however the counters grow: a bound on the header lines
- * (the source path, the plan's origin, the readahead and gather notes, the source byte
- * counts) and 128 bytes a rank. */
+ * (the source path, the plan's origin, the readahead and gather notes, the log's place, the
+ * source byte counts), 128 bytes a rank, and the failed files' lines. */
 static size_t stats_size(const tp_fs *fs)
 {
-	return 1024 + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note +
-	       (size_t)(fs->o->serve ? fs->o->nserve : fs->T) * 128;
+	return 1024 + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
+	       (size_t)(fs->o->serve ? fs->o->nserve : fs->T) * 128 + failures_text_max();
 }
 
 char *stats_text(tp_fs *fs, size_t *len)
@@ -516,14 +516,14 @@ char *stats_text(tp_fs *fs, size_t *len)
 	if (now >= 0)
 		snprintf(fetched, sizeof fetched, "%lld", (long long)(now > base ? now - base : 0));
 	size_t w = (size_t)snprintf(b, cap,
-				    "tpfs %s\nsource: %s\ntp: %u\n%splan: %s\nreadahead: %s\ngather: %s\n"
+				    "tpfs %s\nsource: %s\ntp: %u\n%splan: %s\nreadahead: %s\ngather: %s\nlog: %.*s\n"
 				    "source_used: %llu (bytes of the source copied into replies: source_bytes below, summed)\n"
 				    "source_fetched: %s (bytes storage delivered for the daemon's reads since it began serving, the "
 				    "kernel's readahead included: read_bytes of its /proc/self/io, which counts block I/O: a lower bound, "
 				    "often 0, on network and FUSE file systems)\n"
 				    "%-6s %16s %16s %10s %10s %10s\n",
 				    TPFS_VERSION, fs->m->src, fs->m->T, pp, fs->m->plan_origin, fs->ra_note, fs->gather_note,
-				    (unsigned long long)used, fetched, "rank", "bytes_served",
+				    PATH_MAX, log_where(), (unsigned long long)used, fetched, "rank", "bytes_served",
 				    "source_bytes", "reads", "copied", "gpu");
 	for (uint32_t r = 0; r < fs->T && w < cap; r++)
 		if (served(fs, r))
@@ -533,6 +533,8 @@ char *stats_text(tp_fs *fs, size_t *len)
 				      (unsigned long long)atomic_load(&fs->rs[r].reads),
 				      (unsigned long long)atomic_load(&fs->rs[r].copied),
 				      (unsigned long long)atomic_load(&fs->rs[r].gpu));
+	if (w < cap)
+		w += failures_text(b + w, cap - w);
 	if (w > cap - 1)
 		w = cap - 1;
 	memset(b + w, ' ', cap - 1 - w); /* padded with spaces to the size stat gives */

@@ -498,6 +498,8 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 	const uint8_t *loc = need_loc ? rf_local(rf) : NULL;
 	scratch *s = get_scratch(want);
 	if (!s || (need_loc && !loc)) {
+		note_failure(rf_name(rf, nm, sizeof nm), "out of memory for a read of %llu bytes: that read failed with ENOMEM",
+			     (unsigned long long)want);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
@@ -537,6 +539,8 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 		if (!cov) {
 			tp_log(2, "%s: no bytes map at %llu of %llu", rf_name(rf, nm, sizeof nm), (unsigned long long)(off + done),
 			       (unsigned long long)fsize);
+			note_failure(nm, "no bytes map at %llu of %llu (a bug of tpfs's): that read failed with EIO",
+				     (unsigned long long)(off + done), (unsigned long long)fsize);
 			fuse_reply_err(req, EIO);
 			return;
 		}
@@ -549,8 +553,10 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 		if (tp_guarded_gather_n(b, s->runs, nr, rf->tab, rf->nsrc, loc, s->buf + done, &ge) < 0) {
 			if (ge.code == TP_ECHANGED)
 				rf_changed(fs, rf);
-			else
+			else {
 				tp_log(2, "%s: gather failed: %s", rf_name(rf, nm, sizeof nm), ge.msg);
+				note_failure(nm, "reading the source failed (%s): that read failed with EIO", ge.msg);
+			}
 			fuse_reply_err(req, EIO);
 			return;
 		}
@@ -592,10 +598,12 @@ static void read_plain(fuse_req_t req, tp_fs *fs, uint32_t i, size_t size, off_t
 	}
 	int err = source_check(fs, i, fd);
 	ssize_t got = err ? -1 : pread(fd, s->buf, size, off);
-	if (!err && got < 0)
+	if (!err && got < 0) {
 		err = errno;
-	else if (!err)
+		note_failure(fs->m->n[i].path, "reading the source failed (%s): that read failed with that error", strerror(err));
+	} else if (!err) {
 		err = source_check(fs, i, fd); /* again after reading, as for tensors */
+	}
 	close(fd);
 	if (err) {
 		fuse_reply_err(req, err);

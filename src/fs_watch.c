@@ -44,6 +44,8 @@ void mark_bad(tp_fs *fs, uint32_t i, const char *why)
 		return;
 	tp_log(2, "%s: the source changed since it was mounted (%s); its rank files now fail with EIO "
 		  "(remount to serve the new version)", fs->m->n[i].path, why);
+	note_failure(fs->m->n[i].path, "the source changed since it was mounted (%s): every file served from it "
+		     "fails with EIO until a remount", why);
 	queue_inval(fs, i, 0);
 }
 
@@ -117,6 +119,7 @@ void log_unchecked(const tp_fs *fs, uint32_t i, const char *why, const char *wha
 	char msg[TP_ERR_MSG];
 	tp_fmt(msg, sizeof msg, "%s: the source could not be checked (%s): %s; the file stays served",
 	       fs->m->n[i].path, why, what);
+	note_failure(fs->m->n[i].path, "the source could not be checked (%s): %s; the file stays served", why, what);
 	if (tp_log_shown(msg))
 		tp_log(0, "%s", msg);
 }
@@ -138,6 +141,9 @@ int source_check(tp_fs *fs, uint32_t i, int fd)
 	}
 	if (d == 1)
 		mark_bad(fs, i, why);
+	else if (d == 2)
+		note_failure(fs->m->n[i].path, "a read met an attribute change (chmod, chown) the watcher had not seen "
+			     "yet: that read failed with EIO; the file stays served");
 	return d ? EIO : 0;
 }
 
