@@ -1,7 +1,8 @@
 /* expr.c: a recursive-descent evaluator for plan expressions (see expr.h). Expressions are
  * short and evaluated at mount time only, so they are parsed and evaluated in one pass.
  *
- * The untaken side of `&&`, `||` and `?:` is parsed but not evaluated: while P.skip is non-zero
+ * The untaken side of `&&`, `||` and `?:`, the arguments of first() after its first present one and
+ * the index of a missing list are parsed but not evaluated: while P.skip is non-zero
  * no key is looked up, no arithmetic is done and no value error is raised (syntax errors, unknown
  * functions and the depth limit still are). Every recursion (a nested expression in parentheses,
  * an argument, an index, a branch of ?:, a unary operator) passes through expr() or unary(), which
@@ -199,14 +200,21 @@ static int call(P *p, const char *fn, val *out)
 {
 	val a[8];
 	int n = 0, guarded = !strcmp(fn, "has") || !strcmp(fn, "first");
+	int lazy = !strcmp(fn, "first"), found = 0; /* first(): the arguments after the first present one
+	                                               * are parsed, not evaluated (as the untaken side of &&) */
 	skip(p);
 	if (!accept(p, ")")) {
 		p->guard += guarded;
 		do {
 			if (n == 8)
 				return perr(p, "too many arguments to %s()", fn);
-			if (expr(p, &a[n++]) < 0)
+			p->skip += found;
+			int rc = expr(p, &a[n]);
+			p->skip -= found;
+			if (rc < 0)
 				return -1;
+			found |= lazy && !p->skip && a[n].k != V_MISSING;
+			n++;
 		} while (accept(p, ","));
 		p->guard -= guarded;
 		if (!accept(p, ")"))
@@ -232,10 +240,10 @@ static int call(P *p, const char *fn, val *out)
 	if (strcmp(fn, "has") == 0 && n == 1) {
 		out->i = a[0].k != V_MISSING;
 	} else if (strcmp(fn, "first") == 0 && n >= 1) {
-		*out = a[n - 1];
+		*out = a[n - 1]; /* all missing: the last, which names its key */
 		for (int i = 0; i < n; i++)
 			if (a[i].k != V_MISSING) {
-				*out = a[i];
+				*out = a[i]; /* the one present argument evaluated: those after it were skipped */
 				break;
 			}
 	} else if ((strcmp(fn, "cdiv") == 0 || strcmp(fn, "min") == 0 || strcmp(fn, "max") == 0) && n == 2) {
@@ -357,12 +365,17 @@ static int postfix(P *p, val *out)
 		return -1;
 	while (accept(p, "[")) {
 		val idx;
-		if (expr(p, &idx) < 0 || need_int(p, &idx, "an index") < 0)
+		int absent = out->k == V_MISSING; /* missing[i] stays missing: i is parsed, not evaluated,
+		                                   * so has(x[i]) reads only x when x is missing */
+		p->skip += absent;
+		int rc = expr(p, &idx) < 0 || need_int(p, &idx, "an index") < 0 ? -1 : 0;
+		p->skip -= absent;
+		if (rc < 0)
 			return -1;
 		if (!accept(p, "]"))
 			return perr(p, "%s", "expected ']'");
-		if (out->k == V_MISSING || p->skip)
-			continue; /* missing[i] stays missing */
+		if (absent || p->skip)
+			continue;
 		if (out->k != V_LIST)
 			return perr(p, "%s", "indexing something that is not a list");
 		char nm[96];

@@ -8,7 +8,10 @@
  * A key missing from the config (or null), or a list index past the end, is a "missing" value: has() and first() test it;
  * any other use is an error that names the key. `&&`, `||` and `?:` short-circuit: the untaken
  * side is parsed (a syntax error there is still an error) but not evaluated, so
- * `has(foo) && foo > 3` is false, not an error, when foo is missing. Arithmetic is checked
+ * `has(foo) && foo > 3` is false, not an error, when foo is missing. first() evaluates its
+ * arguments left to right and only up to the first present one (the rest are parsed only), so
+ * first(head_dim, hidden_size / num_attention_heads) with head_dim given never divides; the
+ * index of a missing list is parsed only (has(foo[i]) reads no more than foo). Arithmetic is checked
  * (overflow, division by zero, inexact division), literals must fit in int64, and nesting is
  * limited to TP_EXPR_MAX_DEPTH. Errors have the code TP_ERULE.
  *

@@ -199,6 +199,38 @@ static void test_overflow(void **state)
 	bad("1 + 123456789012345678901234567890123", "does not fit");
 }
 
+/* first() evaluates its arguments left to right and stops at the first present one (issue 51:
+ * first(head_dim, hidden_size / num_attention_heads) with head_dim given and heads not dividing the
+ * hidden size was "4096 / 7 is not exact"); has() of an index into a missing list does not
+ * evaluate the index. Both failed before: the arguments were all evaluated. */
+static void test_lazy_first_has(void **state)
+{
+	(void)state;
+	ok("first(head_dim, hidden_size / 7)", 64);
+	ok("first(head_dim, 1 / 0)", 64);
+	ok("first(nosuch, head_dim, nosuch2 + 1)", 64);
+	ok("first(nosuch, num_key_value_heads, 5, 9223372036854775807 + 1)", 5);
+	ok("has(nosuch[hidden_size / 7])", 0);
+	ok("first(nosuch[1 / 0], 5)", 5);
+	ok("has(layer_types[0]) && first(head_dim, 1 / 0) == 64", 1);
+	/* the arguments before the present one are evaluated, and fail as they do anywhere */
+	bad("first(nosuch, hidden_size / 7)", "4096 / 7 is not exact");
+	bad("first(nosuch + 1, head_dim)", "key 'nosuch' is missing");
+	/* a skipped argument is still parsed */
+	bad("first(head_dim, (1 +)", "unexpected text");
+	bad("first(head_dim, nosuch(1))", "unknown function");
+	/* a skipped argument is not a key the evaluation read */
+	tp_expr_ctx c = ctx(0);
+	tp_err e;
+	int64_t v;
+	assert_int_equal(tp_expr_int(&c, "first(head_dim, hidden_size / num_attention_heads)", &v, &e), 0);
+	assert_int_equal(v, 64);
+	assert_string_equal(tp_expr_used(&c), "head_dim=64");
+	assert_int_equal(tp_expr_int(&c, "first(nosuch, hidden_size / num_attention_heads)", &v, &e), 0);
+	assert_int_equal(v, 128);
+	assert_string_equal(tp_expr_used(&c), "hidden_size=4096, num_attention_heads=32");
+}
+
 /* Builds prefix^n core suffix^n. */
 static char *nest(const char *prefix, const char *core, const char *suffix, int n)
 {
@@ -284,6 +316,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_arithmetic), cmocka_unit_test(test_config), cmocka_unit_test(test_short_circuit),
 		cmocka_unit_test(test_overflow),   cmocka_unit_test(test_depth), cmocka_unit_test(test_defaults_and_missing),
+		cmocka_unit_test(test_lazy_first_has),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
