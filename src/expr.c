@@ -112,6 +112,57 @@ static void note_used(tp_expr_ctx *c, const char *key, const cJSON *n)
 	c->usedk[c->nused++].node = n;
 }
 
+/* Writes a short text of a scalar config value n into v[cap] (cap >= 48): a number as JSON writes
+ * it, true / false / null, a string quoted (its first 40 characters, then "..."); 0, or -1 when n
+ * is not a scalar. */
+static int scalar_text(const cJSON *n, char *v, size_t cap)
+{
+	if (cJSON_IsNumber(n))
+		tp_fmt(v, cap, "%.17g", n->valuedouble);
+	else if (cJSON_IsBool(n))
+		tp_fmt(v, cap, "%s", cJSON_IsTrue(n) ? "true" : "false");
+	else if (cJSON_IsNull(n))
+		tp_fmt(v, cap, "null");
+	else if (cJSON_IsString(n))
+		tp_fmt(v, cap, "'%.40s%s'", n->valuestring, strlen(n->valuestring) > 40 ? "..." : "");
+	else
+		return -1;
+	return 0;
+}
+
+/* Writes the text of config value n into v[cap] (cap >= 48): a scalar as scalar_text; a list as
+ * its elements while they fit in about 40 characters, then "..." and the count ([1, 3] or
+ * ['linear_attention', ... 48 entries]); an object as {...}. */
+static void value_text(const cJSON *n, char *v, size_t cap)
+{
+	if (scalar_text(n, v, cap) == 0)
+		return;
+	if (!cJSON_IsArray(n)) {
+		tp_fmt(v, cap, "{...}");
+		return;
+	}
+	int count = cJSON_GetArraySize(n);
+	size_t w = 0;
+	const cJSON *it;
+	int k = 0;
+	v[w++] = '[';
+	cJSON_ArrayForEach(it, n)
+	{
+		char one[64];
+		if (scalar_text(it, one, sizeof one) < 0)
+			tp_fmt(one, sizeof one, "%s", cJSON_IsArray(it) ? "[...]" : "{...}");
+		size_t ol = strlen(one);
+		if (w + ol + 24 > cap || w + ol > 48) {
+			tp_fmt(v + w, cap - w, "%s... %d entries]", k ? ", " : "", count);
+			return;
+		}
+		tp_fmt(v + w, cap - w, "%s%s", k ? ", " : "", one);
+		w += strlen(v + w);
+		k++;
+	}
+	tp_fmt(v + w, cap - w, "]");
+}
+
 const char *tp_expr_used(tp_expr_ctx *c)
 {
 	c->used[0] = 0;
@@ -119,14 +170,8 @@ const char *tp_expr_used(tp_expr_ctx *c)
 		size_t l = strlen(c->used);
 		if (l > sizeof c->used - 40)
 			break;
-		const cJSON *n = c->usedk[i].node;
-		char v[64];
-		if (cJSON_IsNumber(n))
-			tp_fmt(v, sizeof v, "%.17g", n->valuedouble);
-		else if (cJSON_IsString(n))
-			tp_fmt(v, sizeof v, "'%.40s'", n->valuestring);
-		else
-			tp_fmt(v, sizeof v, "%s", cJSON_IsArray(n) ? "[...]" : "?");
+		char v[128];
+		value_text(c->usedk[i].node, v, sizeof v);
 		tp_fmt(c->used + l, sizeof c->used - l, "%s%s=%s", l ? ", " : "", c->usedk[i].key, v);
 	}
 	return c->used;

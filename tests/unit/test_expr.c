@@ -19,7 +19,9 @@ static const char *config_text =
 	" \"linear_attn_config\": {\"num_heads\": 64, \"head_dim\": 128, \"kda_layers\": [1, 3]},"
 	" \"text_config\": {\"hidden_size\": 2048, \"vocab_size\": 1000},"
 	" \"huge\": 1e300, \"half\": 2.5, \"flag\": true, \"obj\": {\"a\": 1},"
-	" \"rope_scaling\": {\"original_max_position_embeddings_of_a_long_name\": 4096}, \"head_dim\": 64, \"v_head_dim\": 32}";
+	" \"rope_scaling\": {\"original_max_position_embeddings_of_a_long_name\": 4096}, \"head_dim\": 64, \"v_head_dim\": 32,"
+	" \"tie\": false, \"path\": \"a-name-of-more-than-forty-characters-in-all.json\","
+	" \"many\": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]}";
 
 static cJSON *config;
 
@@ -231,7 +233,26 @@ static void test_lazy_first_has(void **state)
 	assert_string_equal(tp_expr_used(&c), "hidden_size=4096, num_attention_heads=32");
 }
 
-/* Builds prefix^n core suffix^n. */
+/* tp_expr_used (the "key=value" list of a refusal) prints every kind of value: a boolean as
+ * true / false (issue 51: "tie_word_embeddings=?"), strings quoted and cut at 40 characters, lists
+ * by their first elements and their count, objects as {...}. */
+static void test_used_values(void **state)
+{
+	(void)state;
+	tp_expr_ctx c = ctx(0);
+	tp_err e;
+	assert_int_equal(tp_expr_cond(&c, "flag && !tie && has(obj) && layer_types[0] == 'linear_attention' && "
+				      "in(3, linear_attn_config.kda_layers) && path != 'x' && len(many) == 20", &e), 1);
+	assert_string_equal(tp_expr_used(&c), "flag=true, tie=false, obj={...}, "
+					      "layer_types=['linear_attention', 'full_attention'], "
+					      "linear_attn_config.kda_layers=[1, 3], "
+					      "path='a-name-of-more-than-forty-characters-in-...', "
+					      "many=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, ... 20 entries]");
+	assert_int_equal(tp_expr_cond(&c, "half > 2 && huge > 2", &e), -1); /* not integers: refused, still shown */
+	assert_string_equal(tp_expr_used(&c), "half=2.5");
+}
+
+/* Builds prefix^n core suffix^n. *//* Builds prefix^n core suffix^n. */
 static char *nest(const char *prefix, const char *core, const char *suffix, int n)
 {
 	size_t lp = strlen(prefix), ls = strlen(suffix), lc = strlen(core);
@@ -316,7 +337,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_arithmetic), cmocka_unit_test(test_config), cmocka_unit_test(test_short_circuit),
 		cmocka_unit_test(test_overflow),   cmocka_unit_test(test_depth), cmocka_unit_test(test_defaults_and_missing),
-		cmocka_unit_test(test_lazy_first_has),
+		cmocka_unit_test(test_lazy_first_has), cmocka_unit_test(test_used_values),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
