@@ -425,8 +425,18 @@ static int postfix(P *p, val *out)
 			return perr(p, "%s", "indexing something that is not a list");
 		char nm[96];
 		tp_fmt(nm, sizeof nm, "%s[%lld]", out->name, (long long)idx.i);
-		if (idx.i < 0 || idx.i >= cJSON_GetArraySize(out->list)) {
-			/* past the end is missing, like an absent key (layer_types has no MTP entry) */
+		int size = cJSON_GetArraySize(out->list);
+		if (idx.i < 0 || idx.i >= size) {
+			/* outside the list: an error, as using a missing key is, unless has() or first() asks
+			 * (has(layer_types[i]), first(layer_types[i], 'full_attention') for an MTP layer past
+			 * layer_types): there it is missing */
+			if (!p->guard) {
+				char m[256];
+				tp_fmt(m, sizeof m, "index %lld is %s '%.95s' (%d entries): has(%.95s) tests for it, "
+				       "first(%.95s, default) gives a default", (long long)idx.i,
+				       idx.i < 0 ? "negative, in" : "past the end of", out->name, size, nm, nm);
+				return perr(p, "%s", m);
+			}
 			memset(out, 0, sizeof *out);
 			out->k = V_MISSING;
 			cpy(out->name, sizeof out->name, nm);

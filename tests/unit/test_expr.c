@@ -252,7 +252,34 @@ static void test_used_values(void **state)
 	assert_string_equal(tp_expr_used(&c), "half=2.5");
 }
 
-/* Builds prefix^n core suffix^n. *//* Builds prefix^n core suffix^n. */
+/* An index outside a list (past its end, or negative) is an error, as any other use of a missing
+ * value is, unless has() or first() asks (issue 50: architectures[5] == 'x' was false): an MTP layer
+ * past layer_types is first(layer_types[i], 'full_attention'). Before, every bad() here was 0. */
+static void test_index_outside(void **state)
+{
+	(void)state;
+	bad("layer_types[5] == 'x'", "index 5 is past the end of 'layer_types' (2 entries): has(layer_types[5]) tests "
+				     "for it, first(layer_types[5], default) gives a default");
+	bad("layer_types[i + 1] != 'x'", "index 2 is past the end of 'layer_types' (2 entries)");
+	bad("layer_types[-1] == 'x'", "index -1 is negative, in 'layer_types' (2 entries)");
+	bad("linear_attn_config.kda_layers[2] + 1", "index 2 is past the end of 'linear_attn_config.kda_layers'");
+	bad("1 ? layer_types[9] : 0", "past the end"); /* the taken branch */
+	ok("0 ? layer_types[9] : 7", 7);              /* the untaken one is not evaluated */
+	ok("has(layer_types[5])", 0);
+	ok("has(layer_types[-1])", 0);
+	ok("has(layer_types[i])", 1);
+	ok("first(layer_types[5], 'full_attention') == 'full_attention'", 1);
+	ok("first(layer_types[len(layer_types)], 'mtp') == 'mtp'", 1);
+	ok("has(layer_types[5]) && layer_types[5] == 'x'", 0);
+	ok("first(linear_attn_config.kda_layers[1], 0)", 3);
+	tp_expr_ctx c = ctx(0);
+	tp_err e;
+	assert_int_equal(tp_expr_cond(&c, "architectures[5] == 'x'", &e), 0); /* a missing list stays missing */
+	assert_int_equal(tp_expr_cond(&c, "layer_types[5] == 'x'", &e), -1);  /* a condition fails too */
+	assert_non_null(strstr(e.msg, "past the end"));
+}
+
+/* Builds prefix^n core suffix^n. */
 static char *nest(const char *prefix, const char *core, const char *suffix, int n)
 {
 	size_t lp = strlen(prefix), ls = strlen(suffix), lc = strlen(core);
@@ -338,6 +365,7 @@ int main(void)
 		cmocka_unit_test(test_arithmetic), cmocka_unit_test(test_config), cmocka_unit_test(test_short_circuit),
 		cmocka_unit_test(test_overflow),   cmocka_unit_test(test_depth), cmocka_unit_test(test_defaults_and_missing),
 		cmocka_unit_test(test_lazy_first_has), cmocka_unit_test(test_used_values),
+		cmocka_unit_test(test_index_outside),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
