@@ -27,6 +27,7 @@
 #include "gather_module.h"
 #include "io_plan.h"
 #include "model.h"
+#include "slurp.h"
 
 /* ---- mountinfo ---- */
 
@@ -209,6 +210,14 @@ static int cmd_mount(int argc, char **argv)
 	}
 	if (!S_ISDIR(st.st_mode)) {
 		fprintf(stderr, "tpfs: %s: not a folder\n", mnt);
+		return 1;
+	}
+	/* --log FILE is opened by the daemon once it serves (fs_log.c), for appending: a FIFO there would
+	 * hold the daemon in open() until a reader came, with the mount made and every access to it
+	 * waiting (a folder or a socket fails to open, and the log goes to syslog, as it says) */
+	if (fo.log_path && stat(fo.log_path, &st) == 0 && S_ISFIFO(st.st_mode)) {
+		fprintf(stderr, "tpfs: --log %s: a FIFO: the daemon would wait in open() for a reader, with the mount "
+			"made and every access to it waiting; give a regular file (or leave --log out: syslog)\n", fo.log_path);
 		return 1;
 	}
 	/* Mounting is exclusive: an flock on MNT's folder, taken before the mount-point check and
@@ -419,9 +428,17 @@ static int cmd_stats(int argc, char **argv)
 		return die_usage(usage_stats, "give MNT");
 	char path[PATH_MAX];
 	snprintf(path, sizeof path, "%s/.tpfs-stats", argv[1]);
-	FILE *f = fopen(path, "r");
+	/* opened as every file named on the command line is: a FIFO there is refused, not waited on */
+	tp_err oe;
+	struct stat sst;
+	int sfd = tp_open_regular(path, path, NULL, &sst, &oe);
+	FILE *f = sfd < 0 ? NULL : fdopen(sfd, "r");
+	if (sfd >= 0 && !f)
+		close(sfd);
 	if (!f) {
-		if (errno == ENOTCONN)
+		if (sfd < 0 && oe.code == TP_EINVAL)
+			fprintf(stderr, "tpfs: %s (is %s a tpfs mount?)\n", oe.msg, argv[1]);
+		else if (errno == ENOTCONN)
 			fprintf(stderr, "tpfs: %s: the tpfs daemon serving it is gone (killed or crashed); "
 				"`tpfs umount %s` removes the dead mount\n", argv[1], argv[1]);
 		else

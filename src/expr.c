@@ -1,7 +1,8 @@
 /* expr.c: a recursive-descent evaluator for plan expressions (see expr.h). Expressions are
  * short and evaluated at mount time only, so they are parsed and evaluated in one pass.
  *
- * The untaken side of `&&`, `||` and `?:` is parsed but not evaluated: while P.skip is non-zero
+ * The untaken side of `&&`, `||` and `?:`, the arguments of first() after its first present one and
+ * the index of a missing list are parsed but not evaluated: while P.skip is non-zero
  * no key is looked up, no arithmetic is done and no value error is raised (syntax errors, unknown
  * functions and the depth limit still are). Every recursion (a nested expression in parentheses,
  * an argument, an index, a branch of ?:, a unary operator) passes through expr() or unary(), which
@@ -111,6 +112,57 @@ static void note_used(tp_expr_ctx *c, const char *key, const cJSON *n)
 	c->usedk[c->nused++].node = n;
 }
 
+/* Writes a short text of a scalar config value n into v[cap] (cap >= 48): a number as JSON writes
+ * it, true / false / null, a string quoted (its first 40 characters, then "..."); 0, or -1 when n
+ * is not a scalar. */
+static int scalar_text(const cJSON *n, char *v, size_t cap)
+{
+	if (cJSON_IsNumber(n))
+		tp_fmt(v, cap, "%.17g", n->valuedouble);
+	else if (cJSON_IsBool(n))
+		tp_fmt(v, cap, "%s", cJSON_IsTrue(n) ? "true" : "false");
+	else if (cJSON_IsNull(n))
+		tp_fmt(v, cap, "null");
+	else if (cJSON_IsString(n))
+		tp_fmt(v, cap, "'%.40s%s'", n->valuestring, strlen(n->valuestring) > 40 ? "..." : "");
+	else
+		return -1;
+	return 0;
+}
+
+/* Writes the text of config value n into v[cap] (cap >= 48): a scalar as scalar_text; a list as
+ * its elements while they fit in about 40 characters, then "..." and the count ([1, 3] or
+ * ['linear_attention', ... 48 entries]); an object as {...}. */
+static void value_text(const cJSON *n, char *v, size_t cap)
+{
+	if (scalar_text(n, v, cap) == 0)
+		return;
+	if (!cJSON_IsArray(n)) {
+		tp_fmt(v, cap, "{...}");
+		return;
+	}
+	int count = cJSON_GetArraySize(n);
+	size_t w = 0;
+	const cJSON *it;
+	int k = 0;
+	v[w++] = '[';
+	cJSON_ArrayForEach(it, n)
+	{
+		char one[64];
+		if (scalar_text(it, one, sizeof one) < 0)
+			tp_fmt(one, sizeof one, "%s", cJSON_IsArray(it) ? "[...]" : "{...}");
+		size_t ol = strlen(one);
+		if (w + ol + 24 > cap || w + ol > 48) {
+			tp_fmt(v + w, cap - w, "%s... %d entries]", k ? ", " : "", count);
+			return;
+		}
+		tp_fmt(v + w, cap - w, "%s%s", k ? ", " : "", one);
+		w += strlen(v + w);
+		k++;
+	}
+	tp_fmt(v + w, cap - w, "]");
+}
+
 const char *tp_expr_used(tp_expr_ctx *c)
 {
 	c->used[0] = 0;
@@ -118,14 +170,8 @@ const char *tp_expr_used(tp_expr_ctx *c)
 		size_t l = strlen(c->used);
 		if (l > sizeof c->used - 40)
 			break;
-		const cJSON *n = c->usedk[i].node;
-		char v[64];
-		if (cJSON_IsNumber(n))
-			tp_fmt(v, sizeof v, "%.17g", n->valuedouble);
-		else if (cJSON_IsString(n))
-			tp_fmt(v, sizeof v, "'%.40s'", n->valuestring);
-		else
-			tp_fmt(v, sizeof v, "%s", cJSON_IsArray(n) ? "[...]" : "?");
+		char v[128];
+		value_text(c->usedk[i].node, v, sizeof v);
 		tp_fmt(c->used + l, sizeof c->used - l, "%s%s=%s", l ? ", " : "", c->usedk[i].key, v);
 	}
 	return c->used;
@@ -199,14 +245,21 @@ static int call(P *p, const char *fn, val *out)
 {
 	val a[8];
 	int n = 0, guarded = !strcmp(fn, "has") || !strcmp(fn, "first");
+	int lazy = !strcmp(fn, "first"), found = 0; /* first(): the arguments after the first present one
+	                                               * are parsed, not evaluated (as the untaken side of &&) */
 	skip(p);
 	if (!accept(p, ")")) {
 		p->guard += guarded;
 		do {
 			if (n == 8)
 				return perr(p, "too many arguments to %s()", fn);
-			if (expr(p, &a[n++]) < 0)
+			p->skip += found;
+			int rc = expr(p, &a[n]);
+			p->skip -= found;
+			if (rc < 0)
 				return -1;
+			found |= lazy && !p->skip && a[n].k != V_MISSING;
+			n++;
 		} while (accept(p, ","));
 		p->guard -= guarded;
 		if (!accept(p, ")"))
@@ -232,10 +285,10 @@ static int call(P *p, const char *fn, val *out)
 	if (strcmp(fn, "has") == 0 && n == 1) {
 		out->i = a[0].k != V_MISSING;
 	} else if (strcmp(fn, "first") == 0 && n >= 1) {
-		*out = a[n - 1];
+		*out = a[n - 1]; /* all missing: the last, which names its key */
 		for (int i = 0; i < n; i++)
 			if (a[i].k != V_MISSING) {
-				*out = a[i];
+				*out = a[i]; /* the one present argument evaluated: those after it were skipped */
 				break;
 			}
 	} else if ((strcmp(fn, "cdiv") == 0 || strcmp(fn, "min") == 0 || strcmp(fn, "max") == 0) && n == 2) {
@@ -357,18 +410,33 @@ static int postfix(P *p, val *out)
 		return -1;
 	while (accept(p, "[")) {
 		val idx;
-		if (expr(p, &idx) < 0 || need_int(p, &idx, "an index") < 0)
+		int absent = out->k == V_MISSING; /* missing[i] stays missing: i is parsed, not evaluated,
+		                                   * so has(x[i]) reads only x when x is missing */
+		p->skip += absent;
+		int rc = expr(p, &idx) < 0 || need_int(p, &idx, "an index") < 0 ? -1 : 0;
+		p->skip -= absent;
+		if (rc < 0)
 			return -1;
 		if (!accept(p, "]"))
 			return perr(p, "%s", "expected ']'");
-		if (out->k == V_MISSING || p->skip)
-			continue; /* missing[i] stays missing */
+		if (absent || p->skip)
+			continue;
 		if (out->k != V_LIST)
 			return perr(p, "%s", "indexing something that is not a list");
 		char nm[96];
 		tp_fmt(nm, sizeof nm, "%s[%lld]", out->name, (long long)idx.i);
-		if (idx.i < 0 || idx.i >= cJSON_GetArraySize(out->list)) {
-			/* past the end is missing, like an absent key (layer_types has no MTP entry) */
+		int size = cJSON_GetArraySize(out->list);
+		if (idx.i < 0 || idx.i >= size) {
+			/* outside the list: an error, as using a missing key is, unless has() or first() asks
+			 * (has(layer_types[i]), first(layer_types[i], 'full_attention') for an MTP layer past
+			 * layer_types): there it is missing */
+			if (!p->guard) {
+				char m[256];
+				tp_fmt(m, sizeof m, "index %lld is %s '%.95s' (%d entries): has(%.95s) tests for it, "
+				       "first(%.95s, default) gives a default", (long long)idx.i,
+				       idx.i < 0 ? "negative, in" : "past the end of", out->name, size, nm, nm);
+				return perr(p, "%s", m);
+			}
 			memset(out, 0, sizeof *out);
 			out->k = V_MISSING;
 			cpy(out->name, sizeof out->name, nm);

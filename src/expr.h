@@ -5,12 +5,17 @@
  * (the layer index i of a matched name, T, r), indexing (layer_types[i]), + - * / %, comparisons,
  * && || !, the ternary ?:, and the functions has(x), first(a, b, ...), cdiv(a, b), min, max,
  * len(list), in(x, list). Division must be exact (a plan that divides 4096 by 3 is a bug).
- * A key missing from the config (or null), or a list index past the end, is a "missing" value: has() and first() test it;
- * any other use is an error that names the key. `&&`, `||` and `?:` short-circuit: the untaken
- * side is parsed (a syntax error there is still an error) but not evaluated, so
- * `has(foo) && foo > 3` is false, not an error, when foo is missing. Arithmetic is checked
- * (overflow, division by zero, inexact division), literals must fit in int64, and nesting is
- * limited to TP_EXPR_MAX_DEPTH. Errors have the code TP_ERULE.
+ * A key missing from the config (or null) is a "missing" value: has() and first() test it; any
+ * other use is an error that names the key (== and != excepted: missing equals only missing). An
+ * index outside a list (past its end, or negative) is missing inside has() and first() and an
+ * error anywhere else: an MTP layer past layer_types is first(layer_types[i], 'full_attention').
+ * `&&`, `||` and `?:` short-circuit: the untaken side is parsed (a syntax error there is still an
+ * error) but not evaluated, so `has(foo) && foo > 3` is false, not an error, when foo is missing.
+ * first() evaluates its arguments left to right and only up to the first present one (the rest
+ * are parsed only), so first(head_dim, hidden_size / num_attention_heads) with head_dim given
+ * never divides; the index of a missing list is parsed only (has(foo[i]) reads no more than foo).
+ * Arithmetic is checked (overflow, division by zero, inexact division), literals must fit in
+ * int64, and nesting is limited to TP_EXPR_MAX_DEPTH. Errors have the code TP_ERULE.
  *
  * Config keys are looked up first under each of the context's prefixes (e.g. "text_config" for
  * vision-language wrappers), then at the top level, then in the context's defaults (a view's

@@ -57,8 +57,9 @@ static void mark_needed(tp_model *m, uint32_t idx, const cJSON *j)
 /* Opens, maps and validates one safetensors file. Returns 0, or -1 with e set. */
 static int load_tensors(tp_model *m, tp_node *n, tp_err *e)
 {
-	n->fd = open(n->real, O_RDONLY | O_CLOEXEC);
-	if (n->fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+	struct stat st; /* opened never waiting (a FIFO put there since the walk stat()ed it is refused) */
+	n->fd = tp_open_regular(n->real, n->path, NULL, &st, e);
+	if (n->fd < 0 && e->code == TP_EIO && (errno == EMFILE || errno == ENFILE)) {
 		int err = errno;
 		uint32_t files = 0;
 		for (uint32_t i = 0; i < m->nn; i++)
@@ -70,10 +71,7 @@ static int load_tensors(tp_model *m, tp_node *n, tp_err *e)
 			       n->path, strerror(err), files, (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
 	}
 	if (n->fd < 0)
-		return tp_fail(e, TP_EIO, "%s: cannot open: %s", n->path, strerror(errno));
-	struct stat st;
-	if (fstat(n->fd, &st) < 0)
-		return tp_fail(e, TP_EIO, "%s: cannot stat: %s", n->path, strerror(errno));
+		return -1;
 	n->src_size = (uint64_t)st.st_size;
 	n->mtime = st.st_mtim;
 	n->ctime = st.st_ctim;

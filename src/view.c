@@ -63,6 +63,22 @@ static int check_template(const char *t, const char *origin, size_t k, tvars *vs
 	return 0;
 }
 
+/* The bits of a constant's element: v rounded to nearest (even) in F32 (*bits), or further to
+ * BF16's nearest even (the low 16 bits of *bits), the bytes the view serves. 0, or -1 when the
+ * rounded value is infinite (v beyond the dtype's largest finite value by half a unit or more, or
+ * v itself infinite): such a constant is refused, since an engine would load an infinite scale. */
+static int const_bits(double v, st_dtype dt, uint32_t *bits)
+{
+	float f = (float)v;
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if (dt == ST_BF16)
+		u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* BF16: rounded to nearest even */
+	*bits = u;
+	uint32_t exp = dt == ST_BF16 ? 0x7f80u : 0x7f800000u;
+	return (u & exp) == exp ? -1 : 0; /* all-ones exponent: infinity (never NaN: JSON has none) */
+}
+
 static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
 {
 	static const char *keys[] = {"name", "cat", "from", "stack", "optional", "const", "per", "drop", "if_missing",
@@ -131,7 +147,12 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 		    (x->cdtype != ST_F32 && x->cdtype != ST_BF16))
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: a constant is {\"dtype\": \"F32\" or \"BF16\", "
 				       "\"value\": N} with \"per\": a source template", origin, k);
-		x->cvalue = val->valuedouble;
+		if (const_bits(val->valuedouble, x->cdtype, &x->cbits) < 0)
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu] (%s): the constant %.9g rounds to %sinfinity in %s, "
+				       "whose largest finite value is %s (a JSON number beyond about 1.8e308 reads as "
+				       "infinity too); a value the dtype cannot hold is refused, not served as infinity",
+				       origin, k, x->name, val->valuedouble, val->valuedouble < 0 ? "-" : "+", dt,
+				       x->cdtype == ST_F32 ? "3.4028234663852886e38" : "3.3895313892515355e38");
 		/* "shape": [d, ...]: every element the value (vLLM's [1] scale slots); none: a scalar */
 		uint64_t numel = 1;
 		int n = shp ? (cJSON_IsArray(shp) ? cJSON_GetArraySize(shp) : -1) : 0;

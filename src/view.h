@@ -51,8 +51,9 @@ typedef struct tp_ventry {
 	                        * where it is true (the caller evaluates it, setting off) */
 	int negate;            /* it came as "unless": the entry applies where the expression is false */
 	int off;               /* set by the caller from when: the entry is left out */
-	st_dtype cdtype;       /* CONST */
-	double cvalue;
+	st_dtype cdtype;       /* CONST: F32 or BF16 */
+	uint32_t cbits;        /* CONST: the element's bits in cdtype (BF16: the low 16), finite: view.c
+	                        * refuses a value that rounds to infinity */
 } tp_ventry;
 
 typedef struct tp_view {

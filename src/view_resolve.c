@@ -333,10 +333,8 @@ static int resolve_const(vres *c, size_t k)
 		uint8_t *bytes = malloc(numel * esz);
 		if (keep_block(c, bytes) < 0)
 			return -1;
-		float f = (float)x->cvalue;
-		uint32_t u;
-		memcpy(&u, &f, 4);
-		uint16_t h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* BF16: rounded to nearest even */
+		uint32_t u = x->cbits; /* rounded to the dtype when the view was read (view.c) */
+		uint16_t h = (uint16_t)u;
 		for (size_t j = 0; j < numel; j++)
 			memcpy(bytes + j * esz, esz == 2 ? (const void *)&h : (const void *)&u, esz);
 		tp_sdesc d = {.name = keep_name(c, name), .cbytes = bytes, .dtype = x->cdtype, .ndim = x->rs_ndim};

@@ -287,5 +287,40 @@ q = tt.tpfs("mount", lw, mnt_lw, "--tp", "2", "--plan", lw_plan)
 F.check(q.returncode == 1 and q.stderr.strip().splitlines()[-1:] == p.stderr.strip().splitlines()[-1:],
         "the mount gives the same refusal (%r)" % q.stderr.strip()[-200:])
 
+# a file named on the command line that is not a regular file (issue 50): a FIFO with no writer given as
+# --view or --plan held tpfs in open() (it checked the kind only once it had opened the file); now every such
+# file is opened without blocking and refused by what it is, within a second. Also a folder, a device, and
+# a FIFO as --log (which the daemon opens once it serves: the mount was made and every access waited).
+fifo = os.path.join(work, "view-fifo.json")
+os.mkfifo(fifo)
+mnt_f = os.path.join(work, "mnt-fifo")
+os.mkdir(mnt_f)
+
+
+def refused_at_once(args, want):
+    t0 = time.time()
+    try:
+        p = subprocess.run([tt.TPFS] + [str(a) for a in args], capture_output=True, text=True, timeout=1)
+        rc, err = p.returncode, p.stderr.strip()
+    except subprocess.TimeoutExpired:
+        rc, err = None, "still running after 1 s"
+    F.check(rc == 1 and want in err, "%s: refused within a second (%.2f s): exit %s, %r (want %r)"
+            % (" ".join(map(str, args)), time.time() - t0, rc, err[-300:], want))
+    if tt.is_mounted(mnt_f):
+        subprocess.run(["fusermount3", "-u", "-z", mnt_f])
+        F.check(False, "%s: left a mount" % " ".join(map(str, args)))
+
+
+for opt in ("--view", "--plan"):
+    hint = " (give a plan file)" if opt == "--plan" else ""
+    refused_at_once(["plan", src, "--tp", 2, opt, fifo], fifo + ": not a regular file (a FIFO)" + hint)
+    refused_at_once(["mount", src, mnt_f, "--tp", 2, opt, fifo], fifo + ": not a regular file (a FIFO)" + hint)
+    refused_at_once(["mount", src, mnt_f, "--tp", 2, "-f", opt, fifo], fifo + ": not a regular file (a FIFO)" + hint)
+refused_at_once(["plan", src, "--tp", 2, "--view", "/dev/null"], "/dev/null: not a regular file (a character device)")
+refused_at_once(["plan", src, "--tp", 2, "--plan", work + "/"], work + "/: not a regular file (a folder) (give a plan file)")
+refused_at_once(["mount", src, mnt_f, "--tp", 2, "--log", fifo], "--log %s: a FIFO" % fifo)
+os.mkfifo(os.path.join(mnt_f, ".tpfs-stats"))
+refused_at_once(["stats", mnt_f], ".tpfs-stats: not a regular file (a FIFO) (is %s a tpfs mount?)" % mnt_f)
+
 shutil.rmtree(work)
 F.done("test_cli")

@@ -7,6 +7,7 @@ no rule needs it is served unchanged with a warning (and refused under --strict)
 """
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -143,6 +144,33 @@ open(planf, "w").write('{"tpfs_plan": 1, "name": "x", "rules": [{"match": "**.q_
 expect_refusal("plan naming a missing key", base, "expression 'nosuchkey': key 'nosuchkey' is missing from config.json", "--plan", planf)
 open(planf, "w").write('{"tpfs_plan": 1, "name": "x", "rules": [{"match": "**.q_proj", "split": "column", "heads": "(3 +"}, {"match": "**", "split": "replicate"}]}')
 expect_refusal("plan with a broken expression", base, "expression '(3 +'", "--plan", planf)
+
+# a view constant the dtype cannot hold (issue 50): served as +-inf before, exit 0; refused when the view
+# is read, naming the view file, the entry and the dtype's largest finite value. 1e400 is what Python's json
+# reads as infinity (and cJSON too); a value that rounds down to the largest finite value is served.
+viewf = os.path.join(work, "const-view.json")
+for dt, value, want in (("F32", "1e39", "rounds to +infinity in F32, whose largest finite value is 3.4028234663852886e38"),
+                        ("F32", "1e400", "the constant inf rounds to +infinity in F32"),
+                        ("F32", "-1e400", "the constant -inf rounds to -infinity in F32"),
+                        ("BF16", "-1e39", "rounds to -infinity in BF16, whose largest finite value is 3.3895313892515355e38"),
+                        ("BF16", "3.4e38", "rounds to +infinity in BF16"),
+                        ("BF16", "3.39e38", None), ("F32", "3.4028235e38", None)):
+    open(viewf, "w").write('{"tpfs_view": 1, "engine": "vllm", "name": "c", "extends": "llama", "tensors": ['
+                           '{"name": "model.layers.{i}.self_attn.attn.x_scale", "const": {"dtype": "%s", "value": %s}, '
+                           '"per": "model.layers.{i}.self_attn.o_proj.weight"}]}' % (dt, value))
+    tried += 1
+    p = tt.tpfs("plan", base, "--tp", 2, "--view", viewf)
+    if want is None:
+        F.check(p.returncode == 0 and re.search(r"model\.layers\.0\.self_attn\.attn\.x_scale +%s +\[\] " % dt, p.stdout),
+                "a %s constant %s that rounds to a finite value is served (%s)" % (dt, value, p.stderr.strip()[-300:]))
+    else:
+        F.check(p.returncode == 1 and viewf + ": tensors[" in p.stderr and
+                "(model.layers.{i}.self_attn.attn.x_scale): the constant" in p.stderr and want in p.stderr,
+                "a %s constant %s: tpfs plan refuses it: exit %d, %r" % (dt, value, p.returncode, p.stderr.strip()[-400:]))
+open(viewf, "w").write('{"tpfs_view": 1, "engine": "vllm", "name": "c", "extends": "llama", "tensors": ['
+                       '{"name": "model.layers.{i}.self_attn.attn.x_scale", "const": {"dtype": "F32", "value": 1e39}, '
+                       '"per": "model.layers.{i}.self_attn.o_proj.weight"}]}')
+expect_refusal("a view constant past F32's range", base, "rounds to +infinity in F32", "--view", viewf)
 
 # an unreadable needed file (as root, drop the capabilities that bypass file modes)
 if shutil.which("setpriv") and os.geteuid() == 0:

@@ -246,6 +246,31 @@ for k, (expr, want) in enumerate(hostile):
     F.check(p.returncode == 1 and "plan 'hostile', rule 'evil' (heads): expression '" in p.stderr and want in p.stderr
             and len(p.stderr) < 2000, "tpfs plan, hostile heads %.40r: exit %d, %r" % (expr, p.returncode, p.stderr[:400]))
 
+# issue 51: first() evaluates its arguments only up to the first present one. A Llama whose head_dim is given
+# and whose hidden size is not a multiple of its heads (48 = 10 heads of 6 would need 4.8) is valid
+# (transformers and the engines read head_dim); the llama plan sizes q/k/v/o by first(head_dim, hidden_size /
+# num_attention_heads), and so do the views over it. Before: "48 / 10 is not exact", from the plan and every view.
+srchd = os.path.join(work, "headdim")
+chd = dict(cfgl, num_attention_heads=10, num_key_value_heads=2, head_dim=6, intermediate_size=128)
+bhd = fixtures.Builder(7)
+bhd.add("model.embed_tokens.weight", chd["vocab_size"], chd["hidden_size"])
+for i in range(chd["num_hidden_layers"]):
+    fixtures._gqa(bhd, "model.layers.%d." % i, chd)
+    fixtures._mlp(bhd, "model.layers.%d." % i, chd["hidden_size"], chd["intermediate_size"])
+    fixtures._norms(bhd, "model.layers.%d." % i, chd["hidden_size"])
+bhd.add("model.norm.weight", chd["hidden_size"])
+bhd.add("lm_head.weight", chd["vocab_size"], chd["hidden_size"])
+fixtures.save(srchd, chd, bhd.t)
+p = tt.tpfs("plan", srchd, "--tp", 2)
+F.check(p.returncode == 0 and re.search(r"model\.layers\.0\.self_attn\.q_proj\.weight +q_proj .*\[60, 48\] +\[30, 48\]", p.stdout),
+        "head_dim given, hidden_size / heads not exact: the llama plan cuts q_proj [60, 48] to [30, 48] (%s)"
+        % p.stderr.strip()[-300:])
+for view in ("vllm", "sglang"):
+    p = tt.tpfs("plan", srchd, "--tp", 2, "--view", view)
+    F.check(p.returncode == 0 and re.search(r"model\.layers\.0\.self_attn\.qkv_proj\.weight +F32 +\[42, 48\]", p.stdout),
+            "head_dim given, hidden_size / heads not exact: --view %s serves qkv_proj [42, 48] (%s)"
+            % (view, p.stderr.strip()[-300:]))
+
 # config disagreeing with shapes
 srcb = os.path.join(work, "badcfg")
 fixtures.save(srcb, dict(cfgl, intermediate_size=100), fulll)

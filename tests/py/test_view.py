@@ -356,6 +356,18 @@ p = tt.tpfs("plan", src, "--tp", "2", "--view", cview)
 F.check(p.returncode == 1 and "\"when\": expression 'T >'" in p.stderr,
         "a condition that does not parse is refused when the view is read (%s)" % p.stderr.strip()[-200:])
 
+# 5c. a refusal names the config values its condition read, each as it is (issue 51: a boolean was
+# printed "tie_word_embeddings=?"): a boolean, a string, a list
+rv = json.loads(json.dumps(cond))
+rv["tensors"] = rv["tensors"][:-1]
+rv["refuse"] = [{"if": "!tie_word_embeddings && model_type == 'llama' && len(architectures) == 1", "reason": "r"}]
+json.dump(rv, open(cview, "w"))
+p = tt.tpfs("plan", src, "--tp", "2", "--view", cview)
+F.check(p.returncode == 1 and "(!tie_word_embeddings && model_type == 'llama' && len(architectures) == 1; "
+        "tie_word_embeddings=false, model_type='llama', architectures=['LlamaForCausalLM'])" in p.stderr,
+        "a refusal prints the values its condition read: a boolean as false, a string, a list (%s)"
+        % p.stderr.strip()[-300:])
+
 # 6. refusals
 kl = os.path.join(work, "kimi_linear")  # experts of 16 rows: vLLM pads a rank's shard to 256, the view would not
 kcfg, _ = fixtures.make("kimi_linear", kl)

@@ -19,7 +19,9 @@ static const char *config_text =
 	" \"linear_attn_config\": {\"num_heads\": 64, \"head_dim\": 128, \"kda_layers\": [1, 3]},"
 	" \"text_config\": {\"hidden_size\": 2048, \"vocab_size\": 1000},"
 	" \"huge\": 1e300, \"half\": 2.5, \"flag\": true, \"obj\": {\"a\": 1},"
-	" \"rope_scaling\": {\"original_max_position_embeddings_of_a_long_name\": 4096}, \"head_dim\": 64, \"v_head_dim\": 32}";
+	" \"rope_scaling\": {\"original_max_position_embeddings_of_a_long_name\": 4096}, \"head_dim\": 64, \"v_head_dim\": 32,"
+	" \"tie\": false, \"path\": \"a-name-of-more-than-forty-characters-in-all.json\","
+	" \"many\": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]}";
 
 static cJSON *config;
 
@@ -199,6 +201,84 @@ static void test_overflow(void **state)
 	bad("1 + 123456789012345678901234567890123", "does not fit");
 }
 
+/* first() evaluates its arguments left to right and stops at the first present one (issue 51:
+ * first(head_dim, hidden_size / num_attention_heads) with head_dim given and heads not dividing the
+ * hidden size was "4096 / 7 is not exact"); has() of an index into a missing list does not
+ * evaluate the index. Both failed before: the arguments were all evaluated. */
+static void test_lazy_first_has(void **state)
+{
+	(void)state;
+	ok("first(head_dim, hidden_size / 7)", 64);
+	ok("first(head_dim, 1 / 0)", 64);
+	ok("first(nosuch, head_dim, nosuch2 + 1)", 64);
+	ok("first(nosuch, num_key_value_heads, 5, 9223372036854775807 + 1)", 5);
+	ok("has(nosuch[hidden_size / 7])", 0);
+	ok("first(nosuch[1 / 0], 5)", 5);
+	ok("has(layer_types[0]) && first(head_dim, 1 / 0) == 64", 1);
+	/* the arguments before the present one are evaluated, and fail as they do anywhere */
+	bad("first(nosuch, hidden_size / 7)", "4096 / 7 is not exact");
+	bad("first(nosuch + 1, head_dim)", "key 'nosuch' is missing");
+	/* a skipped argument is still parsed */
+	bad("first(head_dim, (1 +)", "unexpected text");
+	bad("first(head_dim, nosuch(1))", "unknown function");
+	/* a skipped argument is not a key the evaluation read */
+	tp_expr_ctx c = ctx(0);
+	tp_err e;
+	int64_t v;
+	assert_int_equal(tp_expr_int(&c, "first(head_dim, hidden_size / num_attention_heads)", &v, &e), 0);
+	assert_int_equal(v, 64);
+	assert_string_equal(tp_expr_used(&c), "head_dim=64");
+	assert_int_equal(tp_expr_int(&c, "first(nosuch, hidden_size / num_attention_heads)", &v, &e), 0);
+	assert_int_equal(v, 128);
+	assert_string_equal(tp_expr_used(&c), "hidden_size=4096, num_attention_heads=32");
+}
+
+/* tp_expr_used (the "key=value" list of a refusal) prints every kind of value: a boolean as
+ * true / false (issue 51: "tie_word_embeddings=?"), strings quoted and cut at 40 characters, lists
+ * by their first elements and their count, objects as {...}. */
+static void test_used_values(void **state)
+{
+	(void)state;
+	tp_expr_ctx c = ctx(0);
+	tp_err e;
+	assert_int_equal(tp_expr_cond(&c, "flag && !tie && has(obj) && layer_types[0] == 'linear_attention' && "
+				      "in(3, linear_attn_config.kda_layers) && path != 'x' && len(many) == 20", &e), 1);
+	assert_string_equal(tp_expr_used(&c), "flag=true, tie=false, obj={...}, "
+					      "layer_types=['linear_attention', 'full_attention'], "
+					      "linear_attn_config.kda_layers=[1, 3], "
+					      "path='a-name-of-more-than-forty-characters-in-...', "
+					      "many=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, ... 20 entries]");
+	assert_int_equal(tp_expr_cond(&c, "half > 2 && huge > 2", &e), -1); /* not integers: refused, still shown */
+	assert_string_equal(tp_expr_used(&c), "half=2.5");
+}
+
+/* An index outside a list (past its end, or negative) is an error, as any other use of a missing
+ * value is, unless has() or first() asks (issue 50: architectures[5] == 'x' was false): an MTP layer
+ * past layer_types is first(layer_types[i], 'full_attention'). Before, every bad() here was 0. */
+static void test_index_outside(void **state)
+{
+	(void)state;
+	bad("layer_types[5] == 'x'", "index 5 is past the end of 'layer_types' (2 entries): has(layer_types[5]) tests "
+				     "for it, first(layer_types[5], default) gives a default");
+	bad("layer_types[i + 1] != 'x'", "index 2 is past the end of 'layer_types' (2 entries)");
+	bad("layer_types[-1] == 'x'", "index -1 is negative, in 'layer_types' (2 entries)");
+	bad("linear_attn_config.kda_layers[2] + 1", "index 2 is past the end of 'linear_attn_config.kda_layers'");
+	bad("1 ? layer_types[9] : 0", "past the end"); /* the taken branch */
+	ok("0 ? layer_types[9] : 7", 7);              /* the untaken one is not evaluated */
+	ok("has(layer_types[5])", 0);
+	ok("has(layer_types[-1])", 0);
+	ok("has(layer_types[i])", 1);
+	ok("first(layer_types[5], 'full_attention') == 'full_attention'", 1);
+	ok("first(layer_types[len(layer_types)], 'mtp') == 'mtp'", 1);
+	ok("has(layer_types[5]) && layer_types[5] == 'x'", 0);
+	ok("first(linear_attn_config.kda_layers[1], 0)", 3);
+	tp_expr_ctx c = ctx(0);
+	tp_err e;
+	assert_int_equal(tp_expr_cond(&c, "architectures[5] == 'x'", &e), 0); /* a missing list stays missing */
+	assert_int_equal(tp_expr_cond(&c, "layer_types[5] == 'x'", &e), -1);  /* a condition fails too */
+	assert_non_null(strstr(e.msg, "past the end"));
+}
+
 /* Builds prefix^n core suffix^n. */
 static char *nest(const char *prefix, const char *core, const char *suffix, int n)
 {
@@ -284,6 +364,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_arithmetic), cmocka_unit_test(test_config), cmocka_unit_test(test_short_circuit),
 		cmocka_unit_test(test_overflow),   cmocka_unit_test(test_depth), cmocka_unit_test(test_defaults_and_missing),
+		cmocka_unit_test(test_lazy_first_has), cmocka_unit_test(test_used_values),
+		cmocka_unit_test(test_index_outside),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

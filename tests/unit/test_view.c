@@ -390,6 +390,55 @@ static void test_const_shape(void **state)
 	fx_free(&f);
 }
 
+/* A constant the dtype cannot hold (it rounds to infinity there) is refused when the view is read,
+ * naming the view, the entry and the dtype's largest finite value (issue 50: 1e39 in F32 and -1e39
+ * in BF16 were served as +-inf); the largest finite values, and values that round down to them,
+ * are served as those values. */
+static void test_const_range(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *dt, *value;
+		int ok;
+		uint32_t bits; /* when ok */
+		const char *want; /* when refused */
+	} cases[] = {
+		{"F32", "1e39", 0, 0, "rounds to +infinity in F32, whose largest finite value is 3.4028234663852886e38"},
+		{"F32", "-1e39", 0, 0, "rounds to -infinity in F32"},
+		{"F32", "1e400", 0, 0, "the constant inf rounds to +infinity in F32"}, /* a double's infinity */
+		{"F32", "-1e400", 0, 0, "the constant -inf rounds to -infinity in F32"},
+		{"F32", "3.4028235677973366e38", 0, 0, "rounds to +infinity in F32"}, /* FLT_MAX + half a unit: a tie, to even */
+		{"F32", "3.4028234663852886e38", 1, 0x7f7fffffu, NULL}, /* FLT_MAX */
+		{"F32", "3.40282356e38", 1, 0x7f7fffffu, NULL}, /* just under the tie: rounds down to FLT_MAX */
+		{"BF16", "-1e39", 0, 0, "rounds to -infinity in BF16, whose largest finite value is 3.3895313892515355e38"},
+		{"BF16", "3.3961775292304088e38", 0, 0, "rounds to +infinity in BF16"}, /* 0x1.ffp127: BF16's tie */
+		{"BF16", "3.4e38", 0, 0, "rounds to +infinity in BF16"}, /* finite in F32, not in BF16 */
+		{"BF16", "3.3895313892515355e38", 1, 0x7f7fu, NULL}, /* BF16's largest */
+		{"BF16", "-3.39e38", 1, 0xff7fu, NULL},
+		{"BF16", "1e-50", 1, 0x0000u, NULL}, /* underflow rounds to zero, as a cast does */
+	};
+	char text[512];
+	for (size_t j = 0; j < sizeof cases / sizeof cases[0]; j++) {
+		tp_view v;
+		tp_err e;
+		tp_err_clear(&e);
+		snprintf(text, sizeof text,
+			 "%s\"tensors\": [{\"name\": \"L.{i}.s\", \"const\": {\"dtype\": \"%s\", \"value\": %s}, "
+			 "\"per\": \"L.{i}.o\"}]}", VIEW_HEAD, cases[j].dt, cases[j].value);
+		int rc = tp_view_parse(text, strlen(text), "t.json", &v, &e);
+		if (cases[j].ok) {
+			if (rc != 0)
+				fail_msg("%s %s: %s", cases[j].dt, cases[j].value, e.msg);
+			if (v.e[0].cbits != cases[j].bits)
+				fail_msg("%s %s: bits 0x%x, want 0x%x", cases[j].dt, cases[j].value, v.e[0].cbits, cases[j].bits);
+			tp_view_free(&v);
+		} else if (rc != -1 || !strstr(e.msg, "t.json: tensors[0] (L.{i}.s): the constant") ||
+			   !strstr(e.msg, cases[j].want)) {
+			fail_msg("%s %s: rc %d, '%s' (want '%s')", cases[j].dt, cases[j].value, rc, e.msg, cases[j].want);
+		}
+	}
+}
+
 /* "transpose": true and "other_ranks": "zeros" reach the served tensor's description; a transpose of
  * several pieces or with widening, a non-boolean transpose and another other_ranks are refused. */
 static void test_transpose_rank0(void **state)
@@ -524,7 +573,7 @@ static void test_include(void **state)
 	for (size_t k = 0; k < v.ne; k++)
 		if (v.e[k].name && !strcmp(v.e[k].name, "model.layers.{i}.self_attn.attn.q_scale"))
 			q = (int)k;
-	assert_true(q >= 0 && v.e[q].cdtype == ST_F32 && v.e[q].cvalue == 2);
+	assert_true(q >= 0 && v.e[q].cdtype == ST_F32 && v.e[q].cbits == 0x40000000u); /* 2.0f */
 	assert_int_equal(cJSON_GetArraySize(v.refuse), 6); /* the fragment's five, then this file's */
 	assert_string_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(v.refuse, 5), "reason")->valuestring,
 			    "mine");
@@ -791,7 +840,7 @@ int main(void)
 		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when), cmocka_unit_test(test_refuse_proven_parse), cmocka_unit_test(test_extends), cmocka_unit_test(test_extends_engine),
 		cmocka_unit_test(test_stack),            cmocka_unit_test(test_parts_and_sources),
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
-		cmocka_unit_test(test_shape),            cmocka_unit_test(test_const_shape),
+		cmocka_unit_test(test_shape),            cmocka_unit_test(test_const_shape), cmocka_unit_test(test_const_range),
 		cmocka_unit_test(test_include),          cmocka_unit_test(test_rules),
 		cmocka_unit_test(test_pp_partition),
 		cmocka_unit_test(test_transpose_rank0),
