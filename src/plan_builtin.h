@@ -1,5 +1,6 @@
-/* plan_builtin.h: the plan files of plans/ compiled into the binary, as text. Choosing one and
- * parsing it is planner.h's; this module only holds the texts and their names. */
+/* plan_builtin.h: the plan files of plans/ compiled into the binary, as text, and the families
+ * examined and not served, with their reasons. Choosing a plan and parsing it is planner.h's; this
+ * module only holds the texts and their names. */
 #ifndef TP_PLAN_BUILTIN_H
 #define TP_PLAN_BUILTIN_H
 
@@ -13,5 +14,8 @@ const char *tp_builtin_name(int i);
 const char *tp_builtin_text(int i, size_t *len);
 /* Index of the built-in plan named name, or -1. */
 int tp_builtin_find(const char *name);
+/* Why model_type is not served, where its model code was examined and found unservable
+ * (docs/ARCHITECTURES.md, "Families examined and not served"); NULL for any other name. */
+const char *tp_builtin_examined(const char *model_type);
 
 #endif

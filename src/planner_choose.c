@@ -142,6 +142,13 @@ static int refuse_unknown(const cJSON *config, tp_err *e)
 		tp_fmt(arch, sizeof arch, "text_config.model_type '%.80s'", tmt->valuestring);
 	else
 		tp_fmt(arch, sizeof arch, "%s", config ? "a config.json without model_type" : "a checkpoint without config.json");
+	/* a family whose model code was read and found unservable: its reason, not the list of plans */
+	const char *why = tp_builtin_examined(cJSON_IsString(mt) ? mt->valuestring : NULL);
+	if (!why)
+		why = tp_builtin_examined(cJSON_IsString(tmt) ? tmt->valuestring : NULL);
+	if (why)
+		return tp_fail(e, TP_EINVAL, "no built-in plan knows %s, a family whose model code tpfs has read and does "
+			       "not serve (docs/ARCHITECTURES.md; a plan file of your own: --plan FILE): %s", arch, why);
 	builtin_list(list, sizeof list, 0); /* the model types of every plan no longer fit in one message */
 	return tp_fail(e, TP_EINVAL,
 		       "no built-in plan knows %s (built-in plans: %s; 'tpfs plan --list' shows the model types each "

@@ -127,6 +127,38 @@ p = subprocess.run([tt.TPFS, "mount", srcu, mnt, "--tp", "2", "-f"], capture_out
 F.check(p.returncode == 1 and p.stderr == want_unknown and not tt.is_mounted(mnt),
         "tpfs mount refuses it before mounting: %r" % p.stderr)
 os.rmdir(mnt)
+# a family whose model code was read and found unservable (docs/ARCHITECTURES.md's table, read here by this test) is
+# refused with that reason, by plan and by mount, and not with the list of plans (issue 49): the user need not find
+# the docs to learn it was looked at. gpt_neox as a model_type, gemma3n_text as a composite's text_config.model_type
+examined = {}
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "ARCHITECTURES.md")) as f:
+    inside = False
+    for line in f:
+        if line.startswith("## "):
+            inside = line.startswith("## Families examined and not served")
+        elif inside and line.startswith("| ") and not line.startswith(("| family", "| ---")):
+            fam, why = [c.strip() for c in line.strip().strip("|").split("|", 1)]
+            examined[fam] = why
+F.check(len(examined) > 30 and "gpt_neox" in examined and "gemma3n_text" in examined,
+        "docs/ARCHITECTURES.md lists the families examined and not served: %s" % sorted(examined)[:5])
+for what, cfg_x in (("model_type 'gpt_neox'", dict(cfgl, model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"])),
+                    ("model_type 'mystery' (text_config: 'gemma3n_text')",
+                     dict(cfgl, model_type="mystery", architectures=["MysteryForConditionalGeneration"],
+                          text_config={"model_type": "gemma3n_text"}))):
+    fam = "gpt_neox" if "gpt_neox" in what else "gemma3n_text"
+    srcx = os.path.join(work, "examined-" + fam)
+    fixtures.save(srcx, cfg_x, fulll)
+    p = tt.tpfs("plan", srcx, "--tp", 2)
+    first = p.stderr.splitlines()[0] if p.stderr else ""
+    F.check(p.returncode == 1 and first.startswith("tpfs: no built-in plan knows %s, a family whose model code tpfs "
+                                                   "has read and does not serve" % what)
+            and examined[fam][:200] in first and "built-in plans:" not in first,
+            "an examined family (%s) is refused with the reason found in its model code: %r" % (fam, p.stderr[:400]))
+    mnt = tempfile.mkdtemp(prefix="tpfs-plans-mnt-")
+    q = subprocess.run([tt.TPFS, "mount", srcx, mnt, "--tp", "2", "-f"], capture_output=True, text=True, timeout=120)
+    F.check(q.returncode == 1 and q.stderr == p.stderr and not tt.is_mounted(mnt),
+            "tpfs mount refuses the examined %s with the same reason: %r" % (fam, q.stderr[:300]))
+    os.rmdir(mnt)
 # no silent guesses, again: a tensor no rule matches is refused by name and shape unless --unmatched replicate
 p = tt.tpfs("plan", srcu, "--tp", 2, "--plan", "generic")
 F.check(p.returncode == 1 and "tensor 'model.extra.weight' [4, 4]: no rule of plan 'generic' matches it; no rule says "
