@@ -228,11 +228,20 @@ void detach_stdio(const char *log_path)
 	int nul = open("/dev/null", O_RDWR);
 	if (nul < 0)
 		return;
-	if (log_path) {
-		log_file = fopen(log_path, "a");
+	if (log_path) { /* never blocks: a FIFO made after the CLI's check is refused here, not waited on */
+		int fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+		struct stat st;
+		const char *why = fd < 0 ? strerror(errno) : fstat(fd, &st) < 0 ? strerror(errno)
+							  : !S_ISREG(st.st_mode) ? "not a regular file" : NULL;
+		if (!why && fcntl(fd, F_SETFL, O_APPEND) < 0) /* blocking writes again */
+			why = strerror(errno);
+		if (!why && !(log_file = fdopen(fd, "a")))
+			why = strerror(errno);
+		if (why && fd >= 0)
+			close(fd);
 		log_name = log_file ? log_path : NULL;
 		if (!log_file)
-			tp_log(0, "cannot open log %s: %s; logging to syslog", log_path, strerror(errno));
+			tp_log(0, "cannot open log %s: %s; logging to syslog", log_path, why);
 	}
 	if (!log_file) {
 		openlog("tpfs", LOG_PID, LOG_DAEMON);
