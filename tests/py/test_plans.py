@@ -23,6 +23,7 @@ Through the mount (skipped, with the reason, where FUSE is missing):
   138,789,248 bytes, 2,097,408 of them replicated; 64 MLA heads over T = 3 are 22/21/21.
 """
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -130,15 +131,11 @@ os.rmdir(mnt)
 # a family whose model code was read and found unservable (docs/ARCHITECTURES.md's table, read here by this test) is
 # refused with that reason, by plan and by mount, and not with the list of plans (issue 49): the user need not find
 # the docs to learn it was looked at. gpt_neox as a model_type, gemma3n_text as a composite's text_config.model_type
-examined = {}
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "ARCHITECTURES.md")) as f:
-    inside = False
-    for line in f:
-        if line.startswith("## "):
-            inside = line.startswith("## Families examined and not served")
-        elif inside and line.startswith("| ") and not line.startswith(("| family", "| ---")):
-            fam, why = [c.strip() for c in line.strip().strip("|").split("|", 1)]
-            examined[fam] = why
+_spec = importlib.util.spec_from_file_location(
+    "tpfs_coverage", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "coverage.py"))
+_cov = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_cov)
+examined = _cov.examined()  # the table as scripts/coverage.py reads it (Python, not the C build's embed.py)
 F.check(len(examined) > 30 and "gpt_neox" in examined and "gemma3n_text" in examined,
         "docs/ARCHITECTURES.md lists the families examined and not served: %s" % sorted(examined)[:5])
 for what, cfg_x in (("model_type 'gpt_neox'", dict(cfgl, model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"])),
