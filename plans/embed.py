@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Embeds the built-in plan files into a C header: embed.py OUT.h plan.json... (--views: the view files;
+"""Embeds the built-in plan files into a C header: embed.py OUT.h plan.json... (--views: the view files, refused where two match the same (engine, plan, model_type, quant_method);
 --examined OUT.h ARCHITECTURES.md: the families examined and not served, with their reasons)
 
 Each plan becomes a string constant; the plan's own "name" field is its name. The order of
@@ -39,6 +39,43 @@ def examined(out, doc):
         f.write("};\n")
 
 
+def view_claims(paths):
+    """{path: (engine, plans, model_types, quant_methods)} of each view file that is not a fragment, its fields
+    taken through "extends" as tpfs merges them (a field of the file replaces its parent's; null takes it away):
+    what tpfs's view choice (view.c) matches a checkpoint against."""
+    views = {p: json.load(open(p, encoding="utf-8")) for p in paths}
+    by_name = {(v.get("engine"), v.get("name")): v for v in views.values() if not v.get("fragment")}
+
+    def field(v, k, depth=0):
+        if k in v or depth > 4 or "extends" not in v:
+            return v.get(k)
+        base = v["extends"]
+        eng, name = base.split("/", 1) if "/" in base else (v.get("engine"), base)
+        parent = by_name.get((eng, name))
+        return field(parent, k, depth + 1) if parent is not None else None
+    return {p: (v.get("engine"), field(v, "plans") or [], field(v, "model_types") or [], field(v, "quant_methods") or [])
+            for p, v in views.items() if not v.get("fragment")}
+
+
+def overlaps(paths):
+    """The pairs of view files that a checkpoint could both match (same engine, a plan in common, model types in
+    common or one without any, both unquantized or a quant_method in common): tpfs would take the first in name
+    order and never the other, so the build refuses them (issue 47)."""
+    c, out = view_claims(paths), []
+    ps = sorted(c)
+    for i, a in enumerate(ps):
+        for b in ps[i + 1:]:
+            (ea, pa, ma, qa), (eb, pb, mb, qb) = c[a], c[b]
+            if ea != eb or not set(pa) & set(pb) or (ma and mb and not set(ma) & set(mb)):
+                continue
+            if bool(qa) != bool(qb) or (qa and not set(qa) & set(qb)):
+                continue
+            out.append("%s and %s: both match engine %s, plan %s, model_type %s%s" % (
+                a, b, ea, sorted(set(pa) & set(pb))[0], sorted(set(ma) & set(mb))[0] if ma and mb else "(any)",
+                ", quant_method " + sorted(set(qa) & set(qb))[0] if qa else ""))
+    return out
+
+
 def main():
     args = sys.argv[1:]
     if args and args[0] == "--examined":
@@ -47,6 +84,11 @@ def main():
     if args and args[0] == "--views":  # the engine views (views/*/*.json) into builtin_views
         array, struct, args = "builtin_views", "builtin_view", args[1:]
     out, paths = args[0], sorted(args[1:])
+    if array == "builtin_views":
+        clash = overlaps(paths)
+        if clash:
+            sys.exit("embed.py: two built-in views match the same checkpoints (tpfs would never choose the second): "
+                     + "; ".join(clash))
     entries = []
     for p in paths:
         text = open(p, encoding="utf-8").read()
