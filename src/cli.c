@@ -83,6 +83,26 @@ static int under(const char *inner, const char *outer)
 
 /* ---- mount ---- */
 
+/* --push: "off" (0), "auto" (-1: the daemon takes a quarter of MemAvailable) or a size: digits and
+ * an optional binary suffix K, M, G or T. 0, or -1 for anything else (a size of 2^62 or more). */
+static int parse_push(const char *s, long long *out)
+{
+	if (!strcmp(s, "off") || !strcmp(s, "auto")) {
+		*out = s[0] == 'o' ? 0 : -1;
+		return 0;
+	}
+	if (s[0] < '0' || s[0] > '9')
+		return -1;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	int shift = !*end ? 0 : !strcmp(end, "K") ? 10 : !strcmp(end, "M") ? 20 : !strcmp(end, "G") ? 30 : !strcmp(end, "T") ? 40 : -1;
+	if (errno || shift < 0 || v >= (1ull << (62 - shift)))
+		return -1;
+	*out = (long long)(v << shift);
+	return 0;
+}
+
 #define LOCK_WAIT_S 600 /* how long a mount waits for another's lock on MNT (its planning included) */
 
 static int cmd_mount(int argc, char **argv)
@@ -100,6 +120,7 @@ static int cmd_mount(int argc, char **argv)
 		{"ep", optional_argument, 0, 'E'}, {"view", required_argument, 0, 'W'},
 		{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
 		{"pp", required_argument, 0, 'Q'}, {"pp-layers", required_argument, 0, 'G'},
+		{"push", required_argument, 0, 'H'},
 		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 	tp_model_opts mo = {.log = tp_log_model};
 	const char *ranks = NULL;
@@ -172,6 +193,10 @@ static int cmd_mount(int argc, char **argv)
 			if (strcmp(optarg, "exact") && strcmp(optarg, "readahead") && strcmp(optarg, "random"))
 				return die_usage(usage_mount, "--source-io: exact, readahead or random");
 			fo.source_io = optarg[0] == 'e' ? 0 : optarg[0] == 'r' && optarg[1] == 'e' ? 1 : 2;
+			break;
+		case 'H':
+			if (parse_push(optarg, &fo.push) < 0)
+				return die_usage(usage_mount, "--push: off, auto, or a size in bytes (suffix K, M, G or T: binary)");
 			break;
 		case 'h': fputs(usage_mount, stdout); return 0;
 		default: return die_usage(usage_mount, NULL);

@@ -42,6 +42,8 @@ typedef struct tp_fs_opts {
 	int source_io;           /* how source pages are fetched: 0 exact (no readahead on the source
 	                          * mappings, the next runs prefetched, the default), 1 the kernel's
 	                          * readahead, 2 no readahead and no prefetch (for measuring) */
+	long long push;          /* --push: bytes of served files stored into the page cache ahead of
+	                          * reads; 0 off (the default); -1 (auto) a quarter of MemAvailable at mount */
 } tp_fs_opts;
 
 /* Mounts m at o->mnt and serves it until unmounted (fusermount3 -u, tpfs umount, SIGTERM,

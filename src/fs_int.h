@@ -107,6 +107,15 @@ typedef struct tp_fs {
 	_Atomic(uint8_t *) *vloc; /* [r * vnp + p]: its local bytes (header, constants), made on first use */
 	tp_src **vtab;         /* [p]: the sources part p reads (the same for every rank) */
 	_Atomic uint64_t *vwin;/* [r * vnp + p]: prefetch window, as win */
+	/* --push: the page cache of the served files filled ahead of the loader (fs_push.c) */
+	uint64_t push_budget;  /* bytes the push may store; 0: no push (--push off) */
+	_Atomic uint64_t pushed; /* bytes stored so far (only the push thread adds) */
+	_Atomic int reads_now; /* reads in flight (counted only while push_budget is set) */
+	_Atomic uint32_t *looked; /* [ino]: lookups of it answered (push on), else NULL */
+	size_t nlooked;        /* inodes looked covers */
+	_Atomic int push_stop; /* set at unmount: the push thread ends */
+	pthread_t pusher;
+	int pushing;           /* the push thread runs (and must be joined) */
 } tp_fs;
 
 /* Per node: what reads and the watcher share. */
@@ -196,7 +205,29 @@ int served(const tp_fs *fs, uint32_t r);
 scratch *get_scratch(size_t need);
 void scratch_key_make(void);
 
+/* The push's bytes of served file ino (a rank folder's tensor file or a view's part file):
+ * [off, off + want) made exactly as a read makes them (every source checked before and after the
+ * copy, a changed one marked), into this thread's scratch (*out). want at most the scratch's
+ * 1 MiB. 0, or the errno a read would fail with (ENOENT: not such a file). */
+int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uint8_t **out);
+/* After storing push_bytes's bytes of ino: as after a reply (a change seen meanwhile drops them). */
+void push_stored(tp_fs *fs, fuse_ino_t ino);
+
+/* ---- fs_push.c ---- */
+/* Starts the push thread when fs->push_budget is set (a failure to start is logged: no push). */
+void start_push(tp_fs *fs);
+/* Asks the push thread to end (never waits). */
+void halt_push(tp_fs *fs);
+/* Asks it to end and joins it: after stop_inval (the connection is gone: no store waits on the
+ * kernel any more), before the session is destroyed. */
+void stop_push(tp_fs *fs);
+/* The budget --push asks for: o->push bytes, or with o->push < 0 a quarter of MemAvailable,
+ * never more than MemAvailable (0 where it cannot be read and no size was given). */
+uint64_t push_budget_of(const tp_fs_opts *o);
+
 /* ---- fs_watch.c ---- */
+/* Starts a thread with every signal blocked (SIGTERM and SIGINT reach the loop's thread). */
+int start_thread(pthread_t *t, void *(*fn)(void *), void *arg);
 uint64_t ts_ns(struct timespec t);
 /* Marks node i's source as changed, for good (why is logged once), and queues the invalidation
  * of its rank files' cached pages. */

@@ -179,7 +179,8 @@ static void reply_entry(fuse_req_t req, const tp_fs *fs, fuse_ino_t ino)
 	e.generation = 1;
 	e.attr_timeout = e.entry_timeout = TIMEOUT;
 	fill_attr(fs, ino, &e.attr);
-	fuse_reply_entry(req, &e);
+	if (fuse_reply_entry(req, &e) == 0 && fs->looked && ino < fs->nlooked) /* the push may store into it (fs_push.c) */
+		atomic_fetch_add_explicit(&fs->looked[ino], 1, memory_order_relaxed);
 }
 
 /* ---- operations ---- */
@@ -494,7 +495,7 @@ static int64_t storage_read(void)
  * source byte counts), 128 bytes a rank, and the failed files' lines. */
 static size_t stats_size(const tp_fs *fs)
 {
-	return 1024 + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
+	return 1024 + 96 /* the push line */ + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
 	       (size_t)(fs->o->serve ? fs->o->nserve : fs->T) * 128 + failures_text_max();
 }
 
@@ -533,6 +534,11 @@ char *stats_text(tp_fs *fs, size_t *len)
 				      (unsigned long long)atomic_load(&fs->rs[r].reads),
 				      (unsigned long long)atomic_load(&fs->rs[r].copied),
 				      (unsigned long long)atomic_load(&fs->rs[r].gpu));
+	if (w < cap) /* push-ahead (fs_push.c) */
+		w += (size_t)(fs->push_budget ? snprintf(b + w, cap - w, "push: pushed %llu of %llu bytes\n",
+							   (unsigned long long)atomic_load(&fs->pushed),
+							   (unsigned long long)fs->push_budget)
+					       : snprintf(b + w, cap - w, "push: off\n"));
 	if (w < cap)
 		w += failures_text(b + w, cap - w);
 	if (w > cap - 1)

@@ -468,6 +468,52 @@ static void rf_changed(tp_fs *fs, const rfile *rf)
 		mark_bad(fs, rf->node[k], "shorter than planned, or unreadable under its mapping");
 }
 
+/* Copies file bytes [off, off + want) into out: runs[0..nr) are the first pass's runs (covering
+ * cov bytes, nwiden of them widened or transposed), the rest are mapped as the copy goes, into the
+ * same runs array (RUN_CAP). Each pass is gathered by backend (the CPU where it widens or
+ * transposes) under the SIGBUS guard and its source pages released. Returns 0 (*touched: source
+ * bytes read, *on_gpu: a CUDA gather was used), or EIO: a changed source is marked (rf_changed),
+ * any other failure logged. The sources are not checked here: the caller checks before and after. */
+static int rf_copy(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, const uint8_t *loc, const tp_gather *backend,
+		   tp_run *runs, size_t nr, uint64_t cov, size_t nwiden, uint8_t *out, uint64_t *touched, int *on_gpu)
+{
+	char nm[160];
+	uint64_t done = 0;
+	*touched = 0;
+	for (int pass = 0; done < want; pass++) {
+		if (pass) { /* the first pass's runs are those mapped by the caller; map the rest as the copy goes */
+			nr = tp_file_map(rf->f, off + done, want - done, runs, RUN_CAP, &cov);
+			for (size_t k = nwiden = 0; k < nr; k++)
+				nwiden += runs[k].kind == TP_RUN_WIDEN || runs[k].kind == TP_RUN_TRANSPOSE;
+		}
+		if (!cov) {
+			tp_log(2, "%s: no bytes map at %llu of %llu", rf_name(rf, nm, sizeof nm), (unsigned long long)(off + done),
+			       (unsigned long long)tp_file_size(rf->f));
+			note_failure(nm, "no bytes map at %llu of %llu (a bug of tpfs's): that read failed with EIO",
+				     (unsigned long long)(off + done), (unsigned long long)tp_file_size(rf->f));
+			return EIO;
+		}
+		for (size_t k = 0; k < nr; k++)
+			*touched += tp_run_src_bytes(&runs[k]);
+		const tp_gather *b = nwiden ? &tp_gather_cpu_backend : backend; /* only the CPU backend widens and transposes */
+		*on_gpu |= b == &fs->gpu;
+		tp_err ge;
+		tp_err_clear(&ge);
+		if (tp_guarded_gather_n(b, runs, nr, rf->tab, rf->nsrc, loc, out + done, &ge) < 0) {
+			if (ge.code == TP_ECHANGED)
+				rf_changed(fs, rf);
+			else {
+				tp_log(2, "%s: gather failed: %s", rf_name(rf, nm, sizeof nm), ge.msg);
+				note_failure(nm, "reading the source failed (%s): that read failed with EIO", ge.msg);
+			}
+			return EIO;
+		}
+		rf_after(fs, rf, runs, nr);
+		done += cov;
+	}
+	return 0;
+}
+
 /* Replies to a read of a served tensor file. Every source is checked (the watcher's mark, one
  * fstat), the request mapped to runs (tp_file_map), their source pages and the next PF_AHEAD
  * bytes' asked for (no kernel readahead on the sources: fetching above), the runs copied into
@@ -527,41 +573,10 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 			after_reply(fs, rf->node[k]);
 		return;
 	}
-	uint64_t done = 0;
 	int on_gpu = 0;
-	touched = 0;
-	for (int pass = 0; done < want; pass++) {
-		if (pass) { /* the first pass's runs are those mapped above; map the rest as the copy goes */
-			nr = tp_file_map(rf->f, (uint64_t)off + done, want - done, s->runs, RUN_CAP, &cov);
-			for (size_t k = nwiden = 0; k < nr; k++)
-				nwiden += s->runs[k].kind == TP_RUN_WIDEN || s->runs[k].kind == TP_RUN_TRANSPOSE;
-		}
-		if (!cov) {
-			tp_log(2, "%s: no bytes map at %llu of %llu", rf_name(rf, nm, sizeof nm), (unsigned long long)(off + done),
-			       (unsigned long long)fsize);
-			note_failure(nm, "no bytes map at %llu of %llu (a bug of tpfs's): that read failed with EIO",
-				     (unsigned long long)(off + done), (unsigned long long)fsize);
-			fuse_reply_err(req, EIO);
-			return;
-		}
-		for (size_t k = 0; k < nr; k++)
-			touched += tp_run_src_bytes(&s->runs[k]);
-		const tp_gather *b = nwiden ? &tp_gather_cpu_backend : backend; /* only the CPU backend widens and transposes */
-		on_gpu |= b == &fs->gpu;
-		tp_err ge;
-		tp_err_clear(&ge);
-		if (tp_guarded_gather_n(b, s->runs, nr, rf->tab, rf->nsrc, loc, s->buf + done, &ge) < 0) {
-			if (ge.code == TP_ECHANGED)
-				rf_changed(fs, rf);
-			else {
-				tp_log(2, "%s: gather failed: %s", rf_name(rf, nm, sizeof nm), ge.msg);
-				note_failure(nm, "reading the source failed (%s): that read failed with EIO", ge.msg);
-			}
-			fuse_reply_err(req, EIO);
-			return;
-		}
-		rf_after(fs, rf, s->runs, nr);
-		done += cov;
+	if ((err = rf_copy(fs, rf, (uint64_t)off, want, loc, backend, s->runs, nr, cov, nwiden, s->buf, &touched, &on_gpu))) {
+		fuse_reply_err(req, err);
+		return;
 	}
 	if ((err = rf_check(fs, rf))) { /* every source again, after the copy */
 		fuse_reply_err(req, err);
@@ -613,9 +628,8 @@ static void read_plain(fuse_req_t req, tp_fs *fs, uint32_t i, size_t size, off_t
 	after_reply(fs, i);
 }
 
-static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+static void read_one(fuse_req_t req, tp_fs *fs, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	tp_fs *fs = fuse_req_userdata(req);
 	fhandle *h = (fhandle *)(uintptr_t)fi->fh;
 	if (ino == fs->stats_ino) {
 		/* reply from this thread's scratch: a RELEASE handled by another thread may free h->buf
@@ -671,6 +685,82 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	} else {
 		fuse_reply_err(req, EBADF);
 	}
+}
+
+/* A read, counted in fs->reads_now while the push is on: the push yields while any runs. */
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	tp_fs *fs = fuse_req_userdata(req);
+	if (!fs->push_budget) {
+		read_one(req, fs, ino, size, off, fi);
+		return;
+	}
+	atomic_fetch_add_explicit(&fs->reads_now, 1, memory_order_relaxed);
+	read_one(req, fs, ino, size, off, fi);
+	atomic_fetch_sub_explicit(&fs->reads_now, 1, memory_order_relaxed);
+}
+
+/* ---- the push's bytes (fs_push.c) ---- */
+
+/* The description of inode ino when it is a served tensor file or a view's part file: 0, else -1. */
+static int rf_of_ino(tp_fs *fs, fuse_ino_t ino, rfile *rf)
+{
+	uint32_t r, i;
+	size_t p;
+	if (vdecode(fs, ino, &r, &p) == 0) {
+		rfile_part(fs, r, p, rf);
+		return 0;
+	}
+	if (decode(fs, ino, &r, &i) == 0 && fs->m->n[i].kind == TN_TENSORS) {
+		rfile_tensors(fs, r, i, rf);
+		return 0;
+	}
+	return -1;
+}
+
+int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uint8_t **out)
+{
+	rfile rf;
+	if (rf_of_ino(fs, ino, &rf) < 0)
+		return ENOENT;
+	uint64_t fsize = tp_file_size(rf.f), hsize = tp_file_hdr_size(rf.f), lsize = tp_file_local_size(rf.f);
+	if (off >= fsize || !want)
+		return EINVAL;
+	want = fsize - off < want ? fsize - off : want;
+	int err = rf_check(fs, &rf);
+	if (err)
+		return err;
+	int need_loc = off < hsize || lsize > hsize;
+	const uint8_t *loc = need_loc ? rf_local(&rf) : NULL;
+	scratch *s = get_scratch(want);
+	if (!s || (need_loc && !loc))
+		return ENOMEM;
+	uint64_t cov, touched = 0;
+	size_t nr = tp_file_map(rf.f, off, want, s->runs, RUN_CAP, &cov), nsrc = 0, nwiden = 0;
+	prefetch(fs, &rf, off, want, s->runs, nr, cov);
+	for (size_t k = 0; k < nr; k++) {
+		nsrc += s->runs[k].kind == TP_RUN_SRC;
+		nwiden += s->runs[k].kind == TP_RUN_WIDEN || s->runs[k].kind == TP_RUN_TRANSPOSE;
+	}
+	if (cov < want)
+		nsrc = RUN_CAP;
+	const tp_gather *backend = nwiden ? &tp_gather_cpu_backend : pick_backend(fs, nsrc, want);
+	int on_gpu = 0;
+	err = rf_copy(fs, &rf, off, want, loc, backend, s->runs, nr, cov, nwiden, s->buf, &touched, &on_gpu);
+	if (!err)
+		err = rf_check(fs, &rf); /* every source again, after the copy */
+	if (!err)
+		*out = s->buf;
+	return err;
+}
+
+void push_stored(tp_fs *fs, fuse_ino_t ino)
+{
+	rfile rf;
+	if (rf_of_ino(fs, ino, &rf) < 0)
+		return;
+	for (uint32_t k = 0; k < rf.nsrc; k++)
+		after_reply(fs, rf.node[k]);
 }
 
 /* The read side of the operations table (fs_session.c assembles it): open, read, release. */

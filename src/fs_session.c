@@ -1,10 +1,11 @@
 /* fs_session.c: a mount's life: tp_fs_main and what it needs once (the background fork and
  * its report to the waiting parent, the FUSE session and mount, the readahead window, the ready
- * helper, the gather backend, the threads of fs_watch.c).
+ * helper, the gather backend, the threads of fs_watch.c and fs_push.c).
  *
  * tp_fs_main acquires in order (the note page, per-node state, the background fork, the FUSE
  * session, signal handlers, the mount, the invalidation thread, the ready helper, the gather
- * backend, the watcher) and releases in reverse, one label per resource.
+ * backend, the watcher, the push thread) and releases in reverse, one label per resource; the
+ * push thread is told to stop as the loop ends and joined once the connection is gone.
  */
 #include "fs_int.h"
 
@@ -55,6 +56,33 @@ static void set_readahead(tp_fs *fs, dev_t dev)
  * "O" (ready) or "E<reason>"; the daemon, when it fails before or while the parent waits,
  * "D<reason>" with the first error it logged. Sends never raise SIGPIPE. */
 
+/* --push: the kernel stores pages only into inodes it has looked up (fs_push.c); in the ready
+ * helper, once the mount answers, a stat of every served tensor or part file looks it up, so the
+ * push can start before a loader opens anything. A file that cannot be looked up is pushed when a
+ * loader looks it up itself. */
+static void look_up_served(const tp_fs *fs)
+{
+	char path[PATH_MAX + 128];
+	struct stat st;
+	const tp_model *m = fs->m;
+	for (uint32_t r = 0; r < fs->T; r++) {
+		if (!served(fs, r))
+			continue;
+		for (size_t p = 0; p < fs->vnp; p++) {
+			if (!tp_model_view_slot(m, r, p))
+				continue;
+			char nm[96];
+			tp_model_view_name(m, r, p, nm, sizeof nm);
+			if (snprintf(path, sizeof path, "%s/%s", fs->o->mnt, nm) < (int)sizeof path)
+				stat(path, &st);
+		}
+		for (uint32_t i = 0; !fs->vnp && i < fs->nn; i++)
+			if (m->n[i].kind == TN_TENSORS &&
+			    snprintf(path, sizeof path, "%s/rank%u/%s", fs->o->mnt, r, m->n[i].path) < (int)sizeof path)
+				stat(path, &st);
+	}
+}
+
 /* Runs in a short-lived helper process, never in the daemon: a stat of the mount point blocks
  * until the daemon has answered INIT and the GETATTR, which a thread of the daemon must not wait
  * for itself (under valgrind a stat holds the scheduler lock and the daemon would never answer).
@@ -97,6 +125,8 @@ static void ready_helper(tp_fs *fs, int report_fd)
 		       fs->m->plan_origin);
 	}
 	send_note(report_fd, msg);
+	if (msg[0] == 'O' && fs->push_budget)
+		look_up_served(fs);
 	_exit(msg[0] == 'O' ? 0 : 1);
 }
 
@@ -240,6 +270,15 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		tp_fail(e, TP_ENOMEM, "out of memory");
 		goto out_rs;
 	}
+	fs.push_budget = push_budget_of(o);
+	if (fs.push_budget) { /* lookups counted per inode: the push stores only into looked-up files */
+		fs.nlooked = (size_t)fs.stats_ino + 2 + (size_t)fs.T * fs.vnp;
+		fs.looked = calloc(fs.nlooked, sizeof *fs.looked);
+		if (!fs.looked) {
+			tp_fail(e, TP_ENOMEM, "out of memory");
+			goto out_win;
+		}
+	}
 	pthread_once(&key_once, scratch_key_make);
 
 	if (!o->foreground) {
@@ -325,11 +364,13 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		goto out_helper;
 	advise_sources(&fs);
 	start_watching(&fs);
+	start_push(&fs);
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, o->threads ? o->threads : 16);
 	fuse_loop_cfg_set_idle_threads(lc, o->threads ? o->threads : 16);
 	int lr = fuse_session_loop_mt(fs.se, lc);
 	fuse_loop_cfg_destroy(lc);
+	halt_push(&fs); /* joined after stop_inval: a store may wait for a page a READ holds */
 	stop_watching(&fs);
 	if (lr < 0) {
 		tp_fail(e, TP_EIO, "the FUSE loop failed: %s", strerror(-lr));
@@ -352,6 +393,7 @@ out_helper:
 		helper = -1;
 out_inval:
 	stop_inval(&fs);
+	stop_push(&fs);
 out_unmount:
 	fuse_session_unmount(fs.se);
 out_signals:
@@ -385,6 +427,7 @@ out_report:
 		fh_free(h);
 	}
 out_win:
+	free((void *)fs.looked);
 	free((void *)fs.win);
 out_rs:
 	free(fs.rs);

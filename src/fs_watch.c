@@ -211,7 +211,7 @@ static void *inval_thread(void *p)
 /* Starts a thread of our own with every signal blocked (as libfuse starts its workers): SIGTERM
  * and SIGINT must reach the thread that waits for the FUSE loop to end, not one that would take
  * the signal and go back to waiting while the loop never learns of it. */
-static int start_thread(pthread_t *t, void *(*fn)(void *), void *arg)
+int start_thread(pthread_t *t, void *(*fn)(void *), void *arg)
 {
 	sigset_t all, old;
 	sigfillset(&all);

@@ -1,0 +1,229 @@
+/* fs_push.c: push-ahead (issue 46): a thread of its own fills the kernel's page cache of the files
+ * this node serves, so that a loader's reads are page-cache hits instead of requests to the daemon
+ * (FUSE copies every reply twice; a cached page costs one copy).
+ *
+ * What is pushed: every served tensor file (a rank folder's) or part file (a view's), in the
+ * order loaders read them: files in name order, the ranks of one file side by side (the ranks'
+ * loaders run at once), each file from its header on, in chunks of at most PUSH_CHUNK. Each chunk
+ * is made by the read path itself (push_bytes in fs_read.c: the same runs, the same checks of
+ * every source before and after the copy, the same release of the daemon's source pages) into
+ * this thread's own buffer, and stored with fuse_lowlevel_notify_store. A changed source pushes
+ * nothing more and fails its files, as a read would; a change after a push drops the pushed pages
+ * with every other cached page (fs_watch.c invalidates the served inodes).
+ *
+ * Bounded: at most fs->push_budget bytes in all (--push SIZE; default a quarter of MemAvailable
+ * at mount); demand reads first: between chunks the thread sleeps while any read is in flight.
+ *
+ * The kernel stores only into an inode it knows (one it has looked up; otherwise the store fails
+ * with ENOENT): a file is pushed once a lookup of it has been answered (fs_names.c counts them in
+ * fs->looked, no request waits on the push), and the ready helper (fs_session.c) looks every
+ * served file up once the mount answers, so pushing starts before the loader opens anything.
+ * An inode the kernel has forgotten since (memory pressure) fails with ENOENT and is pushed on
+ * when it is looked up again. No request handler ever waits on this thread; the unmount asks it to
+ * end and joins it before the session goes.
+ */
+#include "fs_int.h"
+
+#define PUSH_CHUNK (1u << 20) /* most bytes one store carries */
+#define PUSH_IDLE_MS 1000u    /* longest sleep while no file can be pushed (none looked up yet) */
+#define PUSH_ENOENT_TRIES 3   /* stores failing with ENOENT before a file waits for its next lookup */
+
+typedef struct pfile {
+	fuse_ino_t ino;
+	uint64_t size;     /* bytes of the file */
+	uint64_t next;     /* pushed up to here */
+	uint32_t seen;     /* fs->looked[ino] when a store last failed with ENOENT */
+	uint8_t tries;     /* stores failed with ENOENT since the file's last lookup */
+	uint8_t state;     /* PF_TODO, PF_DONE, PF_FAILED */
+} pfile;
+
+enum { PF_TODO, PF_DONE, PF_FAILED };
+enum { PUSH_ON, PUSH_WAIT, PUSH_END }; /* push_file: go on with the next file, or end the push */
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+	nanosleep(&t, NULL);
+}
+
+uint64_t push_budget_of(const tp_fs_opts *o)
+{
+	if (o->push == 0)
+		return 0;
+	uint64_t avail = 0;
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	while (f && fgets(line, sizeof line, f)) {
+		unsigned long long kb;
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			avail = (uint64_t)kb * 1024;
+	}
+	if (f)
+		fclose(f);
+	if (o->push < 0)
+		return avail / 4;
+	return avail && (uint64_t)o->push > avail ? avail : (uint64_t)o->push;
+}
+
+/* Pushes file pf on from pf->next, chunk after chunk, until it is whole, fails, the budget is
+ * spent or the thread is told to stop. Returns PUSH_ON (go on with the next file: this one is
+ * whole, failed, or waits for a lookup or a passing shortage), or PUSH_END. *moved: bytes stored. */
+static int push_file(tp_fs *fs, pfile *pf, uint64_t *moved)
+{
+	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	while (pf->next < pf->size) {
+		while (atomic_load_explicit(&fs->reads_now, memory_order_relaxed) > 0 && !atomic_load(&fs->push_stop))
+			sleep_ms(1); /* demand reads first */
+		if (atomic_load(&fs->push_stop))
+			return PUSH_END;
+		uint64_t done = atomic_load(&fs->pushed), left = fs->push_budget - done;
+		uint64_t len = pf->size - pf->next < PUSH_CHUNK ? pf->size - pf->next : PUSH_CHUNK;
+		if (len > left) /* the budget's last pages (a partial page only at the file's end) */
+			len = left / page * page;
+		if (!len)
+			return PUSH_END;
+		const uint8_t *buf;
+		int err = push_bytes(fs, pf->ino, pf->next, len, &buf);
+		if (err) {
+			if (transient(err))
+				return PUSH_ON; /* out of memory or descriptors for now: this file again later */
+			pf->state = PF_FAILED; /* a changed source (marked and logged as for a read) */
+			return PUSH_ON;
+		}
+		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
+		bv.buf[0].mem = (void *)buf;
+		int rc = fuse_lowlevel_notify_store(fs->se, pf->ino, (off_t)pf->next, &bv, 0);
+		push_stored(fs, pf->ino);
+		if (rc == -ENOENT) { /* the kernel does not know the inode (yet, or any more) */
+			uint32_t seen = atomic_load_explicit(&fs->looked[pf->ino], memory_order_relaxed);
+			pf->tries = seen == pf->seen ? pf->tries + 1 : 1;
+			pf->seen = seen;
+			return PUSH_ON;
+		}
+		if (rc == -ENODEV || rc == -EBADF) /* the connection has ended: unmounting */
+			return PUSH_END;
+		if (rc < 0) {
+			tp_log(0, "push-ahead stopped: the kernel refused to store pages (%s); reads are served as without it",
+			       strerror(-rc));
+			return PUSH_END;
+		}
+		pf->tries = 0;
+		atomic_store(&fs->pushed, done + len);
+		pf->next += len;
+		*moved += len;
+	}
+	pf->state = PF_DONE;
+	return PUSH_ON;
+}
+
+/* Orders pfiles by file, then rank (push_list has them carry that order as next until the push
+ * begins). */
+static int cmp_ord(const void *a, const void *b)
+{
+	const pfile *x = a, *y = b;
+	return x->next < y->next ? -1 : x->next > y->next;
+}
+
+static const tp_model *sort_model; /* for cmp_path (set under push_list's single caller) */
+
+static int cmp_path(const void *a, const void *b)
+{
+	return strcmp(sort_model->n[*(const uint32_t *)a].path, sort_model->n[*(const uint32_t *)b].path);
+}
+
+/* The files to push, in the order loaders read them (*n of them; NULL when out of memory). */
+static pfile *push_list(const tp_fs *fs, size_t *n)
+{
+	const tp_model *m = fs->m;
+	size_t cap = fs->vnp ? (size_t)fs->T * fs->vnp : (size_t)fs->T * fs->nn, k = 0;
+	pfile *l = calloc(cap + 1, sizeof *l);
+	if (!l)
+		return NULL;
+	if (fs->vnp) { /* part p of every served rank, then part p + 1 */
+		for (size_t p = 0; p < fs->vnp; p++)
+			for (uint32_t r = 0; r < fs->T; r++)
+				if (served(fs, r) && tp_model_view_slot(m, r, p))
+					l[k++] = (pfile){.ino = fs->vpart_ino + (fuse_ino_t)r * fs->vnp + p,
+							 .size = m->vs[(size_t)r * fs->vnp + p].size};
+	} else { /* each tensor file in name order, every served rank's copy of it */
+		uint32_t *ord = calloc(fs->nn + 1, sizeof *ord), no = 0;
+		if (!ord) {
+			free(l);
+			return NULL;
+		}
+		for (uint32_t i = 0; i < fs->nn; i++)
+			if (m->n[i].kind == TN_TENSORS)
+				ord[no++] = i;
+		sort_model = m;
+		qsort(ord, no, sizeof *ord, cmp_path);
+		for (uint32_t j = 0; j < no; j++)
+			for (uint32_t r = 0; r < fs->T; r++)
+				if (served(fs, r))
+					l[k++] = (pfile){.ino = ino_of(fs, r, ord[j]), .size = tp_node_size(m, ord[j], r),
+							 .next = (uint64_t)j * fs->T + r};
+		qsort(l, k, sizeof *l, cmp_ord);
+		for (size_t j = 0; j < k; j++)
+			l[j].next = 0;
+		free(ord);
+	}
+	*n = k;
+	return l;
+}
+
+static void *push_thread(void *arg)
+{
+	tp_fs *fs = arg;
+	size_t n = 0;
+	pfile *l = push_list(fs, &n);
+	if (!l) {
+		tp_log(0, "push-ahead: out of memory; reads are served as without it");
+		return NULL;
+	}
+	unsigned idle = 1;
+	while (!atomic_load(&fs->push_stop)) {
+		uint64_t moved = 0;
+		size_t todo = 0;
+		int end = 0;
+		for (size_t k = 0; k < n && !end; k++) {
+			pfile *pf = &l[k];
+			if (pf->state != PF_TODO)
+				continue;
+			todo++;
+			uint32_t seen = atomic_load_explicit(&fs->looked[pf->ino], memory_order_relaxed);
+			if (!seen || (pf->tries >= PUSH_ENOENT_TRIES && seen == pf->seen))
+				continue; /* not known to the kernel: waits for a lookup */
+			end = push_file(fs, pf, &moved) == PUSH_END;
+		}
+		if (end || !todo)
+			break;
+		idle = moved ? 1 : idle * 2 > PUSH_IDLE_MS ? PUSH_IDLE_MS : idle * 2;
+		if (!moved)
+			sleep_ms(idle);
+	}
+	free(l);
+	return NULL;
+}
+
+void start_push(tp_fs *fs)
+{
+	if (!fs->push_budget || !fs->looked)
+		return;
+	if (start_thread(&fs->pusher, push_thread, fs) != 0) {
+		tp_log(0, "cannot start the push-ahead thread (%s); reads are served as without it", strerror(errno));
+		return;
+	}
+	fs->pushing = 1;
+}
+
+void halt_push(tp_fs *fs)
+{
+	atomic_store(&fs->push_stop, 1);
+}
+
+void stop_push(tp_fs *fs)
+{
+	atomic_store(&fs->push_stop, 1);
+	if (fs->pushing)
+		pthread_join(fs->pusher, NULL);
+	fs->pushing = 0;
+}

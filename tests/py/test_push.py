@@ -1,0 +1,273 @@
+"""Issue 46: push-ahead: after mounting, a thread of the daemon fills the page cache of the served files
+(fuse_lowlevel_notify_store), so that a loader's reads are page-cache hits.
+
+Checked here, on the hf view (rank folders) and on --view vllm, at T=2 and 4:
+- the push happened before any read: `.tpfs-stats` counts the pushed bytes (every served tensor or part
+  file, whole), every page of every served file is in the FUSE file's page cache (mincore over a mapping
+  of the mounted file) while no read has reached the daemon;
+- the bytes then read equal the rules' slices (reference.py; for the view, vLLM's names and fusions as
+  test_view.py states them) and, byte for byte, what a `--push off` mount serves; those reads were served
+  from the page cache (no bytes served by the daemon);
+- a source rewritten after a push gives EIO, never the pushed bytes;
+- the budget holds: with `--push 64K`, pushed <= 64 KiB, and the files still read whole and right;
+- `--push off` pushes nothing (no page cached before a read, the stats say "push: off");
+- reads racing the push over the same ranges (a larger checkpoint: 128 MiB of embedding) give the same
+  bytes as a `--push off` mount;
+- an unmount while the push runs is clean: the daemon exits 0, with nothing unexpected on stderr.
+"""
+import glob
+import hashlib
+import os
+import tempfile
+import threading
+import time
+
+import numpy as np
+from safetensors.numpy import load_file
+
+import fixtures
+import reference
+import tpfs_test as tt
+
+tt.require_fuse()
+F = tt.Failures()
+work = tempfile.mkdtemp(prefix="tpfs-push-")
+CHANGED = [r"^tpfs: error: .*: the source changed since it was mounted"]
+
+
+def stats(mnt):
+    """(pushed, budget) from the stats file; (None, None) with the push off."""
+    for line in open(os.path.join(mnt, ".tpfs-stats")).read().splitlines():
+        w = line.split()
+        if w[:1] == ["push:"]:
+            return (None, None) if w[1] == "off" else (int(w[2]), int(w[4]))
+    raise AssertionError("no push line in the stats")
+
+
+def served_bytes(mnt):
+    """Bytes the daemon replied, all ranks (the stats' bytes_served column)."""
+    rows = [l.split() for l in open(os.path.join(mnt, ".tpfs-stats")).read().splitlines()]
+    return sum(int(w[1]) for w in rows if w and w[0].isdigit())
+
+
+def tensor_files(mnt):
+    """Every served safetensors file of a mount (rank folders or the view's part files), sorted."""
+    return sorted(glob.glob(os.path.join(mnt, "rank*", "*.safetensors")) +
+                  glob.glob(os.path.join(mnt, "model-rank-*.safetensors")))
+
+
+def digest(fn, step=1 << 20):
+    """sha256 of a file read with reads of step bytes."""
+    h = hashlib.sha256()
+    with open(fn, "rb") as f:
+        while True:
+            c = f.read(step)
+            if not c:
+                return h.hexdigest()
+            h.update(c)
+
+
+def raw(mnt):
+    """{path under mnt: sha256} of every served safetensors file."""
+    return {os.path.relpath(f, mnt): digest(f) for f in tensor_files(mnt)}
+
+
+def wait_pushed(mnt, want, what):
+    """Waits until the stats count want pushed bytes; returns the last (pushed, budget)."""
+    got = [None]
+
+    def done():
+        got[0] = stats(mnt)
+        return got[0][0] is not None and got[0][0] >= want
+    try:
+        tt.wait_for(done, timeout=60, what=what)
+    except AssertionError:
+        pass
+    return got[0]
+
+
+def vllm_expected(config, full, T, r):
+    """{name: array} that vLLM's model on rank r holds (as test_view.py states it): q, k, v fused as qkv_proj,
+    gate and up as gate_up_proj, four scale scalars a layer, the vocabulary padded to 64."""
+    ex = lambda n: reference.expected("llama", config, n, full[n], T, r, pad=64)
+    out, used = {}, set()
+    for i in sorted({int(n.split(".")[2]) for n in full if n.startswith("model.layers.")}):
+        p = "model.layers.%d." % i
+        for kind in ("weight", "bias"):
+            q, k, v = (p + "self_attn.%s_proj.%s" % (x, kind) for x in "qkv")
+            if q in full:
+                out[p + "self_attn.qkv_proj." + kind] = np.concatenate([ex(n) for n in (q, k, v)])
+                used |= {q, k, v}
+        g, u = p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"
+        out[p + "mlp.gate_up_proj.weight"] = np.concatenate([ex(g), ex(u)])
+        used |= {g, u}
+        for s in ("_k_scale", "_v_scale", "_q_scale", "_prob_scale"):
+            out[p + "self_attn.attn." + s] = np.array(1.0, np.float32)
+    for n in full:
+        if n not in used:
+            out[n] = ex(n)
+    return out
+
+
+def compare(what, got, want):
+    F.check(sorted(got) == sorted(want), "%s: key set (extra %s, missing %s)" % (
+        what, sorted(set(got) - set(want))[:3], sorted(set(want) - set(got))[:3]))
+    bad = [k for k in want if k in got and (got[k].shape != want[k].shape or got[k].dtype != want[k].dtype or
+                                            not np.array_equal(got[k], want[k]))]
+    F.check(not bad, "%s: %d tensors differ from the rules' slices: %s" % (what, len(bad), bad[:4]))
+
+
+src = os.path.join(work, "llama")
+config, full = fixtures.make("llama", src)
+
+# 1. the hf view and --view vllm at T=2 and 4: pushed before any read, then read from the page cache
+for view in ([], ["--view", "vllm"]):
+    name = "vllm view" if view else "hf view"
+    for T in (2, 4):
+        with tt.Mount(src, T, *view, "--push", "off") as m:
+            off_bytes = raw(m.path)
+        with tt.Mount(src, T, *view, "--push", "auto") as m:
+            files = tensor_files(m.path)
+            total = sum(os.path.getsize(f) for f in files)
+            pushed, budget = wait_pushed(m.path, total, "the push of %s T=%d" % (name, T))
+            F.check(pushed == total and budget >= total,
+                    "%s T=%d: stats count every served byte pushed: %s of %s, %d served" % (name, T, pushed, budget, total))
+            cold = [f for f in files if sum(tt.resident_pages(f)) != len(tt.resident_pages(f))]
+            F.check(len(files) == 2 * T and not cold,
+                    "%s T=%d: every page of every file is cached before any read (%d files; not whole: %s)"
+                    % (name, T, len(files), cold[:2]))
+            F.check(served_bytes(m.path) == 0, "%s T=%d: no read reached the daemon yet" % (name, T))
+            got_raw = raw(m.path)
+            F.check(got_raw == off_bytes, "%s T=%d: every file equals a --push off mount's, byte for byte (%s)"
+                    % (name, T, sorted(k for k in off_bytes if got_raw.get(k) != off_bytes[k])[:3]))
+            for r in range(T):
+                if view:
+                    got = {}
+                    for f in sorted(glob.glob(os.path.join(m.path, "model-rank-%d-part-*.safetensors" % r))):
+                        got.update(load_file(f))
+                    compare("%s T=%d rank %d" % (name, T, r), got, vllm_expected(config, full, T, r))
+                else:
+                    got = {}
+                    for f in sorted(glob.glob(os.path.join(m.rank(r), "*.safetensors"))):
+                        got.update(load_file(f))
+                    compare("%s T=%d rank %d" % (name, T, r), got,
+                            {k: reference.expected("llama", config, k, x, T, r) for k, x in full.items()})
+            F.check(served_bytes(m.path) == 0,
+                    "%s T=%d: the reads were page-cache hits (bytes served by the daemon: %d)" % (name, T, served_bytes(m.path)))
+
+# 2. a source rewritten after a push: EIO, never the pushed bytes (both views)
+for view in ([], ["--view", "vllm"]):
+    name = "vllm view" if view else "hf view"
+    chg = os.path.join(work, "changed-" + ("vllm" if view else "hf"))
+    fixtures.save(chg, config, full)
+    with tt.Mount(chg, 2, *view, "--push", "auto", allow_stderr=CHANGED) as m:
+        files = tensor_files(m.path)
+        wait_pushed(m.path, sum(os.path.getsize(f) for f in files), "the push (%s, before the change)" % name)
+        F.check(all(tt.resident(f) > 0 for f in files), "%s: pushed before the change" % name)
+        fds = {fn: os.open(fn, os.O_RDONLY) for fn in files}  # opened before the change: reads meet the cache
+        victim = os.path.join(chg, "model-00001-of-00002.safetensors")
+        with open(victim, "r+b") as f:  # same size, other bytes, in place
+            f.seek(os.path.getsize(victim) - 4096)
+            f.write(bytes(4096))
+        reads = {}
+        deadline = time.time() + 5
+        while time.time() < deadline:  # the watcher notices within 100 ms
+            reads = {}
+            for fn in files:
+                try:
+                    reads[fn] = os.pread(fds[fn], os.path.getsize(fn), 0)
+                except OSError as e:
+                    reads[fn] = e.errno
+            if any(v == 5 for v in reads.values()):
+                break
+            time.sleep(0.05)
+        for fd in fds.values():
+            os.close(fd)
+        rank_files = [fn for fn in files if "00001" in fn or "part-0" in fn]
+        F.check(all(reads.get(fn) == 5 for fn in rank_files),
+                "%s: every file read from the rewritten source fails with EIO (got %s)"
+                % (name, {os.path.relpath(k, m.path): (v if isinstance(v, int) else "%d bytes" % len(v)) for k, v in reads.items()}))
+
+# 3. the budget holds, and the files still read whole and right
+with tt.Mount(src, 2, "--push", "off") as m:
+    off_bytes = raw(m.path)
+with tt.Mount(src, 2, "--push", "64K") as m:
+    files = tensor_files(m.path)
+    pushed, budget = wait_pushed(m.path, 64 * 1024, "the push up to its budget")
+    time.sleep(0.3)  # anything past the budget would show by now
+    pushed, budget = stats(m.path)
+    F.check(budget == 64 * 1024 and 0 < pushed <= budget, "--push 64K: pushed %s of %s bytes" % (pushed, budget))
+    cached = sum(tt.resident(f) for f in files)
+    F.check(0 < cached <= budget, "--push 64K: %d bytes cached before any read, at most the budget" % cached)
+    F.check(raw(m.path) == off_bytes, "--push 64K: every file equals a --push off mount's")
+
+# 4. --push off, and no --push (the default, off): nothing pushed
+for extra in (["--push", "off"], []):
+    with tt.Mount(src, 2, *extra) as m:
+        time.sleep(0.3)
+        files = tensor_files(m.path)
+        F.check(stats(m.path) == (None, None), "%s: the stats say push: off" % (extra or "no --push"))
+        F.check(all(tt.resident(f) == 0 for f in files), "%s: no page cached before a read: %s"
+                % (extra or "no --push", [tt.resident(f) for f in files]))
+bad = tt.tpfs("mount", src, work, "--tp", "2", "--push", "lots")
+F.check(bad.returncode == 2 and "--push" in bad.stderr, "--push lots is refused: %s" % bad.stderr.strip()[:200])
+
+# 5. a larger checkpoint (128 MiB of tied embedding): reads racing the push give the same bytes, and an
+# unmount while the push runs is clean
+big = os.path.join(work, "big")
+bcfg = dict(config, vocab_size=32768, hidden_size=1024, head_dim=128, intermediate_size=256, num_hidden_layers=1,
+            tie_word_embeddings=True)
+b = fixtures.Builder(7)
+b.add("model.embed_tokens.weight", bcfg["vocab_size"], bcfg["hidden_size"])
+fixtures._gqa(b, "model.layers.0.", bcfg, bias=True, o_bias=True)
+fixtures._mlp(b, "model.layers.0.", bcfg["hidden_size"], bcfg["intermediate_size"])
+fixtures._norms(b, "model.layers.0.", bcfg["hidden_size"])
+b.add("model.norm.weight", bcfg["hidden_size"])
+fixtures.save(big, bcfg, b.t)
+del b
+for view in ([], ["--view", "vllm"]):
+    name = "vllm view" if view else "hf view"
+    with tt.Mount(big, 2, *view, "--push", "off") as m:
+        off_bytes = raw(m.path)
+    with tt.Mount(big, 2, *view, "--push", "auto") as m:
+        files = tensor_files(m.path)
+        got, errs = {}, []
+
+        def read(fn, step):
+            try:
+                got[(os.path.relpath(fn, m.path), step)] = digest(fn, step)
+            except OSError as e:
+                errs.append("%s: %s" % (fn, e))
+        th = [threading.Thread(target=read, args=(fn, step)) for fn in files for step in (1 << 20, 300001)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        F.check(not errs, "%s: racing reads fail: %s" % (name, errs[:2]))
+        wrong = [(k, step) for (k, step), v in got.items() if v != off_bytes[k]]
+        F.check(not wrong and len(got) == 2 * len(files),
+                "%s: reads racing the push equal a --push off mount's bytes (wrong: %s)" % (name, wrong[:3]))
+        total = sum(os.path.getsize(f) for f in files)
+        pushed, _ = wait_pushed(m.path, total, "the push after the racing reads")
+        F.check(pushed and pushed > 0, "%s: the push ran beside the reads (pushed %s of %d)" % (name, pushed, total))
+
+mid = 0
+for attempt in range(5):
+    with tt.Mount(big, 2, "--push", "auto") as m:
+        total = sum(os.path.getsize(f) for f in tensor_files(m.path))
+        end = time.time() + 10
+        pushed = 0
+        while time.time() < end:
+            pushed = stats(m.path)[0]
+            if pushed:
+                break
+            time.sleep(0.002)
+        # the Mount's exit unmounts (fusermount3 -u -z) now, and checks the exit status and stderr
+    F.check(m.proc.returncode == 0 and not tt.is_mounted(m.path), "unmount during the push: daemon exited %s"
+            % m.proc.returncode)
+    if 0 < pushed < total:
+        mid += 1
+        break
+F.check(mid > 0, "an unmount met the push under way in one of 5 tries (the last saw %s of %d pushed)" % (pushed, total))
+
+F.done("push")
