@@ -13,14 +13,18 @@ bf16 model of about 1 GB, measured side by side in one run, each repetition of e
                    cached, the rank files not yet: every byte comes through the daemon);
   after second     the same mount again (the rank files now in the page cache);
   before ...       with --before OLD_TPFS, the same two rows for another binary (a change's base);
-  after --reply iov  with --iov, the same two rows with iovec replies (one copy fewer).
+  after --reply iov  with --iov, the same two rows with iovec replies (one copy fewer);
+  after --push auto  with --push, the same two rows with push-ahead (issue 46: the daemon fills the
+                   rank files' page cache while vLLM starts).
+--no-ceiling leaves out the dump and identity rows (a shorter run).
 
 Each start runs in its own process of the vLLM venv (scripts/setup.sh --vllm): no state carries
 over but the page cache. Prints a table with every repetition, the medians and the ratios, and the
 FUSE requests of each first start (the stats file); --out writes it (docs/PERFORMANCE.md's vLLM
 section is made from it).
 
-python bench/vllm_bench.py [--reps N] [--work DIR] [--out FILE] [--tpfs PATH] [--before PATH] [--iov]
+python bench/vllm_bench.py [--reps N] [--work DIR] [--out FILE] [--tpfs PATH] [--before PATH] [--iov] [--push]
+                           [--no-ceiling]
 """
 import argparse
 import json
@@ -91,13 +95,15 @@ def cpu_s(pid):
 
 def stats_line(m, cpu0):
     """Reads and bytes of every rank from the mount's stats file, and the daemon's CPU seconds since
-    cpu0: (requests, bytes, copied, cpu)."""
-    reads = served = copied = 0
+    cpu0, and the bytes pushed ahead (--push): (requests, bytes, copied, cpu, pushed)."""
+    reads = served = copied = pushed = 0
     for l in open(os.path.join(m.path, ".tpfs-stats")).read().splitlines():
         f = l.split()
         if len(f) >= 5 and f[0].isdigit():
             served, reads, copied = served + int(f[1]), reads + int(f[3]), copied + int(f[4])
-    return reads, served, copied, cpu_s(m.proc.pid) - cpu0
+        elif f[:2] == ["push:", "pushed"]:
+            pushed = int(f[2])
+    return reads, served, copied, cpu_s(m.proc.pid) - cpu0, pushed
 
 
 def main():
@@ -109,6 +115,9 @@ def main():
     ap.add_argument("--before", default=None, help="another tpfs binary (the one before a change): its view rows too")
     ap.add_argument("--iov", action="store_true", help="also the view with --reply iov (the kernel copies from the "
                     "daemon's source mappings: one copy fewer)")
+    ap.add_argument("--push", action="store_true", help="also the view with --push auto (the page cache filled "
+                    "while vLLM starts)")
+    ap.add_argument("--no-ceiling", action="store_true", help="leave out the dump and identity rows")
     a = ap.parse_args()
     os.environ["TPFS_BIN"] = a.tpfs
     import tpfs_test as tt
@@ -142,7 +151,8 @@ def main():
                     pass
     binaries = [("after", a.tpfs, [])] + ([("before", a.before, [])] if a.before else [])
     binaries += [("after --reply iov", a.tpfs, ["--reply", "iov"])] if a.iov else []
-    keys = ["default", "dump", "identity first", "identity second"]
+    binaries += [("after --push auto", a.tpfs, ["--push", "auto"])] if a.push else []
+    keys = ["default"] + ([] if a.no_ceiling else ["dump", "identity first", "identity second"])
     for tag, _, _ in binaries:
         keys += ["%s first" % tag, "%s second" % tag]
     res = {k: [] for k in keys}
@@ -156,12 +166,13 @@ def main():
 
     for rep in range(a.reps):
         run("default", src, "auto")
-        run("dump", dump, "sharded_state")
-        with tt.Mount(dump, 1, "--plan", ident, allow_stderr=[r"^tpfs: warning: "]) as m:
-            c0 = cpu_s(m.proc.pid)
-            run("identity first", m.rank(0), "sharded_state")
-            notes.setdefault("identity", []).append(stats_line(m, c0))
-            run("identity second", m.rank(0), "sharded_state")
+        if not a.no_ceiling:
+            run("dump", dump, "sharded_state")
+            with tt.Mount(dump, 1, "--plan", ident, allow_stderr=[r"^tpfs: warning: "]) as m:
+                c0 = cpu_s(m.proc.pid)
+                run("identity first", m.rank(0), "sharded_state")
+                notes.setdefault("identity", []).append(stats_line(m, c0))
+                run("identity second", m.rank(0), "sharded_state")
         for tag, binary, extra in binaries:
             tt.TPFS = binary
             with tt.Mount(src, 2, "--view", "vllm", *extra) as m:
@@ -172,7 +183,8 @@ def main():
             tt.TPFS = a.tpfs
         print("rep %d: %s" % (rep + 1, ", ".join("%s %.2f s" % (k, v[-1][0]) for k, v in res.items())), flush=True)
     d = statistics.median(x[0] for x in res["default"])
-    idf = statistics.median(x[0] for x in res["identity first"])
+    idf = statistics.median(x[0] for x in res["identity first"]) if res.get("identity first") else None
+    dw = statistics.median(x[1] for x in res["default"])
     names = {"default": "vLLM default loader on SRC (source cached)",
              "dump": "sharded_state on a pre-sharded dump on this disk (no FUSE; dump cached)",
              "identity first": "identity FUSE (tpfs --tp 1 over the dump), first start: the FUSE ceiling",
@@ -180,23 +192,25 @@ def main():
     for tag, _, _ in binaries:
         names["%s first" % tag] = "tpfs --view vllm (%s), first start (rank files not cached)" % tag
         names["%s second" % tag] = "tpfs --view vllm (%s), second start (rank files cached)" % tag
-    lines = ["| vLLM 0.32 (CPU), TP=2, %.2f GB bf16 Llama-shaped | Loading weights took, each repetition | median | x default | x identity FUSE first |"
-             % (size / 1e9), "| --- | --- | --- | --- | --- |"]
+    lines = ["| vLLM 0.32 (CPU), TP=2, %.2f GB bf16 Llama-shaped | Loading weights took, each repetition | median | x default | x identity FUSE first | whole start (process start to done), median | x default |"
+             % (size / 1e9), "| --- | --- | --- | --- | --- | --- | --- |"]
     for k in keys:
         v = [x[0] for x in res[k]]
-        med = statistics.median(v)
-        lines.append("| %s | %s | %.2f s | %.2fx | %.2fx |" % (names[k], " / ".join("%.2f" % x for x in v), med, med / d,
-                                                             med / idf))
+        med, wmed = statistics.median(v), statistics.median(x[1] for x in res[k])
+        lines.append("| %s | %s | %.2f s | %.2fx | %s | %.1f s | %.2fx |" % (
+            names[k], " / ".join("%.2f" % x for x in v), med, med / d, "%.2fx" % (med / idf) if idf else "-", wmed, wmed / dw))
     lines.append("")
     for tag, st in sorted(notes.items()):
-        r, b, c, cpu = st[-1]
+        r, b, c, cpu, pushed = st[-1]
         lines.append("FUSE requests of the %s first start (the stats file, both ranks): %d reads, %.1f MB, %.0f KiB "
-                     "a request, %d copied; the daemon's CPU time %s s." % (tag, r, b / 1e6, b / max(r, 1) / 1024, c,
-                                                                     " / ".join("%.2f" % x[3] for x in st)))
+                     "a request, %d copied%s; the daemon's CPU time %s s." % (
+                         tag, r, b / 1e6, b / max(r, 1) / 1024, c, ", %.1f MB pushed ahead" % (pushed / 1e6) if pushed else "",
+                         " / ".join("%.2f" % x[3] for x in st)))
     lines.append("Greedy tokens of every start: %s (%s)." % (sorted(tokens),
                  "identical" if len(tokens) == 1 else "DIFFERENT"))
-    lines.append("Command: `python bench/vllm_bench.py --reps %d%s%s` (each start its own process; the machine: 2 "
-                 "cores, no GPU)." % (a.reps, " --before OLD_TPFS" if a.before else "", " --iov" if a.iov else ""))
+    lines.append("Command: `python bench/vllm_bench.py --reps %d%s%s%s%s` (each start its own process; the machine: 2 "
+                 "cores, no GPU)." % (a.reps, " --before OLD_TPFS" if a.before else "", " --iov" if a.iov else "",
+                                      " --push" if a.push else "", " --no-ceiling" if a.no_ceiling else ""))
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:

@@ -4,7 +4,8 @@
  * MNT/.tpfs-stats (counters).
  * This is the only layer that speaks errno and libfuse; it reads the model and never changes
  * the plan. Its rooms: fs_names.c (namespace), fs_read.c (the read path), fs_watch.c (changed
- * sources), fs_session.c (a mount's life), fs_log.c (messages); fs_int.h is what they share.
+ * sources), fs_push.c (push-ahead), fs_session.c (a mount's life), fs_log.c (messages); fs_int.h
+ * is what they share.
  */
 #ifndef TP_FS_H
 #define TP_FS_H

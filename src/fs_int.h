@@ -1,6 +1,6 @@
 /* fs_int.h: what the rooms of the filesystem layer share (fs_log, fs_names, fs_read, fs_watch,
- * fs_session): the state of a mount, per node and per rank, and the functions one room offers
- * the others. Only these files and cli.c include libfuse's headers (through fs.h, cli.c does not);
+ * fs_push, fs_session): the state of a mount, per node and per rank, and the functions one room
+ * offers the others. Only these files and cli.c include libfuse's headers (through fs.h, cli.c does not);
  * nothing below the filesystem includes this.
  */
 #ifndef TP_FS_INT_H

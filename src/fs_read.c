@@ -9,7 +9,9 @@
  * bytes (header, constants, padding) are iovecs into the local bytes and a zero page. Plain files
  * are opened for each read (read_plain), so an open file costs the daemon no descriptor. No
  * request allocates beyond its thread's scratch (and a file's local bytes, once), parses, or
- * looks up a name.
+ * looks up a name. The push thread (fs_push.c) has its bytes made by the same pass (push_bytes:
+ * the same checks and copy, into its own scratch), and op_read counts the reads in flight, which
+ * the push yields to.
  */
 #include "fs_int.h"
 
