@@ -114,6 +114,9 @@ typedef struct tp_fs {
 	_Atomic uint32_t *looked; /* [ino]: lookups of it answered (push on), else NULL */
 	size_t nlooked;        /* inodes looked covers */
 	_Atomic int push_stop; /* set at unmount: the push thread ends */
+	_Atomic int push_done; /* set by the push thread as it ends */
+	_Atomic int push_term; /* a signal asked the loop to end (on_term in fs_push.c) */
+	pthread_t loop_thread; /* the thread that runs the FUSE loop (on_term ends it) */
 	pthread_t pusher;
 	int pushing;           /* the push thread runs (and must be joined) */
 } tp_fs;
@@ -214,12 +217,11 @@ int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uin
 void push_stored(tp_fs *fs, fuse_ino_t ino);
 
 /* ---- fs_push.c ---- */
-/* Starts the push thread when fs->push_budget is set (a failure to start is logged: no push). */
+/* Starts the push thread when fs->push_budget is set (a failure to start is logged: no push), from
+ * the thread that then runs the FUSE loop, after libfuse's signal handlers are installed: SIGTERM,
+ * SIGINT and SIGHUP then stop the push before they end the loop (fs_push.c says why). */
 void start_push(tp_fs *fs);
-/* Asks the push thread to end (never waits). */
-void halt_push(tp_fs *fs);
-/* Asks it to end and joins it: after stop_inval (the connection is gone: no store waits on the
- * kernel any more), before the session is destroyed. */
+/* Tells the push thread to end and joins it, once the loop has ended. Nothing when none runs. */
 void stop_push(tp_fs *fs);
 /* The budget --push asks for: o->push bytes, or with o->push < 0 a quarter of MemAvailable,
  * never more than MemAvailable (0 where it cannot be read and no size was given). */

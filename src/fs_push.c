@@ -19,8 +19,15 @@
  * fs->looked, no request waits on the push), and the ready helper (fs_session.c) looks every
  * served file up once the mount answers, so pushing starts before the loader opens anything.
  * An inode the kernel has forgotten since (memory pressure) fails with ENOENT and is pushed on
- * when it is looked up again. No request handler ever waits on this thread; the unmount asks it to
- * end and joins it before the session goes.
+ * when it is looked up again. No request handler ever waits on this thread.
+ *
+ * Ending: a store waits for any page a READ in flight holds locked, and once the loop has ended
+ * nobody answers that READ (libfuse's workers may even drop a request they have read as they
+ * exit): a store then waits until the connection is aborted, which its own write to the device
+ * prevents. So the push ends while the workers still serve: with the push running, SIGTERM,
+ * SIGINT and SIGHUP first stop the push thread, which then ends the loop by raising the signal
+ * again (a second signal ends the loop at once, as without the push); an unmount ends the loop
+ * only after the kernel has aborted the connection, where stores fail at once.
  */
 #include "fs_int.h"
 
@@ -197,33 +204,61 @@ static void *push_thread(void *arg)
 		if (end || !todo)
 			break;
 		idle = moved ? 1 : idle * 2 > PUSH_IDLE_MS ? PUSH_IDLE_MS : idle * 2;
-		if (!moved)
-			sleep_ms(idle);
+		for (unsigned t = 0; !moved && t < idle && !atomic_load(&fs->push_stop); t += 10)
+			sleep_ms(idle - t < 10 ? idle - t : 10);
 	}
 	free(l);
+	atomic_store(&fs->push_done, 1);
+	if (atomic_load(&fs->push_term)) /* a signal waits for the push to end: the loop ends now */
+		pthread_kill(fs->loop_thread, SIGTERM);
 	return NULL;
+}
+
+/* The mount whose push a signal stops first (one mount per process). */
+static tp_fs *term_fs;
+
+/* SIGTERM, SIGINT and SIGHUP while the push may run: the first stops the push thread and leaves the
+ * loop to it (it raises SIGTERM at the loop's thread when it has ended); the loop ends here once the
+ * push has ended, or at a second signal. Async-signal-safe: lock-free atomics and
+ * fuse_session_exit (a store of a flag, as libfuse's own handler calls it). */
+static void on_term(int sig)
+{
+	(void)sig;
+	tp_fs *fs = term_fs;
+	if (!fs)
+		return;
+	atomic_store(&fs->push_stop, 1);
+	int again = atomic_exchange(&fs->push_term, 1);
+	if (again || atomic_load(&fs->push_done))
+		fuse_session_exit(fs->se);
 }
 
 void start_push(tp_fs *fs)
 {
 	if (!fs->push_budget || !fs->looked)
 		return;
+	fs->loop_thread = pthread_self();
 	if (start_thread(&fs->pusher, push_thread, fs) != 0) {
 		tp_log(0, "cannot start the push-ahead thread (%s); reads are served as without it", strerror(errno));
 		return;
 	}
 	fs->pushing = 1;
-}
-
-void halt_push(tp_fs *fs)
-{
-	atomic_store(&fs->push_stop, 1);
+	term_fs = fs;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_term;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
 }
 
 void stop_push(tp_fs *fs)
 {
 	atomic_store(&fs->push_stop, 1);
-	if (fs->pushing)
-		pthread_join(fs->pusher, NULL);
+	if (!fs->pushing)
+		return;
+	pthread_join(fs->pusher, NULL);
 	fs->pushing = 0;
+	term_fs = NULL; /* a later signal is ignored by on_term (the loop has ended) */
 }

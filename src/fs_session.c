@@ -4,8 +4,7 @@
  *
  * tp_fs_main acquires in order (the note page, per-node state, the background fork, the FUSE
  * session, signal handlers, the mount, the invalidation thread, the ready helper, the gather
- * backend, the watcher, the push thread) and releases in reverse, one label per resource; the
- * push thread is told to stop as the loop ends and joined once the connection is gone.
+ * backend, the watcher, the push thread) and releases in reverse, one label per resource.
  */
 #include "fs_int.h"
 
@@ -370,7 +369,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	fuse_loop_cfg_set_idle_threads(lc, o->threads ? o->threads : 16);
 	int lr = fuse_session_loop_mt(fs.se, lc);
 	fuse_loop_cfg_destroy(lc);
-	halt_push(&fs); /* joined after stop_inval: a store may wait for a page a READ holds */
+	stop_push(&fs);
 	stop_watching(&fs);
 	if (lr < 0) {
 		tp_fail(e, TP_EIO, "the FUSE loop failed: %s", strerror(-lr));
@@ -393,7 +392,6 @@ out_helper:
 		helper = -1;
 out_inval:
 	stop_inval(&fs);
-	stop_push(&fs);
 out_unmount:
 	fuse_session_unmount(fs.se);
 out_signals:

@@ -16,11 +16,15 @@ Checked here, on the hf view (rank folders) and on --view vllm, at T=2 and 4:
   say "push: off"); `--push lots` is refused;
 - reads racing the push over the same ranges (a larger checkpoint: 128 MiB of embedding) give the same
   bytes as a `--push off` mount;
-- an unmount while the push runs is clean: the daemon exits 0, with nothing unexpected on stderr.
+- an unmount while the push runs is clean: the daemon exits 0, with nothing unexpected on stderr; so is a
+  SIGTERM while the push runs beside readers of the same files.
 """
+import contextlib
 import glob
 import hashlib
 import os
+import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -274,5 +278,43 @@ for attempt in range(5):
         mid += 1
         break
 F.check(mid > 0, "an unmount met the push under way in one of 5 tries (the last saw %s of %d pushed)" % (pushed, total))
+
+# SIGTERM to the daemon while the push runs beside readers of the same files: the loop ends, the push
+# thread is joined, the mount goes, exit 0 (no store may keep the daemon waiting on a READ nobody answers)
+for attempt in range(6):
+    m = tt.Mount(big, 2, "--push", "auto", *(["--view", "vllm"] if attempt % 2 else []))
+    m.__enter__()
+    try:
+        files = tensor_files(m.path)
+        halt = [False]
+
+        def drain(fn, step):
+            with contextlib.suppress(OSError), open(fn, "rb") as f:
+                while not halt[0] and f.read(step):
+                    pass
+        th = [threading.Thread(target=drain, args=(fn, step)) for fn in files for step in (1 << 20,)]
+        for t in th:
+            t.start()
+        time.sleep(0.03 * (attempt + 1))
+        stats(m.path)
+        dev = os.stat(m.path).st_dev
+        conn = os.major(dev) << 20 | os.minor(dev)  # the connection's number (the kernel's dev_t)
+        t0 = time.time()
+        m.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = m.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            rc = "still running after 30 s"
+            with contextlib.suppress(OSError):  # end the hung connection, so that the test fails instead of hanging
+                open("/sys/fs/fuse/connections/%d/abort" % conn, "w").write("1")
+        halt[0] = True
+        for t in th:
+            t.join()
+        F.check(rc == 0 and not tt.is_mounted(m.path), "SIGTERM during the push (try %d): exit %s in %.1f s, mounted: %s"
+                % (attempt, rc, time.time() - t0, tt.is_mounted(m.path)))
+    finally:
+        m.cleanup()
+    bad = [l for l in m.stderr().splitlines() if l and not any(a.search(l) for a in tt.ALLOWED_STDERR)]
+    F.check(not bad, "SIGTERM during the push: nothing unexpected on stderr: %s" % bad[:3])
 
 F.done("push")
