@@ -23,6 +23,7 @@ import contextlib
 import glob
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -317,4 +318,5 @@ for attempt in range(6):
     bad = [l for l in m.stderr().splitlines() if l and not any(a.search(l) for a in tt.ALLOWED_STDERR)]
     F.check(not bad, "SIGTERM during the push: nothing unexpected on stderr: %s" % bad[:3])
 
+shutil.rmtree(work, ignore_errors=True)
 F.done("push")
