@@ -308,7 +308,8 @@ def classify(p):
         first = next((ln[len("tpfs: "):] for ln in lines if not ln.startswith("tpfs: warning")), first)
     if "no built-in plan knows" in first:
         m = re.match(r"(no built-in plan knows [^(:,]*)", first)  # an examined family's reason follows a comma
-        note = " (config.json's architectures point at a plan whose names do not fit)" if "names do not fit" in first else ""
+        note = (" (config.json's architectures point at a plan whose names do not fit)"
+                if "config.json's architectures point at plan" in first else "")  # not the examined reason's words
         return "refused", m.group(1).strip() + note
     return "refused", clean(first)
 
