@@ -355,7 +355,9 @@ def one(args):
                 view.append(("error", "T=%d: tpfs plan --view vllm did not finish in 120 s" % T))
         row["view"] = ("served" if all(v[0] == "served" for v in view) else
                        next(v for v in view if v[0] != "served")[0])
-        row["view_reason"] = next((v[1] for v in view if v[0] != "served"), "").split(" (views: ")[0]
+        # the refusal without its hint and the list of views (src/view.c: "...; the default hf view ... (views: ...)")
+        row["view_reason"] = re.split(r"; the default hf view| \(views: ",
+                                      next((v[1] for v in view if v[0] != "served"), ""))[0]
         if all(s == "served" for s, _ in res):
             row["status"] = "served"
         elif any(s == "error" for s, _ in res):

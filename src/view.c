@@ -750,8 +750,9 @@ int tp_view_choose(const char *engine, const char *text, size_t len, const char 
 		return tp_fail(e, TP_EINVAL, "--view %s: tpfs has no view for that engine (it has: %s); the default hf "
 			       "view (rank folders) serves every planned checkpoint", engine, engines + 1);
 	}
-	return tp_fail(e, TP_EINVAL, "--view %s: no %s view for plan '%s' with model_type '%s'%s%s%s (views: %s); the "
-		       "default hf view (rank folders, without --view) serves it", engine, engine, plan,
+	/* the list last: where it fills the message, only its tail is cut, never the hint */
+	return tp_fail(e, TP_EINVAL, "--view %s: no %s view for plan '%s' with model_type '%s'%s%s%s; the default hf "
+		       "view (rank folders, without --view) serves it (views: %s)", engine, engine, plan,
 		       model_type ? model_type : "(none)", quant ? " quantized by quant_method '" : "", quant ? quant : "",
 		       quant ? "'" : "", known);
 }
