@@ -158,6 +158,10 @@ FILL = {
     # plan refuses by name, while published widths divide (12288 -> 8192, a rank's 6144 -> 4096 at T=2). 96
     # rounded to 8 is of that kind (64; 48 -> 32 at T=2, 24 -> 16 at T=4)
     "lfm2": lambda n: {"intermediate_size": 96, "block_multiple_of": 8},
+    # Glm4MoeLiteConfig says which layers are dense by mlp_layer_types and declares no first_k_dense_replace, which
+    # vLLM's Glm4MoeLiteDecoderLayer reads (models/glm4_moe_lite.py); GLM-4.7-Flash's published config.json holds
+    # both (first_k_dense_replace 1, the default mlp_layer_types' one dense layer): as published, for --view vllm
+    "glm4_moe_lite": lambda n: {"first_k_dense_replace": 1},
     # Emu3TextConfig's special token ids (151643...) index past the small vocabulary (nn.Embedding refuses such
     # a padding_idx), so only its default sizes built, whose vocabulary (184622) no T=4 divides
     "emu3_text_model": lambda n: {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},

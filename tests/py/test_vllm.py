@@ -60,6 +60,8 @@ FAMILIES = {
     "mixtral": ("mixtral", None, {}, None), "phi3": ("phi3", None, {}, None), "gemma3": ("gemma3", None, {}, None),
     "glm4_moe": ("glm4_moe", None, {}, None), "deepseek_v3": ("deepseek_v3", None, {}, None),
     "kimi_k2": ("deepseek_v3", None, {}, None), "qwen3_next": ("qwen3_next", None, {}, None),
+    "glm4_moe_lite": ("glm4_moe_lite", None, {}, None), "deepseek_v2": ("deepseek_v2", None, {}, None),
+    "deepseek_v2_q": ("deepseek_v2", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     "ministral3": ("llama", None, {}, None), "cohere2": ("cohere", None, {}, None),
@@ -425,6 +427,11 @@ REFUSED_EDITS = {
               ("headwise gate", {"gating_type": "headwise"}, "only the elementwise output gate"),
               ("no sinks", {"learnable_sink": False}, "builds no learnable_sink_param")),
     "gpt_oss": (("tied", {"tie_word_embeddings": True}, "GptOssForCausalLM never ties lm_head"),),
+    # GLM-4.7-Flash: vLLM's decoder layer reads first_k_dense_replace (transformers' config writes mlp_layer_types);
+    # DeepSeek-V2: vLLM's MLA takes an even share of heads only (the rank-folder plan serves uneven ones)
+    "glm4_moe_lite": (("no first_k_dense_replace", {"first_k_dense_replace": None},
+                       "reads config.first_k_dense_replace"),),
+    "deepseek_v2": (("uneven heads", {"num_attention_heads": 3}, "splits the heads evenly only"),),
 }
 
 

@@ -140,6 +140,15 @@ FAMILIES = {
     # Kimi K2: DeepSeek-V3's model under model_type "kimi_k2" (vLLM maps it to DeepseekV3Config; no MTP layer,
     # as in the published checkpoint); config.json is rewritten after saving (transformers has no such type)
     "kimi_k2": lambda: FAMILIES["deepseek_v3"](),
+    # GLM-4.7-Flash: DeepSeek's MLA with GLM-4.5's MoE (F32 router, correction bias). vLLM reads
+    # first_k_dense_replace, which the published config.json holds beside transformers' mlp_layer_types, and
+    # topk_method noaux_tc, published too
+    "glm4_moe_lite": lambda: tf.Glm4MoeLiteConfig(**_MLA),
+    # DeepSeek-V2-Lite: no q-LoRA (q_proj), topk_method greedy (no correction bias)
+    "deepseek_v2": lambda: tf.DeepseekV2Config(**dict(_MLA, q_lora_rank=None, topk_method="greedy")),
+    # DeepSeek-V2: q-LoRA, topk_method group_limited_greedy over expert groups (no correction bias)
+    "deepseek_v2_q": lambda: tf.DeepseekV2Config(**dict(_MLA, topk_method="group_limited_greedy", n_group=2,
+                                                          topk_group=1)),
     # DeepSeek-V3.2 / GLM-5 (DSA): MLA as above plus the lightning indexer (wq_b, wk, k_norm, weights_proj);
     # vLLM cannot run these on CPU: test_vllm.py checks their key set and loaded weights only (KEY_CASES).
     # topk_method noaux_tc for both (_MLA): without it vLLM's CUDA class has no e_score_correction_bias and its
@@ -288,6 +297,7 @@ GLM_MTP = ("eh_proj", "enorm", "hnorm", "shared_head.norm")
 MTP = {"deepseek_v3": ("model.", DS_MTP), "deepseek_v3_fp8": ("model.", DS_MTP),
        "deepseek_v3_nvfp4": ("model.", DS_MTP), "deepseek_v32": ("model.", DS_MTP), "glm_moe_dsa": ("model.", DS_MTP),
        "glm5_next": ("model.language_model.", DS_MTP), "glm4_moe": ("model.", GLM_MTP),
+       "glm4_moe_lite": ("model.", DS_MTP),  # GLM-4.7-Flash's layers.47: DeepSeek's six extra names
        "glm4_moe_fp8": ("model.", GLM_MTP), "glm4_moe_nvfp4": ("model.", GLM_MTP)}
 
 # tensors saved in F32 where transformers writes the model's dtype (issue 51): published Qwen3 / Llama-style

@@ -177,6 +177,8 @@ CUTS = {
     # models/deepseek_v2.py DeepseekV2MLAAttention (deepseek_v3) and models/deepseek_v32/attention.py (the
     # CUDA class, deepseek_v32): the same MLA cuts; DSA adds the indexer, replicated
     "deepseek_v3": EMBED + MLA + DS_MOE,
+    # models/deepseek_v2.py without q-LoRA (DeepSeek-V2-Lite): q_proj a ColumnParallelLinear over the heads
+    "deepseek_v2": EMBED + MLA + [(L + r"self_attn\.q_proj\.weight", "column")] + DS_MOE,
     "deepseek_v32": EMBED + MLA + [
         (L + r"self_attn\.indexer\.wq_b\.weight", "whole"),  # ReplicatedLinear
         (L + r"self_attn\.indexer\.(wk|weights_proj)\.weight", "whole"),  # wk_weights_proj: disable_tp=True
@@ -328,6 +330,9 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           "cohere2": "llama", "granite_swa": "llama_more", "hyperclovax": "llama_more",
           "qwen3_moe": "moe", "qwen2_moe": "moe", "mellum": "moe", "mixtral": "mixtral", "phi3": "phi3",
           "glm4_moe": "glm4_moe", "deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3",
+          # GLM-4.7-Flash (models/glm4_moe_lite.py): DeepseekV2MLAAttention and glm4_moe.py's Glm4MoE, whose
+          # GateLinear router and correction bias are replicated, experts and shared experts cut as DeepSeek's
+          "glm4_moe_lite": "deepseek_v3", "deepseek_v2": "deepseek_v2",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
           "lfm2_moe": "lfm2", "olmo_hybrid": "olmo_hybrid", "gpt_oss": "gpt_oss", "hy_v4": "hy_v4", "gptj": "gptj",
