@@ -62,6 +62,7 @@ FAMILIES = {
     "kimi_k2": ("deepseek_v3", None, {}, None), "qwen3_next": ("qwen3_next", None, {}, None),
     "glm4_moe_lite": ("glm4_moe_lite", None, {}, None), "deepseek_v2": ("deepseek_v2", None, {}, None),
     "deepseek_v2_q": ("deepseek_v2", None, {}, None),
+    "olmoe": ("olmoe", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     "ministral3": ("llama", None, {}, None), "cohere2": ("cohere", None, {}, None),
@@ -144,12 +145,13 @@ if not HAS_AMX:  # built with vLLM's torch block kernel: load-only
 PROBE_TP = [int(t) for t in (os.environ.get("TPFS_VLLM_TP") or "2,4").split(",")]
 # token runs: tied embeddings (qwen2), an MoE stack with a shared expert and its gate (qwen2_moe), Gated DeltaNet
 # (qwen3_next), FP8 block scales (llama_fp8, where the CPU has AMX), compressed-tensors INT8 per channel in the
-# attention and the experts (qwen3_moe_ct_int8); llama (fused qkv, one KV head replicated) over
+# attention and the experts (qwen3_moe_ct_int8), q_norm / k_norm whole over q and k gathered from the ranks (olmoe);
+# llama (fused qkv, one KV head replicated) over
 # HTTP and at TP=1. Not MLA: vLLM's CPU MLA gives other
 # tokens on two default-loader starts of the same checkpoint (deepseek_v3: [[217, 435, 435, ...]] then [[217, 978,
 # 393, ...]]), so its tokens prove nothing; its weights are proven by the probe.
 TOKENS_MODE = os.environ.get("TPFS_VLLM_TOKENS") or "some"  # some | all | none
-TOKENS = ["qwen2", "qwen2_moe", "qwen3_next", "llama_fp8", "qwen3_moe_ct_int8", "gpt_oss"]
+TOKENS = ["qwen2", "qwen2_moe", "qwen3_next", "llama_fp8", "qwen3_moe_ct_int8", "gpt_oss", "olmoe"]
 NONDETERMINISTIC = {"deepseek_v3", "kimi_k2"}  # TOKENS_MODE=all: their tokens are printed, not required
 if os.environ.get("TPFS_VLLM_CASES"):
     _only = os.environ["TPFS_VLLM_CASES"].split(",")
@@ -432,6 +434,9 @@ REFUSED_EDITS = {
     "glm4_moe_lite": (("no first_k_dense_replace", {"first_k_dense_replace": None},
                        "reads config.first_k_dense_replace"),),
     "deepseek_v2": (("uneven heads", {"num_attention_heads": 3}, "splits the heads evenly only"),),
+    # OLMoE: vLLM's OlmoeForCausalLM never ties its head; its k_norm spans the KV heads (not their replicas)
+    "olmoe": (("tied", {"tie_word_embeddings": True}, "never ties lm_head"),
+              ("fewer KV heads than ranks", {"num_key_value_heads": 1}, "with fewer KV heads than ranks")),
 }
 
 

@@ -144,6 +144,11 @@ FAMILIES = {
     # first_k_dense_replace, which the published config.json holds beside transformers' mlp_layer_types, and
     # topk_method noaux_tc, published too
     "glm4_moe_lite": lambda: tf.Glm4MoeLiteConfig(**_MLA),
+    # OLMoE: q_norm / k_norm over all heads (vLLM gathers q and k), experts without a shared one, the router
+    # kept as mlp.gate; KV heads as many as the ranks (the view refuses fewer)
+    "olmoe": lambda: tf.OlmoeConfig(num_key_value_heads=2, intermediate_size=64, num_experts=4, num_experts_per_tok=2,
+                                    tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                    **COMMON),
     # DeepSeek-V2-Lite: no q-LoRA (q_proj), topk_method greedy (no correction bias)
     "deepseek_v2": lambda: tf.DeepseekV2Config(**dict(_MLA, q_lora_rank=None, topk_method="greedy")),
     # DeepSeek-V2: q-LoRA, topk_method group_limited_greedy over expert groups (no correction bias)
@@ -617,6 +622,7 @@ WIDE_KEYS = ("hidden_size", "num_attention_heads", "linear_num_key_heads", "line
              "linear_num_heads", "index_n_heads")
 WIDE = {"kimi_linear": {"moe_intermediate_size": 1024}, "glm5_next": {"num_key_value_heads": 4},
         "olmo_hybrid": {"num_key_value_heads": 4},  # the view refuses fewer KV heads than ranks
+        "olmoe": {"num_key_value_heads": 4},  # the view refuses fewer KV heads than ranks
         "gpt_oss": {"num_key_value_heads": 4}, "gpt_oss_mxfp4": {"num_key_value_heads": 4},  # vLLM replicates none
         "qwen3_moe_fp8": {"moe_intermediate_size": 512},
         "deepseek_v3_fp8": {"moe_intermediate_size": 512, "intermediate_size": 512},

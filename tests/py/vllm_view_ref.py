@@ -333,6 +333,9 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           # GLM-4.7-Flash (models/glm4_moe_lite.py): DeepseekV2MLAAttention and glm4_moe.py's Glm4MoE, whose
           # GateLinear router and correction bias are replicated, experts and shared experts cut as DeepSeek's
           "glm4_moe_lite": "deepseek_v3", "deepseek_v2": "deepseek_v2",
+          # OLMoE (models/olmoe.py): QKVParallelLinear, q_norm / k_norm RMSNorms over all heads (default loader:
+          # whole), FusedMoE experts, GateLinear router replicated: the Qwen-MoE cuts without a shared expert
+          "olmoe": "moe",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
           "lfm2_moe": "lfm2", "olmo_hybrid": "olmo_hybrid", "gpt_oss": "gpt_oss", "hy_v4": "hy_v4", "gptj": "gptj",
