@@ -63,6 +63,7 @@ FAMILIES = {
     "glm4_moe_lite": ("glm4_moe_lite", None, {}, None), "deepseek_v2": ("deepseek_v2", None, {}, None),
     "deepseek_v2_q": ("deepseek_v2", None, {}, None),
     "olmoe": ("olmoe", None, {}, None),
+    "granitemoe": ("granitemoe", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     "ministral3": ("llama", None, {}, None), "cohere2": ("cohere", None, {}, None),
@@ -437,6 +438,8 @@ REFUSED_EDITS = {
     # OLMoE: vLLM's OlmoeForCausalLM never ties its head; its k_norm spans the KV heads (not their replicas)
     "olmoe": (("tied", {"tie_word_embeddings": True}, "never ties lm_head"),
               ("fewer KV heads than ranks", {"num_key_value_heads": 1}, "with fewer KV heads than ranks")),
+    # Granite MoE: vLLM's attention derives head_dim from hidden_size / num_attention_heads
+    "granitemoe": (("head_dim", {"head_dim": 32}, "takes head_dim as hidden_size / num_attention_heads"),),
 }
 
 

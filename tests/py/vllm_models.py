@@ -149,6 +149,12 @@ FAMILIES = {
     "olmoe": lambda: tf.OlmoeConfig(num_key_value_heads=2, intermediate_size=64, num_experts=4, num_experts_per_tok=2,
                                     tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
                                     **COMMON),
+    # Granite MoE: the experts fused in the checkpoint (block_sparse_moe.input_linear [E, 2I, D], output_linear),
+    # the router as router.layer, the head tied as published (granite-3.0-*-a*m), one KV head
+    "granitemoe": lambda: tf.GraniteMoeConfig(num_key_value_heads=1, intermediate_size=64, num_local_experts=4,
+                                              num_experts_per_tok=2, embedding_multiplier=2.0, residual_multiplier=0.5,
+                                              attention_multiplier=0.1, logits_scaling=4.0, tie_word_embeddings=True,
+                                              pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
     # DeepSeek-V2-Lite: no q-LoRA (q_proj), topk_method greedy (no correction bias)
     "deepseek_v2": lambda: tf.DeepseekV2Config(**dict(_MLA, q_lora_rank=None, topk_method="greedy")),
     # DeepSeek-V2: q-LoRA, topk_method group_limited_greedy over expert groups (no correction bias)

@@ -179,6 +179,15 @@ CUTS = {
     "deepseek_v3": EMBED + MLA + DS_MOE,
     # models/deepseek_v2.py without q-LoRA (DeepSeek-V2-Lite): q_proj a ColumnParallelLinear over the heads
     "deepseek_v2": EMBED + MLA + [(L + r"self_attn\.q_proj\.weight", "column")] + DS_MOE,
+    # models/granitemoe.py: llama's attention; the fused experts renamed by GraniteMoeModel's hf_to_vllm_mapper
+    # (input_linear -> experts.gate_up_proj, output_linear -> experts.down_proj, router.layer -> gate) and loaded
+    # by FusedMoE per expert: [E, 2I, D] chunked in two on dim -2, each half's rows cut (w13: [gate_r | up_r]),
+    # [E, D, I] input columns cut (w2); GateLinear router replicated
+    "granitemoe": EMBED + ATTN + [
+        (L + r"block_sparse_moe\.input_linear\.weight", "experts_halves"),
+        (L + r"block_sparse_moe\.output_linear\.weight", "experts_row"),
+        (L + r"block_sparse_moe\.router\.layer\.weight", "whole"),
+    ] + NORMS,
     "deepseek_v32": EMBED + MLA + [
         (L + r"self_attn\.indexer\.wq_b\.weight", "whole"),  # ReplicatedLinear
         (L + r"self_attn\.indexer\.(wk|weights_proj)\.weight", "whole"),  # wk_weights_proj: disable_tp=True
@@ -335,7 +344,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           "glm4_moe_lite": "deepseek_v3", "deepseek_v2": "deepseek_v2",
           # OLMoE (models/olmoe.py): QKVParallelLinear, q_norm / k_norm RMSNorms over all heads (default loader:
           # whole), FusedMoE experts, GateLinear router replicated: the Qwen-MoE cuts without a shared expert
-          "olmoe": "moe",
+          "olmoe": "moe", "granitemoe": "granitemoe",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
           "lfm2_moe": "lfm2", "olmo_hybrid": "olmo_hybrid", "gpt_oss": "gpt_oss", "hy_v4": "hy_v4", "gptj": "gptj",
