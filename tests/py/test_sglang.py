@@ -156,6 +156,8 @@ def refusals(fails, work):
               "pads intermediate_size to a multiple of 32 x ranks"),
              ("tied deepseek_v3", "deepseek_v3", dict(DEEPSEEK, tie_word_embeddings=True), [], "a tied DeepSeek-V3"),
              ("tied kimi_k2", "kimi_k2", dict(DEEPSEEK, tie_word_embeddings=True), [], "a tied DeepSeek-V3"),
+             ("deepseek_v3 with 3 heads at T=2", "deepseek_v3", dict(DEEPSEEK, num_attention_heads=3), [],
+              "splits the heads evenly only"),
              ("untied gemma3", "gemma3", {"num_key_value_heads": 2, "tie_word_embeddings": False}, [],
               "its loader never fills"),
              ("gemma3 intermediate_size 96 at T=2", "gemma3", {"num_key_value_heads": 2, "intermediate_size": 96}, [],

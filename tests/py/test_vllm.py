@@ -435,6 +435,8 @@ REFUSED_EDITS = {
     "glm4_moe_lite": (("no first_k_dense_replace", {"first_k_dense_replace": None},
                        "reads config.first_k_dense_replace"),),
     "deepseek_v2": (("uneven heads", {"num_attention_heads": 3}, "splits the heads evenly only"),),
+    # DeepSeek-V3 / Kimi K2 and their quantized forms: the same MLA (the refusal is deepseek_v3.json's, inherited)
+    "deepseek_v3": (("uneven heads", {"num_attention_heads": 3}, "splits the heads evenly only"),),
     # OLMoE: vLLM's OlmoeForCausalLM never ties its head; its k_norm spans the KV heads (not their replicas)
     "olmoe": (("tied", {"tie_word_embeddings": True}, "never ties lm_head"),
               ("fewer KV heads than ranks", {"num_key_value_heads": 1}, "with fewer KV heads than ranks")),
