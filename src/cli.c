@@ -20,6 +20,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -361,10 +362,20 @@ static int cmd_umount(int argc, char **argv)
 		return 1;
 	}
 	if (geteuid() == 0) {
-		if (umount2(rmnt, lazy ? MNT_DETACH : 0) == 0)
-			return 0;
-		fprintf(stderr, "tpfs: umount %s: %s%s\n", argv[optind], strerror(errno),
-			errno == EBUSY ? " (files are open; close them or use --lazy)" : "");
+		/* EBUSY is retried for up to 2 s: a lookup still walking the mount (the daemon's own ready
+		 * helper stats the mount point as it comes up, an `ls` finishing) holds it for a moment; a file
+		 * that stays open is still refused, after that grace */
+		int err = 0;
+		for (int tries = 0; tries < 40; tries++) {
+			if (umount2(rmnt, lazy ? MNT_DETACH : 0) == 0)
+				return 0;
+			err = errno;
+			if (err != EBUSY || lazy)
+				break;
+			nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+		}
+		fprintf(stderr, "tpfs: umount %s: %s%s\n", argv[optind], strerror(err),
+			err == EBUSY ? " (files are open; close them or use --lazy)" : "");
 		return 1;
 	}
 	pid_t pid = fork();

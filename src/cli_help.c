@@ -160,7 +160,8 @@ const char *const usage_check =
 const char *const usage_umount =
 	"usage: tpfs umount [--lazy] MNT\n"
 	"\n"
-	"Unmounts a tpfs mount (the daemon then exits). --lazy detaches it even while files are open.\n";
+	"Unmounts a tpfs mount (the daemon then exits). A mount still busy after 2 s (files open) is refused;\n"
+	"--lazy detaches it even while files are open.\n";
 
 const char *const usage_stats =
 	"usage: tpfs stats MNT\n\nPrints the counters of a mount: bytes served and source bytes read per rank, the\n"

@@ -117,6 +117,14 @@ F.check(tt.is_mounted(mnt) and sorted(os.listdir(mnt)) == [".tpfs-stats", "confi
 F.check(os.path.getsize(os.path.join(mnt, "rank1", "model-00001-of-00002.safetensors")) > 0, "files readable at once")
 stats = open(os.path.join(mnt, ".tpfs-stats")).read()
 F.check("gather: cpu (auto:" in stats, "--gather auto serves with the CPU where no crossover is measured: %s" % stats)
+# a file held open: umount refuses, after a short grace for lookups in flight (EBUSY retried for 2 s); closed: it
+# unmounts
+held = open(os.path.join(mnt, "rank1", "model-00001-of-00002.safetensors"), "rb")
+t1 = time.time()
+p = tt.tpfs("umount", mnt)
+F.check(p.returncode == 1 and "files are open" in p.stderr and tt.is_mounted(mnt) and time.time() - t1 >= 1.5,
+        "tpfs umount with a file open refuses, after its grace: %d %r in %.1f s" % (p.returncode, p.stderr, time.time() - t1))
+held.close()
 p = tt.tpfs("umount", mnt)
 F.check(p.returncode == 0 and not tt.is_mounted(mnt), "tpfs umount: %s" % p.stderr)
 p = tt.tpfs("umount", mnt)
