@@ -516,6 +516,42 @@ static int rf_copy(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, cons
 	return 0;
 }
 
+/* The first steps of making file bytes [off, off + want) (want > 0, inside the file), shared by a read
+ * and the push: every source checked, the local bytes where the range needs them, this thread's
+ * scratch, the first pass's runs mapped into it and their source pages (and the next PF_AHEAD
+ * bytes') asked for, and the gather backend chosen. Returns 0 with *m set, or the errno of a
+ * failed check, or ENOMEM (scratch or local bytes). */
+typedef struct {
+	scratch *s;
+	const uint8_t *loc;        /* the file's local bytes, or NULL where the range needs none */
+	size_t nr, nsrc, nwiden;   /* the first pass's runs; source runs (RUN_CAP: more than one pass); widened or transposed */
+	uint64_t cov;              /* bytes the first pass's runs cover */
+	const tp_gather *backend;
+} rf_make;
+
+static int rf_begin(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, rf_make *m)
+{
+	int err = rf_check(fs, rf);
+	if (err)
+		return err;
+	int need_loc = off < tp_file_hdr_size(rf->f) || tp_file_local_size(rf->f) > tp_file_hdr_size(rf->f);
+	m->loc = need_loc ? rf_local(rf) : NULL;
+	m->s = get_scratch(want);
+	if (!m->s || (need_loc && !m->loc))
+		return ENOMEM;
+	m->nr = tp_file_map(rf->f, off, want, m->s->runs, RUN_CAP, &m->cov);
+	prefetch(fs, rf, off, want, m->s->runs, m->nr, m->cov);
+	m->nsrc = m->nwiden = 0;
+	for (size_t k = 0; k < m->nr; k++) {
+		m->nsrc += m->s->runs[k].kind == TP_RUN_SRC;
+		m->nwiden += m->s->runs[k].kind == TP_RUN_WIDEN || m->s->runs[k].kind == TP_RUN_TRANSPOSE;
+	}
+	if (m->cov < want)
+		m->nsrc = RUN_CAP; /* more runs than one pass maps */
+	m->backend = m->nwiden ? &tp_gather_cpu_backend : pick_backend(fs, m->nsrc, want);
+	return 0;
+}
+
 /* Replies to a read of a served tensor file. Every source is checked (the watcher's mark, one
  * fstat), the request mapped to runs (tp_file_map), their source pages and the next PF_AHEAD
  * bytes' asked for (no kernel readahead on the sources: fetching above), the runs copied into
@@ -528,7 +564,7 @@ static int rf_copy(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, cons
  * tuning option). Widened runs are always copied, by the CPU. */
 static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, off_t off)
 {
-	uint64_t fsize = tp_file_size(rf->f), hsize = tp_file_hdr_size(rf->f), lsize = tp_file_local_size(rf->f);
+	uint64_t fsize = tp_file_size(rf->f);
 	rank_stats *rs = &fs->rs[rf->rank];
 	char nm[160];
 	atomic_fetch_add_explicit(&rs->reads, 1, memory_order_relaxed);
@@ -536,34 +572,21 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	int err = rf_check(fs, rf);
+	uint64_t want = fsize - (uint64_t)off < size ? fsize - (uint64_t)off : size;
+	rf_make m;
+	int err = rf_begin(fs, rf, (uint64_t)off, want, &m);
 	if (err) {
+		if (err == ENOMEM)
+			note_failure(rf_name(rf, nm, sizeof nm),
+				     "out of memory for a read of %llu bytes: that read failed with ENOMEM", (unsigned long long)want);
 		fuse_reply_err(req, err);
 		return;
 	}
-	uint64_t want = fsize - (uint64_t)off < size ? fsize - (uint64_t)off : size;
-	int need_loc = (uint64_t)off < hsize || lsize > hsize;
-	const uint8_t *loc = need_loc ? rf_local(rf) : NULL;
-	scratch *s = get_scratch(want);
-	if (!s || (need_loc && !loc)) {
-		note_failure(rf_name(rf, nm, sizeof nm), "out of memory for a read of %llu bytes: that read failed with ENOMEM",
-			     (unsigned long long)want);
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	uint64_t cov, touched = 0;
-	size_t nr = tp_file_map(rf->f, (uint64_t)off, want, s->runs, RUN_CAP, &cov);
-	prefetch(fs, rf, (uint64_t)off, want, s->runs, nr, cov);
-	size_t nsrc = 0, nwiden = 0;
-	for (size_t k = 0; k < nr; k++) {
-		nsrc += s->runs[k].kind == TP_RUN_SRC;
-		nwiden += s->runs[k].kind == TP_RUN_WIDEN || s->runs[k].kind == TP_RUN_TRANSPOSE;
-	}
-	if (cov < want)
-		nsrc = RUN_CAP; /* more runs than one pass maps */
-	const tp_gather *backend = nwiden ? &tp_gather_cpu_backend : pick_backend(fs, nsrc, want);
-	if (cov == want && nr <= IOV_CAP && !nwiden && (nsrc == 0 || fs->o->reply == 1) &&
-	    backend == &tp_gather_cpu_backend && point_iov(rf, s->runs, nr, loc, s->iov, &touched) == 0) {
+	scratch *s = m.s;
+	size_t nr = m.nr;
+	uint64_t touched = 0;
+	if (m.cov == want && nr <= IOV_CAP && !m.nwiden && (m.nsrc == 0 || fs->o->reply == 1) &&
+	    m.backend == &tp_gather_cpu_backend && point_iov(rf, s->runs, nr, m.loc, s->iov, &touched) == 0) {
 		atomic_fetch_add_explicit(&rs->served, want, memory_order_relaxed);
 		atomic_fetch_add_explicit(&rs->touched, touched, memory_order_relaxed);
 		int rc = fuse_reply_iov(req, s->iov, (int)nr);
@@ -576,7 +599,8 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 		return;
 	}
 	int on_gpu = 0;
-	if ((err = rf_copy(fs, rf, (uint64_t)off, want, loc, backend, s->runs, nr, cov, nwiden, s->buf, &touched, &on_gpu))) {
+	if ((err = rf_copy(fs, rf, (uint64_t)off, want, m.loc, m.backend, s->runs, nr, m.cov, m.nwiden, s->buf, &touched,
+			   &on_gpu))) {
 		fuse_reply_err(req, err);
 		return;
 	}
@@ -725,34 +749,20 @@ int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uin
 	rfile rf;
 	if (rf_of_ino(fs, ino, &rf) < 0)
 		return ENOENT;
-	uint64_t fsize = tp_file_size(rf.f), hsize = tp_file_hdr_size(rf.f), lsize = tp_file_local_size(rf.f);
+	uint64_t fsize = tp_file_size(rf.f);
 	if (off >= fsize || !want)
 		return EINVAL;
 	want = fsize - off < want ? fsize - off : want;
-	int err = rf_check(fs, &rf);
-	if (err)
-		return err;
-	int need_loc = off < hsize || lsize > hsize;
-	const uint8_t *loc = need_loc ? rf_local(&rf) : NULL;
-	scratch *s = get_scratch(want);
-	if (!s || (need_loc && !loc))
-		return ENOMEM;
-	uint64_t cov, touched = 0;
-	size_t nr = tp_file_map(rf.f, off, want, s->runs, RUN_CAP, &cov), nsrc = 0, nwiden = 0;
-	prefetch(fs, &rf, off, want, s->runs, nr, cov);
-	for (size_t k = 0; k < nr; k++) {
-		nsrc += s->runs[k].kind == TP_RUN_SRC;
-		nwiden += s->runs[k].kind == TP_RUN_WIDEN || s->runs[k].kind == TP_RUN_TRANSPOSE;
-	}
-	if (cov < want)
-		nsrc = RUN_CAP;
-	const tp_gather *backend = nwiden ? &tp_gather_cpu_backend : pick_backend(fs, nsrc, want);
-	int on_gpu = 0;
-	err = rf_copy(fs, &rf, off, want, loc, backend, s->runs, nr, cov, nwiden, s->buf, &touched, &on_gpu);
+	rf_make m;
+	uint64_t touched;
+	int on_gpu = 0, err = rf_begin(fs, &rf, off, want, &m);
+	if (!err)
+		err = rf_copy(fs, &rf, off, want, m.loc, m.backend, m.s->runs, m.nr, m.cov, m.nwiden, m.s->buf, &touched,
+			      &on_gpu);
 	if (!err)
 		err = rf_check(fs, &rf); /* every source again, after the copy */
 	if (!err)
-		*out = s->buf;
+		*out = m.s->buf;
 	return err;
 }
 
