@@ -382,7 +382,7 @@ json.dump(acfg, open(os.path.join(dsa, "config.json"), "w"))
 p = tt.tpfs("plan", dsa, "--tp", "2", "--view", "vllm")
 F.check(p.returncode == 1 and "deepseek_v32_fp8" in p.stderr and "_try_load_fp8_indexer_wk" in p.stderr,
         "DeepSeek-V3.2 / GLM-5 in FP8 is refused with the indexer's reason (%s)" % p.stderr.strip()[-400:])
-ds = os.path.join(work, "qwen3_5")  # plan qwen3-next, whose one view (qwen3_next) does not list qwen3_5
+ds = os.path.join(work, "qwen3_5")  # plan qwen3-next, whose views (qwen3_next, qwen3_5, qwen3_5_moe) do not list qwen3_5 (the VL wrapper)
 fixtures.make("qwen3_5", ds)
 os.mkdir(os.path.join(work, "m6"))
 p = tt.tpfs("mount", ds, os.path.join(work, "m6"), "--tp", "2", "--view", "vllm")

@@ -27,6 +27,12 @@ _MLA = dict(hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_
             q_lora_rank=96, qk_rope_head_dim=64, qk_nope_head_dim=64, v_head_dim=64, tie_word_embeddings=False,
             pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
+# Gated DeltaNet as the CPU backend runs it (Qwen3.5): bf16, linear head dims 128, a linear then a full layer
+_GDN = dict(hidden_size=128, num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=64, initializer_range=0.1, rms_norm_eps=1e-6, linear_num_key_heads=2,
+            linear_num_value_heads=4, linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+            layer_types=["linear_attention", "full_attention"], tie_word_embeddings=False)
+
 FAMILIES = {
     # untied, one KV head (fewer than T: replicated on both ranks)
     "llama": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
@@ -187,6 +193,12 @@ FAMILIES = {
         decoder_sparse_step=1, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=128,
         linear_value_head_dim=128, linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"],
         tie_word_embeddings=False),
+    # Qwen3.5 (vLLM's models/qwen3_5.py): Qwen3-Next's Gated DeltaNet with in_proj_qkv / in_proj_z / in_proj_b /
+    # in_proj_a apart (vLLM stacks them into in_proj_qkvz, in_proj_ba), a dense MLP (qwen3_5_text) or Qwen3-Next's MoE
+    # with a shared expert (qwen3_5_moe_text); the published mtp.* block (PUBLISHED)
+    "qwen3_5": lambda: tf.Qwen3_5TextConfig(**_GDN, intermediate_size=256),
+    "qwen3_5_moe": lambda: tf.Qwen3_5MoeTextConfig(**_GDN, moe_intermediate_size=64, shared_expert_intermediate_size=64,
+                                                   num_experts=4, num_experts_per_tok=2),
     # GLM-5.3 (Glm5NextForConditionalGeneration, as published): one KDA layer (linear head dim 128) and one
     # MLA layer with the DSA indexer (NoPE: qk_rope_head_dim 0; kv_lora_rank 512, indexer head dim 128, as
     # vLLM's kernels assume), a dense then a MoE layer (shared expert, noaux_tc router bias),
@@ -317,7 +329,8 @@ MTP = {"deepseek_v3": ("model.", DS_MTP), "deepseek_v3_fp8": ("model.", DS_MTP),
 F32 = {"qwen3_f32norm": r"norm\.weight$"}
 
 # what a family's published checkpoints hold beyond transformers' names, added after the rest (issue 51)
-PUBLISHED = {"qwen3_next": lambda out: qwen3_next_mtp(out)}
+PUBLISHED = {"qwen3_next": lambda out: qwen3_next_mtp(out), "qwen3_5": lambda out: qwen3_next_mtp(out),
+             "qwen3_5_moe": lambda out: qwen3_next_mtp(out)}
 
 # config.json keys rewritten after save_pretrained (families transformers knows under another type)
 RETYPE = {"kimi_k2": {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}}

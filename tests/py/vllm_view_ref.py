@@ -230,6 +230,18 @@ CUTS = {
         (L + r"linear_attn\.out_proj\.weight", "row"),
         (L + r"mlp\.(gate|shared_expert_gate)\.weight", "whole"),
     ] + experts(r"experts\.\d+|shared_expert") + NORMS,
+    # Qwen3.5 (models/qwen3_5.py, qwen_gdn_linear_attn.py with gqa_interleaved_layout=False): in_proj_qkv loaded as
+    # shards 0-2 of in_proj_qkvz ([key, key, value, value]: q, k, v each cut), in_proj_z shard 3, in_proj_b / in_proj_a
+    # shards 0 / 1 of in_proj_ba (each cut); the dense MLP (qwen3_5_text) as llama's
+    "qwen3_5": EMBED + ATTN + [
+        (L + r"linear_attn\.in_proj_qkv\.weight", "gdn_conv"),
+        (L + r"linear_attn\.in_proj_[zba]\.weight", "column"),
+        (L + r"linear_attn\.conv1d\.weight", "gdn_conv"),
+        (L + r"linear_attn\.(dt_bias|A_log)", "column"),
+        (L + r"linear_attn\.norm\.weight", "whole"),
+        (L + r"linear_attn\.out_proj\.weight", "row"),
+        (L + r"mlp\.(gate|shared_expert_gate)\.weight", "whole"),
+    ] + experts(r"experts\.\d+|shared_expert") + DENSE + NORMS,
     "glm5_next": GLM5_NEXT,
     "lfm2": EMBED + [  # models/lfm2.py (its mapper: .conv. -> .short_conv.), layers/mamba/short_conv.py ShortConv
         (L + r"conv\.in_proj\.weight", "thirds"),  # MergedColumnParallelLinear([dim] * 3), loaded whole: B | C | x
@@ -346,6 +358,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           # whole), FusedMoE experts, GateLinear router replicated: the Qwen-MoE cuts without a shared expert
           "olmoe": "moe", "granitemoe": "granitemoe",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
+          "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
           "lfm2_moe": "lfm2", "olmo_hybrid": "olmo_hybrid", "gpt_oss": "gpt_oss", "hy_v4": "hy_v4", "gptj": "gptj",
           **{mt: "transformers" for mt in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm", "hunyuan_v1_dense",
