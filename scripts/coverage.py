@@ -162,6 +162,10 @@ FILL = {
     # vLLM's Glm4MoeLiteDecoderLayer reads (models/glm4_moe_lite.py); GLM-4.7-Flash's published config.json holds
     # both (first_k_dense_replace 1, the default mlp_layer_types' one dense layer): as published, for --view vllm
     "glm4_moe_lite": lambda n: {"first_k_dense_replace": 1},
+    # MiniMaxM2Config declares neither rotary_dim nor scoring_func, which vLLM's MiniMaxM2 reads
+    # (models/minimax_m2.py); MiniMax-M2's published config.json holds both (64 of head_dim 128, sigmoid): as
+    # published, for --view vllm
+    "minimax_m2": lambda n: {"rotary_dim": 64, "scoring_func": "sigmoid"},
     # Emu3TextConfig's special token ids (151643...) index past the small vocabulary (nn.Embedding refuses such
     # a padding_idx), so only its default sizes built, whose vocabulary (184622) no T=4 divides
     "emu3_text_model": lambda n: {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},

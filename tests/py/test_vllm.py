@@ -65,6 +65,7 @@ FAMILIES = {
     "olmoe": ("olmoe", None, {}, None),
     "granitemoe": ("granitemoe", None, {}, None),
     "qwen3_5": ("qwen3_5", None, {}, None), "qwen3_5_moe": ("qwen3_5_moe", None, {}, None),
+    "minimax_m2": ("minimax_m2", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     "ministral3": ("llama", None, {}, None), "cohere2": ("cohere", None, {}, None),
@@ -443,6 +444,8 @@ REFUSED_EDITS = {
               ("fewer KV heads than ranks", {"num_key_value_heads": 1}, "with fewer KV heads than ranks")),
     # Granite MoE: vLLM's attention derives head_dim from hidden_size / num_attention_heads
     "granitemoe": (("head_dim", {"head_dim": 32}, "takes head_dim as hidden_size / num_attention_heads"),),
+    # MiniMax-M2: vLLM reads config.rotary_dim and config.scoring_func, which transformers' MiniMaxM2Config does not declare
+    "minimax_m2": (("no rotary_dim", {"rotary_dim": None}, "reads config.rotary_dim and config.scoring_func"),),
 }
 
 

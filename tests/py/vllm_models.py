@@ -199,6 +199,14 @@ FAMILIES = {
     "qwen3_5": lambda: tf.Qwen3_5TextConfig(**_GDN, intermediate_size=256),
     "qwen3_5_moe": lambda: tf.Qwen3_5MoeTextConfig(**_GDN, moe_intermediate_size=64, shared_expert_intermediate_size=64,
                                                    num_experts=4, num_experts_per_tok=2),
+    # MiniMax-M2 (vLLM's models/minimax_m2.py): q_norm / k_norm over all heads (cut with them; two KV heads: k_norm
+    # cut at T=2, replicated in pairs at T=4), block_sparse_moe experts w1 / w2 / w3, the router and its routing bias in F32; the config.json keys
+    # vLLM reads as published (rotary_dim, scoring_func, use_routing_bias, num_mtp_modules: one MTP module, MTP)
+    "minimax_m2": lambda: tf.MiniMaxM2Config(num_key_value_heads=2, intermediate_size=64, num_local_experts=4,
+                                             num_experts_per_tok=2, tie_word_embeddings=False, rotary_dim=32,
+                                             scoring_func="sigmoid", use_routing_bias=True, use_qk_norm=True,
+                                             num_mtp_modules=1, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                             **COMMON),
     # GLM-5.3 (Glm5NextForConditionalGeneration, as published): one KDA layer (linear head dim 128) and one
     # MLA layer with the DSA indexer (NoPE: qk_rope_head_dim 0; kv_lora_rank 512, indexer head dim 128, as
     # vLLM's kernels assume), a dense then a MoE layer (shared expert, noaux_tc router bias),
@@ -321,7 +329,10 @@ MTP = {"deepseek_v3": ("model.", DS_MTP), "deepseek_v3_fp8": ("model.", DS_MTP),
        "deepseek_v3_nvfp4": ("model.", DS_MTP), "deepseek_v32": ("model.", DS_MTP), "glm_moe_dsa": ("model.", DS_MTP),
        "glm5_next": ("model.language_model.", DS_MTP), "glm4_moe": ("model.", GLM_MTP),
        "glm4_moe_lite": ("model.", DS_MTP),  # GLM-4.7-Flash's layers.47: DeepSeek's six extra names
-       "glm4_moe_fp8": ("model.", GLM_MTP), "glm4_moe_nvfp4": ("model.", GLM_MTP)}
+       "glm4_moe_fp8": ("model.", GLM_MTP), "glm4_moe_nvfp4": ("model.", GLM_MTP),
+       # MiniMax-M2's MTP modules follow the decoder layers (layers.62-64 for num_mtp_modules 3): vLLM maps them to
+       # nothing; modelled as one copy of the last decoder layer
+       "minimax_m2": ("model.", ())}
 
 # tensors saved in F32 where transformers writes the model's dtype (issue 51): published Qwen3 / Llama-style
 # checkpoints of some trainers keep their norm weights in F32 beside BF16 matrices; the views serve them as stored

@@ -345,6 +345,17 @@ CUTS = {
         (L + r"mlp\.down_proj\.weight", "row"),
     ] + NORMS,
 }
+# MiniMax-M2 (models/minimax_m2.py): llama's attention with q_norm / k_norm cut with their heads
+# (MiniMaxText01RMSNormTP.weight_loader: q_norm's H*hd/T channels at tp_rank, k_norm's by KV head at
+# tp_rank // replicas, as k_proj), mixtral's experts (ckpt_names w1, w2, w3), GateLinear and the routing bias
+# replicated
+CUTS["minimax_m2"] = EMBED + [
+    (L + r"self_attn\.q_norm\.weight", "column"),
+    (L + r"self_attn\.k_norm\.weight", "kv"),
+    (L + r"block_sparse_moe\.e_score_correction_bias", "whole"),
+] + CUTS["mixtral"][1:]
+
+
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "granite": "llama_more", "exaone4": "llama_more", "glm4": "llama_more", "apertus": "llama_more",
           "ernie4_5": "llama", "cohere": "llama", "ministral3": "llama", "gemma": "llama", "gemma2": "llama",
@@ -356,7 +367,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           "glm4_moe_lite": "deepseek_v3", "deepseek_v2": "deepseek_v2",
           # OLMoE (models/olmoe.py): QKVParallelLinear, q_norm / k_norm RMSNorms over all heads (default loader:
           # whole), FusedMoE experts, GateLinear router replicated: the Qwen-MoE cuts without a shared expert
-          "olmoe": "moe", "granitemoe": "granitemoe",
+          "olmoe": "moe", "granitemoe": "granitemoe", "minimax_m2": "minimax_m2",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
           "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
