@@ -207,6 +207,13 @@ FAMILIES = {
                                              scoring_func="sigmoid", use_routing_bias=True, use_qk_norm=True,
                                              num_mtp_modules=1, pad_token_id=0, bos_token_id=1, eos_token_id=2,
                                              **COMMON),
+    # ERNIE-4.5-MoE (vLLM's models/ernie45_moe.py): a dense first layer (moe_layer_start_index 1), routed experts, a
+    # shared expert, the F32 router and its correction bias as mlp.moe_statics.e_score_correction_bias [1, E]
+    "ernie4_5_moe": lambda: tf.Ernie4_5_MoeConfig(num_key_value_heads=1, intermediate_size=256,
+                                                  moe_intermediate_size=64, moe_num_experts=4, moe_k=2,
+                                                  moe_num_shared_experts=1, moe_layer_start_index=1,
+                                                  tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+                                                  eos_token_id=2, **COMMON),
     # GLM-5.3 (Glm5NextForConditionalGeneration, as published): one KDA layer (linear head dim 128) and one
     # MLA layer with the DSA indexer (NoPE: qk_rope_head_dim 0; kv_lora_rank 512, indexer head dim 128, as
     # vLLM's kernels assume), a dense then a MoE layer (shared expert, noaux_tc router bias),
