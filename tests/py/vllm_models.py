@@ -214,6 +214,15 @@ FAMILIES = {
                                                   moe_num_shared_experts=1, moe_layer_start_index=1,
                                                   tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
                                                   eos_token_id=2, **COMMON),
+    # MiniCPM3 (vLLM's models/minicpm3.py): DeepSeek-V2's MLA projections under their own names (q LoRA), a plain
+    # attention over qk_nope + qk_rope = 64 wide heads, MiniCPM's scales (scale_emb, scale_depth, dim_model_base), tied
+    # as published
+    "minicpm3": lambda: tf.MiniCPM3Config(hidden_size=128, num_hidden_layers=2, vocab_size=1000,
+                                          max_position_embeddings=256, num_attention_heads=2, num_key_value_heads=2,
+                                          q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=32,
+                                          v_head_dim=64, head_dim=32, intermediate_size=256, initializer_range=0.1,
+                                          rms_norm_eps=1e-6, tie_word_embeddings=True, pad_token_id=0,
+                                          bos_token_id=1, eos_token_id=2),
     # GLM-5.3 (Glm5NextForConditionalGeneration, as published): one KDA layer (linear head dim 128) and one
     # MLA layer with the DSA indexer (NoPE: qk_rope_head_dim 0; kv_lora_rank 512, indexer head dim 128, as
     # vLLM's kernels assume), a dense then a MoE layer (shared expert, noaux_tc router bias),

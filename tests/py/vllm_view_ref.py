@@ -361,6 +361,11 @@ CUTS["minimax_m2"] = EMBED + [
 CUTS["ernie4_5_moe"] = CUTS["glm4_moe"] + [(L + r"mlp\.moe_statics\.e_score_correction_bias", "whole")]
 
 
+# MiniCPM3 (models/minicpm3.py MiniCPM3Attention): DeepSeek-V2's MLA cuts (q_a_proj / kv_a_proj_with_mqa
+# ReplicatedLinear, q_b_proj / kv_b_proj ColumnParallelLinear, o_proj row), MiniCPMMLP gate_up / down as llama's
+CUTS["minicpm3"] = EMBED + MLA + DENSE + NORMS
+
+
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "granite": "llama_more", "exaone4": "llama_more", "glm4": "llama_more", "apertus": "llama_more",
           "ernie4_5": "llama", "cohere": "llama", "ministral3": "llama", "gemma": "llama", "gemma2": "llama",
@@ -373,6 +378,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           # OLMoE (models/olmoe.py): QKVParallelLinear, q_norm / k_norm RMSNorms over all heads (default loader:
           # whole), FusedMoE experts, GateLinear router replicated: the Qwen-MoE cuts without a shared expert
           "olmoe": "moe", "granitemoe": "granitemoe", "minimax_m2": "minimax_m2", "ernie4_5_moe": "ernie4_5_moe",
+          "minicpm3": "minicpm3",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
           "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
