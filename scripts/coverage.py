@@ -166,6 +166,9 @@ FILL = {
     # (models/minimax_m2.py); MiniMax-M2's published config.json holds both (64 of head_dim 128, sigmoid): as
     # published, for --view vllm
     "minimax_m2": lambda n: {"rotary_dim": 64, "scoring_func": "sigmoid"},
+    # AfmoeConfig declares neither score_func nor route_norm, which vLLM's AfmoeMoE reads (models/afmoe.py); Arcee
+    # Trinity's published config.json holds both (sigmoid, true): as published, for --view vllm
+    "afmoe": lambda n: {"score_func": "sigmoid", "route_norm": True},
     # Emu3TextConfig's special token ids (151643...) index past the small vocabulary (nn.Embedding refuses such
     # a padding_idx), so only its default sizes built, whose vocabulary (184622) no T=4 divides
     "emu3_text_model": lambda n: {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},

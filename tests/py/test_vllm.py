@@ -66,7 +66,7 @@ FAMILIES = {
     "granitemoe": ("granitemoe", None, {}, None),
     "qwen3_5": ("qwen3_5", None, {}, None), "qwen3_5_moe": ("qwen3_5_moe", None, {}, None),
     "minimax_m2": ("minimax_m2", None, {}, None), "ernie4_5_moe": ("ernie4_5_moe", None, {}, None),
-    "minicpm3": ("minicpm3", None, {}, None),
+    "minicpm3": ("minicpm3", None, {}, None), "afmoe": ("afmoe", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     "ministral3": ("llama", None, {}, None), "cohere2": ("cohere", None, {}, None),
@@ -446,6 +446,8 @@ REFUSED_EDITS = {
     # Granite MoE: vLLM's attention derives head_dim from hidden_size / num_attention_heads
     "granitemoe": (("head_dim", {"head_dim": 32}, "takes head_dim as hidden_size / num_attention_heads"),),
     # MiniMax-M2: vLLM reads config.rotary_dim and config.scoring_func, which transformers' MiniMaxM2Config does not declare
+    # AFMoE: vLLM reads config.score_func and config.route_norm (transformers' AfmoeConfig declares neither)
+    "afmoe": (("no score_func", {"score_func": None}, "reads config.score_func and config.route_norm"),),
     "minimax_m2": (("no rotary_dim", {"rotary_dim": None}, "reads config.rotary_dim and config.scoring_func"),),
 }
 

@@ -223,6 +223,15 @@ FAMILIES = {
                                           v_head_dim=64, head_dim=32, intermediate_size=256, initializer_range=0.1,
                                           rms_norm_eps=1e-6, tie_word_embeddings=True, pad_token_id=0,
                                           bos_token_id=1, eos_token_id=2),
+    # AFMoE (vLLM's models/afmoe.py): gated attention (self_attn.gate_proj), q/k norms, sandwich norms, a dense first
+    # layer, routed and shared experts, the router as mlp.router.gate and its expert_bias; score_func and route_norm as
+    # published (vLLM reads them; transformers' AfmoeConfig declares neither)
+    "afmoe": lambda: tf.AfmoeConfig(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
+                                    num_experts=4, num_experts_per_tok=2, num_shared_experts=1, num_dense_layers=1,
+                                    n_group=1, topk_group=1, score_func="sigmoid", route_norm=True,
+                                    sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                    tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                    **COMMON),
     # GLM-5.3 (Glm5NextForConditionalGeneration, as published): one KDA layer (linear head dim 128) and one
     # MLA layer with the DSA indexer (NoPE: qk_rope_head_dim 0; kv_lora_rank 512, indexer head dim 128, as
     # vLLM's kernels assume), a dense then a MoE layer (shared expert, noaux_tc router bias),

@@ -366,6 +366,16 @@ CUTS["ernie4_5_moe"] = CUTS["glm4_moe"] + [(L + r"mlp\.moe_statics\.e_score_corr
 CUTS["minicpm3"] = EMBED + MLA + DENSE + NORMS
 
 
+# AFMoE (models/afmoe.py): llama's attention plus the output gate (ColumnParallelLinear: rows cut), the sandwich norms,
+# GateLinear and expert_bias replicated, experts and shared experts as DeepSeek's
+CUTS["afmoe"] = EMBED + ATTN + [
+    (L + r"self_attn\.gate_proj\.weight", "column"),
+    (L + r"mlp\.router\.gate\.weight", "whole"),
+    (L + r"mlp\.expert_bias", "whole"),
+    (L + r"(pre|post)_mlp_layernorm\.weight", "whole"),
+] + experts(r"experts\.\d+|shared_experts") + DENSE + NORMS
+
+
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "granite": "llama_more", "exaone4": "llama_more", "glm4": "llama_more", "apertus": "llama_more",
           "ernie4_5": "llama", "cohere": "llama", "ministral3": "llama", "gemma": "llama", "gemma2": "llama",
@@ -378,7 +388,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           # OLMoE (models/olmoe.py): QKVParallelLinear, q_norm / k_norm RMSNorms over all heads (default loader:
           # whole), FusedMoE experts, GateLinear router replicated: the Qwen-MoE cuts without a shared expert
           "olmoe": "moe", "granitemoe": "granitemoe", "minimax_m2": "minimax_m2", "ernie4_5_moe": "ernie4_5_moe",
-          "minicpm3": "minicpm3",
+          "minicpm3": "minicpm3", "afmoe": "afmoe",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
           "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
