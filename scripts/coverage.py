@@ -169,6 +169,10 @@ FILL = {
     # AfmoeConfig declares neither score_func nor route_norm, which vLLM's AfmoeMoE reads (models/afmoe.py); Arcee
     # Trinity's published config.json holds both (sigmoid, true): as published, for --view vllm
     "afmoe": lambda n: {"score_func": "sigmoid", "route_norm": True},
+    # HYV3Config says moe_intermediate_size and mlp_layer_types; vLLM's HYV3 reads expert_hidden_dim,
+    # first_k_dense_replace, route_norm and qk_norm (models/hy_v3.py), which the published config.json holds: as
+    # published, for --view vllm
+    "hy_v3": lambda n: {"expert_hidden_dim": 1536, "first_k_dense_replace": 1, "route_norm": True, "qk_norm": True},
     # Emu3TextConfig's special token ids (151643...) index past the small vocabulary (nn.Embedding refuses such
     # a padding_idx), so only its default sizes built, whose vocabulary (184622) no T=4 divides
     "emu3_text_model": lambda n: {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},

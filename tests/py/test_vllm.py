@@ -67,6 +67,7 @@ FAMILIES = {
     "qwen3_5": ("qwen3_5", None, {}, None), "qwen3_5_moe": ("qwen3_5_moe", None, {}, None),
     "minimax_m2": ("minimax_m2", None, {}, None), "ernie4_5_moe": ("ernie4_5_moe", None, {}, None),
     "minicpm3": ("minicpm3", None, {}, None), "afmoe": ("afmoe", None, {}, None),
+    "hy_v3": ("hy_v3", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     "ministral3": ("llama", None, {}, None), "cohere2": ("cohere", None, {}, None),
@@ -448,6 +449,8 @@ REFUSED_EDITS = {
     # MiniMax-M2: vLLM reads config.rotary_dim and config.scoring_func, which transformers' MiniMaxM2Config does not declare
     # AFMoE: vLLM reads config.score_func and config.route_norm (transformers' AfmoeConfig declares neither)
     "afmoe": (("no score_func", {"score_func": None}, "reads config.score_func and config.route_norm"),),
+    # HY V3: vLLM reads config.expert_hidden_dim (transformers' HYV3Config says moe_intermediate_size)
+    "hy_v3": (("no expert_hidden_dim", {"expert_hidden_dim": None}, "reads config.expert_hidden_dim"),),
     "minimax_m2": (("no rotary_dim", {"rotary_dim": None}, "reads config.rotary_dim and config.scoring_func"),),
 }
 

@@ -232,6 +232,14 @@ FAMILIES = {
                                     sliding_window=16, layer_types=["sliding_attention", "full_attention"],
                                     tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
                                     **COMMON),
+    # HY V3 (vLLM's models/hy_v3.py): q/k norms, a dense first layer, routed experts and the shared_mlp, the router as
+    # mlp.router.gate and its expert_bias; the config.json keys vLLM reads as published (expert_hidden_dim,
+    # first_k_dense_replace, route_norm, qk_norm); one MTP layer (MTP)
+    "hy_v3": lambda: tf.HYV3Config(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
+                                   expert_hidden_dim=64, num_experts=4, num_experts_per_tok=2, num_shared_experts=1,
+                                   mlp_layer_types=["dense", "sparse"], first_k_dense_replace=1, route_norm=True,
+                                   qk_norm=True, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+                                   eos_token_id=2, **COMMON),
     # GLM-5.3 (Glm5NextForConditionalGeneration, as published): one KDA layer (linear head dim 128) and one
     # MLA layer with the DSA indexer (NoPE: qk_rope_head_dim 0; kv_lora_rank 512, indexer head dim 128, as
     # vLLM's kernels assume), a dense then a MoE layer (shared expert, noaux_tc router bias),
@@ -357,7 +365,8 @@ MTP = {"deepseek_v3": ("model.", DS_MTP), "deepseek_v3_fp8": ("model.", DS_MTP),
        "glm4_moe_fp8": ("model.", GLM_MTP), "glm4_moe_nvfp4": ("model.", GLM_MTP),
        # MiniMax-M2's MTP modules follow the decoder layers (layers.62-64 for num_mtp_modules 3): vLLM maps them to
        # nothing; modelled as one copy of the last decoder layer
-       "minimax_m2": ("model.", ())}
+       "minimax_m2": ("model.", ()),
+       "hy_v3": ("model.", DS_MTP)}  # HY V3's MTP layer (vLLM's HYV3MTP): DeepSeek's names
 
 # tensors saved in F32 where transformers writes the model's dtype (issue 51): published Qwen3 / Llama-style
 # checkpoints of some trainers keep their norm weights in F32 beside BF16 matrices; the views serve them as stored

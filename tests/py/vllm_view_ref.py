@@ -376,6 +376,14 @@ CUTS["afmoe"] = EMBED + ATTN + [
 ] + experts(r"experts\.\d+|shared_experts") + DENSE + NORMS
 
 
+# HY V3 (models/hy_v3.py): llama's attention, GateLinear and expert_bias replicated, experts and the shared_mlp as
+# DeepSeek's
+CUTS["hy_v3"] = EMBED + ATTN + [
+    (L + r"mlp\.router\.gate\.weight", "whole"),
+    (L + r"mlp\.expert_bias", "whole"),
+] + experts(r"experts\.\d+|shared_mlp") + DENSE + NORMS
+
+
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "granite": "llama_more", "exaone4": "llama_more", "glm4": "llama_more", "apertus": "llama_more",
           "ernie4_5": "llama", "cohere": "llama", "ministral3": "llama", "gemma": "llama", "gemma2": "llama",
@@ -388,7 +396,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           # OLMoE (models/olmoe.py): QKVParallelLinear, q_norm / k_norm RMSNorms over all heads (default loader:
           # whole), FusedMoE experts, GateLinear router replicated: the Qwen-MoE cuts without a shared expert
           "olmoe": "moe", "granitemoe": "granitemoe", "minimax_m2": "minimax_m2", "ernie4_5_moe": "ernie4_5_moe",
-          "minicpm3": "minicpm3", "afmoe": "afmoe",
+          "minicpm3": "minicpm3", "afmoe": "afmoe", "hy_v3": "hy_v3",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
           "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
