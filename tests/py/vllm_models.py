@@ -240,6 +240,14 @@ FAMILIES = {
                                    mlp_layer_types=["dense", "sparse"], first_k_dense_replace=1, route_norm=True,
                                    qk_norm=True, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
                                    eos_token_id=2, **COMMON),
+    # EXAONE MoE (vLLM's models/exaone_moe.py): q/k norms, sliding and full layers, a dense first layer, routed and
+    # shared experts, the router (gate= to FusedMoEFactory) and its correction bias
+    "exaone_moe": lambda: tf.ExaoneMoeConfig(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
+                                             num_experts=4, num_experts_per_tok=2, num_shared_experts=1,
+                                             mlp_layer_types=["dense", "sparse"], first_k_dense_replace=1,
+                                             sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                             tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+                                             eos_token_id=2, **COMMON),
     # GLM-5.3 (Glm5NextForConditionalGeneration, as published): one KDA layer (linear head dim 128) and one
     # MLA layer with the DSA indexer (NoPE: qk_rope_head_dim 0; kv_lora_rank 512, indexer head dim 128, as
     # vLLM's kernels assume), a dense then a MoE layer (shared expert, noaux_tc router bias),

@@ -384,6 +384,12 @@ CUTS["hy_v3"] = EMBED + ATTN + [
 ] + experts(r"experts\.\d+|shared_mlp") + DENSE + NORMS
 
 
+# EXAONE MoE (models/exaone_moe.py): Qwen3-MoE's cuts with shared_experts (plural) and the bias replicated
+CUTS["exaone_moe"] = EMBED + ATTN + [
+    (L + r"mlp\.(gate\.weight|e_score_correction_bias)", "whole"),
+] + experts(r"experts\.\d+|shared_experts") + DENSE + NORMS
+
+
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "granite": "llama_more", "exaone4": "llama_more", "glm4": "llama_more", "apertus": "llama_more",
           "ernie4_5": "llama", "cohere": "llama", "ministral3": "llama", "gemma": "llama", "gemma2": "llama",
@@ -397,6 +403,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           # whole), FusedMoE experts, GateLinear router replicated: the Qwen-MoE cuts without a shared expert
           "olmoe": "moe", "granitemoe": "granitemoe", "minimax_m2": "minimax_m2", "ernie4_5_moe": "ernie4_5_moe",
           "minicpm3": "minicpm3", "afmoe": "afmoe", "hy_v3": "hy_v3",
+          "exaone_moe": "exaone_moe",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
           "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
