@@ -68,6 +68,7 @@ FAMILIES = {
     "minimax_m2": ("minimax_m2", None, {}, None), "ernie4_5_moe": ("ernie4_5_moe", None, {}, None),
     "minicpm3": ("minicpm3", None, {}, None), "afmoe": ("afmoe", None, {}, None),
     "hy_v3": ("hy_v3", None, {}, None), "exaone_moe": ("exaone_moe", None, {}, None),
+    "cohere2_moe": ("cohere2_moe", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     "ministral3": ("llama", None, {}, None), "cohere2": ("cohere", None, {}, None),

@@ -248,6 +248,15 @@ FAMILIES = {
                                              sliding_window=16, layer_types=["sliding_attention", "full_attention"],
                                              tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
                                              eos_token_id=2, **COMMON),
+    # Cohere 2 MoE (vLLM's models/cohere2_moe.py): cohere's LayerNorms and head-less logits (tied), a dense then a
+    # MoE layer (experts sized by intermediate_size), one shared expert, sliding and full layers
+    "cohere2_moe": lambda: tf.Cohere2MoeConfig(num_key_value_heads=1, intermediate_size=64, num_experts=4,
+                                               num_experts_per_tok=2, num_shared_experts=1,
+                                               prefix_dense_intermediate_size=256, mlp_layer_types=["dense", "sparse"],
+                                               sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                               tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
+                                               eos_token_id=2,
+                                               **{k: v for k, v in COMMON.items() if k != "rms_norm_eps"}),
     # GLM-5.3 (Glm5NextForConditionalGeneration, as published): one KDA layer (linear head dim 128) and one
     # MLA layer with the DSA indexer (NoPE: qk_rope_head_dim 0; kv_lora_rank 512, indexer head dim 128, as
     # vLLM's kernels assume), a dense then a MoE layer (shared expert, noaux_tc router bias),
