@@ -68,7 +68,7 @@ FAMILIES = {
     "minimax_m2": ("minimax_m2", None, {}, None), "ernie4_5_moe": ("ernie4_5_moe", None, {}, None),
     "minicpm3": ("minicpm3", None, {}, None), "afmoe": ("afmoe", None, {}, None),
     "hy_v3": ("hy_v3", None, {}, None), "exaone_moe": ("exaone_moe", None, {}, None),
-    "cohere2_moe": ("cohere2_moe", None, {}, None),
+    "cohere2_moe": ("cohere2_moe", None, {}, None), "axk1": ("axk1", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     "ministral3": ("llama", None, {}, None), "cohere2": ("cohere", None, {}, None),
@@ -452,6 +452,8 @@ REFUSED_EDITS = {
     "afmoe": (("no score_func", {"score_func": None}, "reads config.score_func and config.route_norm"),),
     # HY V3: vLLM reads config.expert_hidden_dim (transformers' HYV3Config says moe_intermediate_size)
     "hy_v3": (("no expert_hidden_dim", {"expert_hidden_dim": None}, "reads config.expert_hidden_dim"),),
+    # A.X K1: vLLM holds post_mlp_layernorm in dense layers too, which no checkpoint has
+    "axk1": (("a dense layer", {"first_k_dense_replace": 1}, "builds post_mlp_layernorm in every layer"),),
     "minimax_m2": (("no rotary_dim", {"rotary_dim": None}, "reads config.rotary_dim and config.scoring_func"),),
 }
 

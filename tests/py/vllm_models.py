@@ -257,6 +257,11 @@ FAMILIES = {
                                                tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
                                                eos_token_id=2,
                                                **{k: v for k, v in COMMON.items() if k != "rms_norm_eps"}),
+    # A.X K1 (vLLM's models/AXK1.py): DeepSeek-V3's MLA and MoE (noaux_tc bias), a post_mlp_layernorm per MoE layer,
+    # the published MTP layer (MTP); every layer MoE (first_k_dense_replace 0: the view refuses dense layers, whose
+    # post_mlp_layernorm vLLM holds and no checkpoint does)
+    "axk1": lambda: tf.AXK1Config(**dict({k: v for k, v in _MLA.items() if k != "topk_method"},
+                                         first_k_dense_replace=0)),
     # GLM-5.3 (Glm5NextForConditionalGeneration, as published): one KDA layer (linear head dim 128) and one
     # MLA layer with the DSA indexer (NoPE: qk_rope_head_dim 0; kv_lora_rank 512, indexer head dim 128, as
     # vLLM's kernels assume), a dense then a MoE layer (shared expert, noaux_tc router bias),
@@ -383,7 +388,7 @@ MTP = {"deepseek_v3": ("model.", DS_MTP), "deepseek_v3_fp8": ("model.", DS_MTP),
        # MiniMax-M2's MTP modules follow the decoder layers (layers.62-64 for num_mtp_modules 3): vLLM maps them to
        # nothing; modelled as one copy of the last decoder layer
        "minimax_m2": ("model.", ()),
-       "hy_v3": ("model.", DS_MTP)}  # HY V3's MTP layer (vLLM's HYV3MTP): DeepSeek's names
+       "hy_v3": ("model.", DS_MTP), "axk1": ("model.", DS_MTP)}  # HY V3's MTP layer (vLLM's HYV3MTP): DeepSeek's names
 
 # tensors saved in F32 where transformers writes the model's dtype (issue 51): published Qwen3 / Llama-style
 # checkpoints of some trainers keep their norm weights in F32 beside BF16 matrices; the views serve them as stored

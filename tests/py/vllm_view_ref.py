@@ -397,6 +397,10 @@ CUTS["cohere2_moe"] = EMBED + ATTN + [
 ] + experts(r"experts\.\d+|shared_experts") + DENSE + NORMS
 
 
+# A.X K1 (models/AXK1.py): DeepSeek-V3's cuts and its post_mlp_layernorm, whole
+CUTS["axk1"] = CUTS["deepseek_v3"] + [(L + r"post_mlp_layernorm\.weight", "whole")]
+
+
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "granite": "llama_more", "exaone4": "llama_more", "glm4": "llama_more", "apertus": "llama_more",
           "ernie4_5": "llama", "cohere": "llama", "ministral3": "llama", "gemma": "llama", "gemma2": "llama",
@@ -410,7 +414,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           # whole), FusedMoE experts, GateLinear router replicated: the Qwen-MoE cuts without a shared expert
           "olmoe": "moe", "granitemoe": "granitemoe", "minimax_m2": "minimax_m2", "ernie4_5_moe": "ernie4_5_moe",
           "minicpm3": "minicpm3", "afmoe": "afmoe", "hy_v3": "hy_v3",
-          "exaone_moe": "exaone_moe", "cohere2_moe": "cohere2_moe",
+          "exaone_moe": "exaone_moe", "cohere2_moe": "cohere2_moe", "axk1": "axk1",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
           "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
