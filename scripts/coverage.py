@@ -173,6 +173,11 @@ FILL = {
     # first_k_dense_replace, route_norm and qk_norm (models/hy_v3.py), which the published config.json holds: as
     # published, for --view vllm
     "hy_v3": lambda n: {"expert_hidden_dim": 1536, "first_k_dense_replace": 1, "route_norm": True, "qk_norm": True},
+    # MiMoV2FlashConfig says layer_types; vLLM's MiMoV2 reads the published config.json's own keys (models/mimo_v2.py):
+    # as published (MiMo-V2-Flash: its first layer full, sliding layers with 8 KV heads of 192, window 128)
+    "mimo_v2_flash": lambda n: {"hybrid_layer_pattern": [int(i % 6 != 0) for i in range(n)],
+                                "swa_num_attention_heads": 64, "swa_num_key_value_heads": 8, "swa_head_dim": 192,
+                                "swa_v_head_dim": 128, "sliding_window_size": 128, "layernorm_epsilon": 1e-5},
     # Emu3TextConfig's special token ids (151643...) index past the small vocabulary (nn.Embedding refuses such
     # a padding_idx), so only its default sizes built, whose vocabulary (184622) no T=4 divides
     "emu3_text_model": lambda n: {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},

@@ -69,6 +69,7 @@ FAMILIES = {
     "minicpm3": ("minicpm3", None, {}, None), "afmoe": ("afmoe", None, {}, None),
     "hy_v3": ("hy_v3", None, {}, None), "exaone_moe": ("exaone_moe", None, {}, None),
     "cohere2_moe": ("cohere2_moe", None, {}, None), "axk1": ("axk1", None, {}, None),
+    "mimo_v2_flash": ("mimo_v2_flash", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     "ministral3": ("llama", None, {}, None), "cohere2": ("cohere", None, {}, None),
@@ -454,6 +455,8 @@ REFUSED_EDITS = {
     "hy_v3": (("no expert_hidden_dim", {"expert_hidden_dim": None}, "reads config.expert_hidden_dim"),),
     # A.X K1: vLLM holds post_mlp_layernorm in dense layers too, which no checkpoint has
     "axk1": (("a dense layer", {"first_k_dense_replace": 1}, "builds post_mlp_layernorm in every layer"),),
+    # MiMo-V2-Flash: vLLM reads the published config's hybrid_layer_pattern (transformers' config says layer_types)
+    "mimo_v2_flash": (("no hybrid_layer_pattern", {"hybrid_layer_pattern": None}, "reads the published config.json's"),),
     "minimax_m2": (("no rotary_dim", {"rotary_dim": None}, "reads config.rotary_dim and config.scoring_func"),),
 }
 

@@ -262,6 +262,15 @@ FAMILIES = {
     # post_mlp_layernorm vLLM holds and no checkpoint does)
     "axk1": lambda: tf.AXK1Config(**dict({k: v for k, v in _MLA.items() if k != "topk_method"},
                                          first_k_dense_replace=0)),
+    # MiMo-V2-Flash (vLLM's models/mimo_v2.py): a full then a sliding layer (twice the KV heads, one sink per head;
+    # 8 query heads, so that a rank's sliding KV heads divide its query heads, as published: 64 and 4 / 8),
+    # value heads 32 wide, a dense then a MoE layer; config.json gains the published keys vLLM reads (mimo_published)
+    "mimo_v2_flash": lambda: tf.MiMoV2FlashConfig(num_key_value_heads=2, v_head_dim=32, intermediate_size=256,
+                                                  moe_intermediate_size=64, n_routed_experts=4, num_experts_per_tok=2,
+                                                  layer_types=["full_attention", "sliding_attention"],
+                                                  mlp_layer_types=["dense", "sparse"], sliding_window=16,
+                                                  tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+                                                  eos_token_id=2, **dict(COMMON, num_attention_heads=8)),
     # GLM-5.3 (Glm5NextForConditionalGeneration, as published): one KDA layer (linear head dim 128) and one
     # MLA layer with the DSA indexer (NoPE: qk_rope_head_dim 0; kv_lora_rank 512, indexer head dim 128, as
     # vLLM's kernels assume), a dense then a MoE layer (shared expert, noaux_tc router bias),
@@ -396,7 +405,7 @@ MTP = {"deepseek_v3": ("model.", DS_MTP), "deepseek_v3_fp8": ("model.", DS_MTP),
 F32 = {"qwen3_f32norm": r"norm\.weight$"}
 
 # what a family's published checkpoints hold beyond transformers' names, added after the rest (issue 51)
-PUBLISHED = {"qwen3_next": lambda out: qwen3_next_mtp(out), "qwen3_5": lambda out: qwen3_next_mtp(out),
+PUBLISHED = {"mimo_v2_flash": lambda out: edit_config(out, mimo_published), "qwen3_next": lambda out: qwen3_next_mtp(out), "qwen3_5": lambda out: qwen3_next_mtp(out),
              "qwen3_5_moe": lambda out: qwen3_next_mtp(out)}
 
 # config.json keys rewritten after save_pretrained (families transformers knows under another type)
@@ -468,6 +477,17 @@ def qwen3_next_mtp(out):
         extra.update({"mtp.layers.0." + k[len(pre):]: v.clone() for k, v in t.items() if k.startswith(pre)})
         return dict(t, **extra)
     edit_tensors(out, add)
+
+
+def mimo_published(c):
+    """MiMo-V2-Flash's config.json as published (its remote code's keys, which vLLM's MiMoV2 reads beside transformers'
+    layer_types): hybrid_layer_pattern (1 for a sliding layer), the sliding layers' heads (twice the KV heads),
+    head dims and window, layernorm_epsilon, moe_layer_freq, sinks in the sliding layers only."""
+    c.update(hybrid_layer_pattern=[int(t == "sliding_attention") for t in c["layer_types"]],
+             swa_num_attention_heads=c["num_attention_heads"], swa_num_key_value_heads=2 * c["num_key_value_heads"],
+             swa_head_dim=c["head_dim"], swa_v_head_dim=c["v_head_dim"], sliding_window_size=c["sliding_window"],
+             layernorm_epsilon=c["rms_norm_eps"], moe_layer_freq=[int(m == "sparse") for m in c["mlp_layer_types"]],
+             add_swa_attention_sink_bias=True, add_full_attention_sink_bias=False)
 
 
 def random_norms(out, seed=7):
@@ -709,6 +729,7 @@ WIDE_KEYS = ("hidden_size", "num_attention_heads", "linear_num_key_heads", "line
 WIDE = {"kimi_linear": {"moe_intermediate_size": 1024}, "glm5_next": {"num_key_value_heads": 4},
         "olmo_hybrid": {"num_key_value_heads": 4},  # the view refuses fewer KV heads than ranks
         "olmoe": {"num_key_value_heads": 4},  # the view refuses fewer KV heads than ranks
+        "mimo_v2_flash": {"num_key_value_heads": 4},  # the mimo-v2 plan replicates no KV heads
         "gpt_oss": {"num_key_value_heads": 4}, "gpt_oss_mxfp4": {"num_key_value_heads": 4},  # vLLM replicates none
         "qwen3_moe_fp8": {"moe_intermediate_size": 512},
         "deepseek_v3_fp8": {"moe_intermediate_size": 512, "intermediate_size": 512},

@@ -401,6 +401,11 @@ CUTS["cohere2_moe"] = EMBED + ATTN + [
 CUTS["axk1"] = CUTS["deepseek_v3"] + [(L + r"post_mlp_layernorm\.weight", "whole")]
 
 
+# MiMo-V2-Flash (models/mimo_v2.py): q, k, v by heads (no KV replication here), the sinks narrowed to the rank's
+# heads, GLM-4.5's MoE cuts
+CUTS["mimo_v2_flash"] = EMBED + ATTN + [(L + r"self_attn\.attention_sink_bias", "column")] + CUTS["glm4_moe"][1 + len(ATTN):]
+
+
 FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma3_text": "llama",
           "granite": "llama_more", "exaone4": "llama_more", "glm4": "llama_more", "apertus": "llama_more",
           "ernie4_5": "llama", "cohere": "llama", "ministral3": "llama", "gemma": "llama", "gemma2": "llama",
@@ -415,6 +420,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           "olmoe": "moe", "granitemoe": "granitemoe", "minimax_m2": "minimax_m2", "ernie4_5_moe": "ernie4_5_moe",
           "minicpm3": "minicpm3", "afmoe": "afmoe", "hy_v3": "hy_v3",
           "exaone_moe": "exaone_moe", "cohere2_moe": "cohere2_moe", "axk1": "axk1",
+          "mimo_v2_flash": "mimo_v2_flash",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
           "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5",
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
