@@ -162,7 +162,9 @@ class SlowStore:
 
 class Mount:
     """A foreground tpfs mount for benchmarking (the daemon's pid known, for its RSS): ready_s is the
-    seconds until its first served rank folder answered; ranks is --ranks LIST, or None for all."""
+    seconds until its first served rank folder answered; ranks is --ranks LIST, or None for all.
+    These benchmarks measure the read path: push-ahead (on by default) is off unless EXTRA names
+    --push."""
 
     def __init__(self, tpfs, src, T, *extra, ranks=None):
         self.mnt = tempfile.mkdtemp(prefix="tpfs-bench-")
@@ -170,6 +172,7 @@ class Mount:
         self.T = T
         t0 = time.perf_counter()
         cmd = [tpfs, "mount", src, self.mnt, "--tp", str(T), "-f"] + (["--ranks", ranks] if ranks else []) + list(extra)
+        cmd += [] if "--push" in extra else ["--push", "off"]
         self.proc = subprocess.Popen(cmd, stderr=self.err)
         end = time.time() + 600
         while not os.path.ismount(self.mnt):

@@ -125,7 +125,7 @@ static int cmd_mount(int argc, char **argv)
 		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 	tp_model_opts mo = {.log = tp_log_model};
 	const char *ranks = NULL;
-	tp_fs_opts fo = {.readahead_kb = 4096, .threads = 16, .gather = TP_GATHER_AUTO, .release_pages = -1, .mnt_lock = -1};
+	tp_fs_opts fo = {.readahead_kb = 4096, .threads = 16, .gather = TP_GATHER_AUTO, .release_pages = -1, .mnt_lock = -1, .push = -1};
 	int have_t = 0, c;
 	char fuse_opts[4096] = "";
 	uint32_t v;

@@ -115,6 +115,7 @@ typedef struct tp_fs {
 	size_t nlooked;        /* inodes looked covers */
 	_Atomic int push_stop; /* set at unmount: the push thread ends */
 	_Atomic int push_done; /* set by the push thread as it ends */
+	_Atomic uint64_t push_total; /* bytes of the files to push (set once the push has listed them) */
 	_Atomic int push_term; /* a signal asked the loop to end (on_term in fs_push.c) */
 	pthread_t loop_thread; /* the thread that runs the FUSE loop (on_term ends it) */
 	pthread_t pusher;
@@ -221,6 +222,10 @@ void push_stored(tp_fs *fs, fuse_ino_t ino);
  * the thread that then runs the FUSE loop, after libfuse's signal handlers are installed: SIGTERM,
  * SIGINT and SIGHUP then stop the push before they end the loop (fs_push.c says why). */
 void start_push(tp_fs *fs);
+/* The stats file's push line into b (at most cap bytes, NUL included): "push: off", or the bytes
+ * pushed, the budget, the state (running, done, stopped at the budget, stopped) and the bytes of the
+ * files to push. Returns what snprintf returns. */
+size_t push_text(const tp_fs *fs, char *b, size_t cap);
 /* Tells the push thread to end and joins it, once the loop has ended. Nothing when none runs. */
 void stop_push(tp_fs *fs);
 /* The budget --push asks for: o->push bytes, or with o->push < 0 a quarter of MemAvailable,

@@ -535,10 +535,7 @@ char *stats_text(tp_fs *fs, size_t *len)
 				      (unsigned long long)atomic_load(&fs->rs[r].copied),
 				      (unsigned long long)atomic_load(&fs->rs[r].gpu));
 	if (w < cap) /* push-ahead (fs_push.c) */
-		w += (size_t)(fs->push_budget ? snprintf(b + w, cap - w, "push: pushed %llu of %llu bytes\n",
-							   (unsigned long long)atomic_load(&fs->pushed),
-							   (unsigned long long)fs->push_budget)
-					       : snprintf(b + w, cap - w, "push: off\n"));
+		w += push_text(fs, b + w, cap - w);
 	if (w < cap)
 		w += failures_text(b + w, cap - w);
 	if (w > cap - 1)

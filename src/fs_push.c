@@ -173,6 +173,10 @@ static pfile *push_list(const tp_fs *fs, size_t *n)
 			l[j].next = 0;
 		free(ord);
 	}
+	uint64_t total = 0;
+	for (size_t j = 0; j < k; j++)
+		total += l[j].size;
+	atomic_store(&((tp_fs *)fs)->push_total, total);
 	*n = k;
 	return l;
 }
@@ -251,6 +255,21 @@ void start_push(tp_fs *fs)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+}
+
+size_t push_text(const tp_fs *fs, char *b, size_t cap)
+{
+	if (!fs->push_budget)
+		return (size_t)snprintf(b, cap, "push: off\n");
+	const uint64_t pushed = atomic_load(&fs->pushed), total = atomic_load(&fs->push_total);
+	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	const char *state = !atomic_load(&fs->push_done) ? "running"
+			    : pushed >= total                 ? "done"
+			    : pushed + page > fs->push_budget ? "stopped at the budget"
+							      : "stopped (the log says why)";
+	return (size_t)snprintf(b, cap, "push: pushed %llu of %llu bytes, %s; the served files hold %llu\n",
+				(unsigned long long)pushed, (unsigned long long)fs->push_budget, state,
+				(unsigned long long)total);
 }
 
 void stop_push(tp_fs *fs)

@@ -27,6 +27,8 @@ import fixtures
 import reference
 import tpfs_test as tt
 
+tt.Mount.pin = ("--push", "off")  # this test measures the source pages each read fetches: no push-ahead
+
 tt.require_fuse()
 F = tt.Failures()
 work = tempfile.mkdtemp(prefix="tpfs-view-")
