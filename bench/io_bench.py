@@ -192,6 +192,17 @@ class Mount:
         os.rmdir(self.mnt)
 
 
+def wait_push(mnt, timeout=600):
+    """Waits until the push-ahead of the mount at MNT has ended (its stats line says done or
+    stopped); returns that line."""
+    end = time.time() + timeout
+    while True:
+        line = [l for l in open(os.path.join(mnt, ".tpfs-stats")).read().splitlines() if l.startswith("push:")][0]
+        if ", running;" not in line or time.time() > end:
+            return line
+        time.sleep(0.05)
+
+
 def rank_list(s):
     out = []
     for part in s.split(","):
