@@ -558,7 +558,7 @@ static int rf_begin(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, rf_
  * this thread's buffer by the chosen gather backend (only its copies of source bytes run under
  * the SIGBUS guard), every source checked again, and the reply sent: a write changes a file's
  * mtime before it changes bytes, so a reply never carries bytes of a write that began before
- * that check (the window is the copy itself, which README states). Replies without source bytes
+ * that check (the window is the copy itself, which docs/SAFETY.md states). Replies without source bytes
  * (header, constants, padding) point into the local bytes and a zero page; --reply iov points
  * replies into the source mappings too (the kernel then copies source bytes after every check: a
  * tuning option). Widened runs are always copied, by the CPU. */

@@ -189,7 +189,7 @@ for view in ([], ["--view", "vllm"]):
         reads = {}
         t0 = time.time()
         # the watcher notices within 100 ms and the invalidation follows (a cached read in between may
-        # still see the old bytes, as README says of any cached page): wait until every such file fails
+        # still see the old bytes, as docs/SAFETY.md says of any cached page): wait until every such file fails
         while time.time() < t0 + 5:
             reads = {}
             for fn in files:
