@@ -197,11 +197,6 @@ char *stats_text(tp_fs *fs, size_t *len);
 void fh_free(fhandle *h);
 /* MADV_RANDOM on every source mapping (exact source reads), or nothing (--source-io readahead). */
 void advise_sources(const tp_fs *fs);
-/* --view: the vplan part view rank g's part file k is cut from. */
-static inline size_t vpart_of(const tp_fs *fs, uint32_t g, size_t k)
-{
-	return fs->m->vslot_part[(size_t)(g / fs->m->T) * fs->vnp + k];
-}
 
 /* Whether rank r's folder is served (--ranks). */
 int served(const tp_fs *fs, uint32_t r);
@@ -222,10 +217,6 @@ void push_stored(tp_fs *fs, fuse_ino_t ino);
  * the thread that then runs the FUSE loop, after libfuse's signal handlers are installed: SIGTERM,
  * SIGINT and SIGHUP then stop the push before they end the loop (fs_push.c says why). */
 void start_push(tp_fs *fs);
-/* The stats file's push line into b (at most cap bytes, NUL included): "push: off", or the bytes
- * pushed, the budget, the state (running, done, stopped at the budget, stopped) and the bytes of the
- * files to push. Returns what snprintf returns. */
-size_t push_text(const tp_fs *fs, char *b, size_t cap);
 /* Tells the push thread to end and joins it, once the loop has ended. Nothing when none runs. */
 void stop_push(tp_fs *fs);
 /* The budget --push asks for: o->push bytes, or with o->push < 0 a quarter of MemAvailable,

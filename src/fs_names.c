@@ -140,13 +140,15 @@ static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 		st->st_mtim = fs->m->n[fs->m->config_node].mtime;
 	} else if (fs->vnp && ino >= fs->vpart_ino) {
 		size_t p;
-		if (vdecode(fs, ino, &r, &p) == 0) { /* a part file: its own source file's owner and mode */
-			uint32_t own = fs->m->vsrc_node[fs->m->vplan.parts[vpart_of(fs, r, p)].file];
+		tp_view_file vf;
+		if (vdecode(fs, ino, &r, &p) == 0 && tp_model_view_file(fs->m, r, p, &vf)) {
+			/* a part file: its own source file's owner and mode */
+			uint32_t own = vf.own;
 			st->st_mode = S_IFREG | (atomic_load(&fs->ns[own].mode) & 0555);
 			st->st_uid = atomic_load(&fs->ns[own].uid);
 			st->st_gid = atomic_load(&fs->ns[own].gid);
 			st->st_nlink = 1;
-			st->st_size = (off_t)fs->m->vs[(size_t)r * fs->vnp + p].size;
+			st->st_size = (off_t)vf.layout->size;
 			st->st_mtim = fs->m->n[own].mtime;
 		}
 	} else if (decode(fs, ino, &r, &i) == 0) {
@@ -358,9 +360,10 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 		}
 	for (r = 0; r < fs->T && fs->vnp; r++) /* a view's part files, for the ranks served */
 		for (size_t p = 0; p < fs->vnp && served(fs, r); p++) {
-			if (!tp_model_view_slot(fs->m, r, p))
+			tp_view_file vf;
+			if (!tp_model_view_file(fs->m, r, p, &vf))
 				continue;
-			total += fs->m->vs[(size_t)r * fs->vnp + p].size;
+			total += vf.layout->size;
 			files++;
 		}
 	if (fs->cfg_ino) { /* MNT/config.json, the source's */
@@ -487,6 +490,24 @@ static int64_t storage_read(void)
 	const char *p = strstr(buf, "\nread_bytes: ");
 	unsigned long long v;
 	return p && sscanf(p, "\nread_bytes: %llu", &v) == 1 ? (int64_t)v : -1;
+}
+
+/* The stats file's push line into b (at most cap bytes, NUL included): "push: off", or the bytes
+ * pushed, the budget, the state (running, done, stopped at the budget, stopped) and the bytes of the
+ * files to push. Returns what snprintf returns. */
+static size_t push_text(const tp_fs *fs, char *b, size_t cap)
+{
+	if (!fs->push_budget)
+		return (size_t)snprintf(b, cap, "push: off\n");
+	const uint64_t pushed = atomic_load(&fs->pushed), total = atomic_load(&fs->push_total);
+	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	const char *state = !atomic_load(&fs->push_done) ? "running"
+			    : pushed >= total                 ? "done"
+			    : pushed + page > fs->push_budget ? "stopped at the budget"
+							      : "stopped (the log says why)";
+	return (size_t)snprintf(b, cap, "push: pushed %llu of %llu bytes, %s; the served files hold %llu\n",
+				(unsigned long long)pushed, (unsigned long long)fs->push_budget, state,
+				(unsigned long long)total);
 }
 
 /* The stats file's size: its text is padded to it, so that stat tells exactly what a read gives

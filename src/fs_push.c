@@ -148,10 +148,12 @@ static pfile *push_list(const tp_fs *fs, size_t *n)
 		return NULL;
 	if (fs->vnp) { /* part p of every served rank, then part p + 1 */
 		for (size_t p = 0; p < fs->vnp; p++)
-			for (uint32_t r = 0; r < fs->T; r++)
-				if (served(fs, r) && tp_model_view_slot(m, r, p))
+			for (uint32_t r = 0; r < fs->T; r++) {
+				tp_view_file vf;
+				if (served(fs, r) && tp_model_view_file(m, r, p, &vf))
 					l[k++] = (pfile){.ino = fs->vpart_ino + (fuse_ino_t)r * fs->vnp + p,
-							 .size = m->vs[(size_t)r * fs->vnp + p].size};
+							 .size = vf.layout->size};
+			}
 	} else { /* each tensor file in name order, every served rank's copy of it */
 		uint32_t *ord = calloc(fs->nn + 1, sizeof *ord), no = 0;
 		if (!ord) {
@@ -255,21 +257,6 @@ void start_push(tp_fs *fs)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
-}
-
-size_t push_text(const tp_fs *fs, char *b, size_t cap)
-{
-	if (!fs->push_budget)
-		return (size_t)snprintf(b, cap, "push: off\n");
-	const uint64_t pushed = atomic_load(&fs->pushed), total = atomic_load(&fs->push_total);
-	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-	const char *state = !atomic_load(&fs->push_done) ? "running"
-			    : pushed >= total                 ? "done"
-			    : pushed + page > fs->push_budget ? "stopped at the budget"
-							      : "stopped (the log says why)";
-	return (size_t)snprintf(b, cap, "push: pushed %llu of %llu bytes, %s; the served files hold %llu\n",
-				(unsigned long long)pushed, (unsigned long long)fs->push_budget, state,
-				(unsigned long long)total);
 }
 
 void stop_push(tp_fs *fs)

@@ -295,12 +295,14 @@ static void rfile_tensors(tp_fs *fs, uint32_t r, uint32_t i, rfile *rf)
 	rf->node = &rf->one_node;
 }
 
-/* View rank r's part file p (slot p: vplan part vpart_of(r, p)). */
+/* View rank r's part file p (one that exists: vdecode checked it). */
 static void rfile_part(tp_fs *fs, uint32_t r, size_t p, rfile *rf)
 {
-	size_t k = (size_t)r * fs->vnp + p, vp = vpart_of(fs, r, p);
-	*rf = (rfile){.f = tp_file_of_served(&fs->m->vs[k]), .rank = r, .nsrc = fs->m->vplan.parts[vp].nsrc,
-		      .tab = fs->vtab[vp], .node = fs->m->vnode[vp], .loc = &fs->vloc[k], .win = &fs->vwin[k], .part = p, .m = fs->m};
+	size_t k = (size_t)r * fs->vnp + p;
+	tp_view_file vf;
+	tp_model_view_file(fs->m, r, p, &vf);
+	*rf = (rfile){.f = tp_file_of_served(vf.layout), .rank = r, .nsrc = vf.nsrc, .tab = fs->vtab[vf.part],
+		      .node = vf.nodes, .loc = &fs->vloc[k], .win = &fs->vwin[k], .part = p, .m = fs->m};
 }
 
 /* How messages name the file: "PATH (rank R)" or "model-rank-R-part-P.safetensors (view)". */

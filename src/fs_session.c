@@ -205,7 +205,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	pthread_mutex_init(&fs.fh_lock, NULL);
 	fs.o = o;
 	fs.nn = m->nn;
-	fs.T = m->view ? m->W : m->T; /* view ranks: P x T with stages */
+	fs.T = tp_model_ranks(m); /* view ranks: P x T with stages */
 	fs.stats_ino = 2 + (fuse_ino_t)fs.T * m->nn;
 	fs.cfg_ino = m->config_text ? fs.stats_ino + 1 : 0;
 	fs.ifd = fs.stop[0] = fs.stop[1] = fs.inval[0] = fs.inval[1] = -1;
@@ -222,17 +222,18 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		return tp_fail(e, TP_ENOMEM, "mmap: %s", strerror(errno));
 	snprintf(fs.ra_note, RA_NOTE, "not set yet");
 	if (m->view) { /* the part files: their inodes after config.json's, each part's table of sources */
-		fs.vnp = m->vplan.nparts;
+		fs.vnp = tp_model_view_parts(m);
 		fs.vpart_ino = fs.stats_ino + 2;
 		fs.vloc = calloc((size_t)fs.T * fs.vnp + 1, sizeof *fs.vloc);
 		fs.vtab = calloc(fs.vnp + 1, sizeof *fs.vtab);
 		fs.vwin = calloc((size_t)fs.T * fs.vnp + 1, sizeof *fs.vwin);
 		for (size_t p = 0; fs.vtab && p < fs.vnp; p++) {
-			const tp_vpart *pt = &m->vplan.parts[p];
-			if (!(fs.vtab[p] = calloc(pt->nsrc + 1, sizeof *fs.vtab[p])))
+			uint32_t nsrc;
+			const uint32_t *nodes = tp_model_view_part_nodes(m, p, &nsrc);
+			if (!(fs.vtab[p] = calloc(nsrc + 1, sizeof *fs.vtab[p])))
 				break;
-			for (uint32_t k = 0; k < pt->nsrc; k++) {
-				const tp_node *n = &m->n[m->vnode[p][k]];
+			for (uint32_t k = 0; k < nsrc; k++) {
+				const tp_node *n = &m->n[nodes[k]];
 				fs.vtab[p][k] = (tp_src){.fd = n->fd, .map = n->map, .size = n->src_size};
 			}
 		}

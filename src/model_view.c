@@ -29,6 +29,33 @@ int tp_model_view_slot(const tp_model *m, uint32_t g, size_t k)
 	return m->vstage_np && g < m->W && k < m->vstage_np[g / m->T];
 }
 
+uint32_t tp_model_ranks(const tp_model *m)
+{
+	return m->view ? m->W : m->T;
+}
+
+size_t tp_model_view_parts(const tp_model *m)
+{
+	return m->view ? m->vplan.nparts : 0;
+}
+
+const uint32_t *tp_model_view_part_nodes(const tp_model *m, size_t p, uint32_t *nsrc)
+{
+	*nsrc = m->vplan.parts[p].nsrc;
+	return m->vnode[p];
+}
+
+int tp_model_view_file(const tp_model *m, uint32_t g, size_t k, tp_view_file *f)
+{
+	if (!tp_model_view_slot(m, g, k))
+		return 0;
+	const size_t np = m->vplan.nparts, p = m->vslot_part[(size_t)(g / m->T) * np + k];
+	const tp_vpart *pt = &m->vplan.parts[p];
+	*f = (tp_view_file){.layout = &m->vs[(size_t)g * np + k], .vpart = pt, .part = p, .nsrc = pt->nsrc,
+			    .nodes = m->vnode[p], .own = m->vsrc_node[pt->file]};
+	return 1;
+}
+
 /* l[0 .. n) joined by ", " into buf, or `none` where n is 0; returns buf. */
 static const char *joined(const char *const *l, uint32_t n, const char *none, char *buf, size_t cap)
 {
