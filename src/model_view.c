@@ -168,19 +168,27 @@ static int view_cond(const tp_model *m, tp_expr_ctx *c, const char *cond, const 
 	return hit;
 }
 
-/* Whether node f is among the files a loader of the view reads: those the root index lists
- * (when there is one), else the safetensors files at the root. */
-static int read_by_loader(const tp_model *m, const cJSON *root_index, uint32_t f)
+/* Marks in read[0 .. nn) the nodes a loader of the view reads: the files the root index lists
+ * (when there is one), else the safetensors files at the root. One pass over the index (a
+ * weight_map names each file once per tensor: consecutive repeats are resolved once). */
+static void read_by_loader(const tp_model *m, const cJSON *root_index, uint8_t *read)
 {
-	if (!root_index)
-		return m->n[f].parent == 0;
+	if (!root_index) {
+		for (uint32_t i = 0; i < m->nn; i++)
+			read[i] = m->n[i].parent == 0;
+		return;
+	}
 	const cJSON *it, *wm = cJSON_GetObjectItemCaseSensitive(root_index, "weight_map");
+	const char *last = NULL;
 	cJSON_ArrayForEach(it, wm)
 	{
-		if (cJSON_IsString(it) && tp_node_resolve(m, 0, it->valuestring) == f)
-			return 1;
+		if (!cJSON_IsString(it) || (last && !strcmp(last, it->valuestring)))
+			continue;
+		last = it->valuestring;
+		uint32_t f = tp_node_resolve(m, 0, it->valuestring);
+		if (f < m->nn)
+			read[f] = 1;
 	}
-	return 0;
 }
 
 static int build_stages(tp_model *m, tp_expr_ctx *c, tp_err *e);
@@ -191,18 +199,22 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 		return 0;
 	tp_vsource *src = calloc(m->ntensor_files ? m->ntensor_files : 1, sizeof *src);
 	m->vsrc_node = calloc(m->ntensor_files ? m->ntensor_files : 1, sizeof *m->vsrc_node);
-	if (!src || !m->vsrc_node) {
+	uint8_t *read = calloc(m->nn ? m->nn : 1, 1);
+	if (!src || !m->vsrc_node || !read) {
 		free(src);
+		free(read);
 		return tp_fail(e, TP_ENOMEM, "out of memory");
 	}
+	read_by_loader(m, root_index, read);
 	uint32_t ns = 0;
 	for (uint32_t i = 0; i < m->nn; i++) {
 		const tp_node *n = &m->n[i];
-		if (n->kind != TN_TENSORS || !n->specs || ns == m->ntensor_files || !read_by_loader(m, root_index, i))
+		if (n->kind != TN_TENSORS || !n->specs || ns == m->ntensor_files || !read[i])
 			continue;
 		src[ns] = (tp_vsource){n->path, &n->h, n->specs};
 		m->vsrc_node[ns++] = i;
 	}
+	free(read);
 	tp_expr_ctx c = m->cfg; /* the one lookup order: the plan's prefixes, the top, the view's defaults */
 	c.defaults = m->view->defaults;
 	tp_expr_bind(&c, "T", m->T);
