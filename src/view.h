@@ -6,7 +6,8 @@
  * templates (`{i}` binds a run of digits): `cat` (the pieces' local cuts concatenated along the
  * first axis: q, k, v as qkv_proj), `stack` over a variable (every expert's cat as one [E, ...]
  * tensor), `from` (a rename), `const` (a scalar per match of `per`, such as an attention scale
- * 1.0), `drop`. Source tensors no entry uses keep their names (`keep_rest`).
+ * 1.0), `drop`. Source tensors no entry uses keep their names (`keep_rest`), or take a new prefix
+ * (`rename`).
  *
  * tp_view_resolve turns a view and the planned source files into the served tensors of every part
  * (one part per source file: a tensor goes to the part of its first piece's file), each a list
@@ -29,6 +30,7 @@ struct cJSON;
 
 #define TP_VIEW_VARS 4 /* template variables in one entry */
 #define TP_VIEW_CONST_MAX 4096 /* elements of one constant ("const" with "shape") */
+#define TP_VIEW_RENAMES 16 /* "rename" prefix pairs */
 
 typedef enum tp_ventry_kind { TP_VE_CAT, TP_VE_CONST, TP_VE_DROP } tp_ventry_kind;
 
@@ -99,6 +101,13 @@ typedef struct tp_view {
 	 * vLLM). NULL: the plan's cuts only. A child view's list replaces its parent's. */
 	const struct cJSON *rules;
 	int keep_rest;
+	/* "rename": [{"from": P, "to": Q, "names": [TEMPLATE...]}]: a source tensor no entry uses whose
+	 * name is P followed by one of the names (templates: {x} binds digits; no names: anything) is
+	 * served as Q and that rest (the first pair that takes it, in order), keep_rest or not; a
+	 * tensor no pair takes is kept or refused by keep_rest */
+	const char *ren_from[TP_VIEW_RENAMES], *ren_to[TP_VIEW_RENAMES];
+	const struct cJSON *ren_names[TP_VIEW_RENAMES]; /* NULL: every name under the prefix */
+	uint32_t nren;
 	int fragment;          /* "fragment": true: entries other views include ("include"), never chosen */
 	tp_ventry *e;
 	size_t ne;

@@ -4,6 +4,7 @@
  * the layers drop_layers leaves out skipped, and every served name checked to be made once. */
 #include "view.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,6 +393,25 @@ static int localize(vres *c, tp_vpart *pt)
 	return 0;
 }
 
+/* Whether the view's rename pair r takes source tensor `name`: its prefix, then one of its names
+ * (templates) or, where it lists none, anything. */
+static int renames(const tp_view *v, uint32_t r, const char *name)
+{
+	size_t fl = strlen(v->ren_from[r]);
+	if (strncmp(name, v->ren_from[r], fl))
+		return 0;
+	if (!v->ren_names[r])
+		return 1;
+	const cJSON *x;
+	cJSON_ArrayForEach(x, v->ren_names[r])
+	{
+		vbind b = {.n = 0};
+		if (tmatch(x->valuestring, name + fl, &b))
+			return 1;
+	}
+	return 0;
+}
+
 /* Whether source tensor `name` lies in a layer the view's drop_layers leaves out. */
 static int dropped_layer(const tp_view *v, const char *name)
 {
@@ -453,16 +473,35 @@ int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_v
 	for (size_t i = 0; i < c.nall && rc == 0; i++) {
 		if (c.used[i])
 			continue;
-		if (!v->keep_rest) {
-			rc = tp_fail(e, TP_EPLAN, "%s: tensor '%s': view %s names no place for it (keep_rest is off)",
-				     src[c.all[i].f].path, c.all[i].name, v->origin);
+		const char *name = c.all[i].name;
+		uint32_t r = 0; /* "rename": the first pair that takes it */
+		while (r < v->nren && !renames(v, r, name))
+			r++;
+		if (r == v->nren && !v->keep_rest) {
+			rc = tp_fail(e, TP_EPLAN, "%s: tensor '%s': view %s names no place for it (keep_rest is off, and no "
+				     "\"rename\" takes it)", src[c.all[i].f].path, name, v->origin);
 			break;
+		}
+		if (r < v->nren) {
+			char nn[ST_MAX_NAME + 1];
+			size_t fl = strlen(v->ren_from[r]), tl = strlen(v->ren_to[r]);
+			if (tl + strlen(name + fl) >= sizeof nn) {
+				rc = tp_fail(e, TP_EINVAL, "%s: tensor '%s' renamed by \"rename\" is over %d characters",
+					     v->origin, name, ST_MAX_NAME);
+				break;
+			}
+			memcpy(nn, v->ren_to[r], tl);
+			memcpy(nn + tl, name + fl, strlen(name + fl) + 1);
+			if (!(name = keep_name(&c, nn))) {
+				rc = tp_fail(e, TP_ENOMEM, "out of memory");
+				break;
+			}
 		}
 		tp_pdesc *pd = malloc(sizeof *pd);
 		if ((rc = keep_block(&c, pd)) < 0)
 			break;
 		*pd = (tp_pdesc){c.all[i].f, c.all[i].t, src[c.all[i].f].specs[c.all[i].t]};
-		tp_sdesc d = {.name = c.all[i].name, .pieces = pd, .npieces = 1};
+		tp_sdesc d = {.name = name, .pieces = pd, .npieces = 1};
 		rc = add_desc(&c, c.all[i].f, &d);
 	}
 	/* served names are unique across parts too (a loader reads every part into one dict) */

@@ -215,10 +215,10 @@ for T in (2, 4):
             "tpfs plan --io --view vllm at T=%d: part_files are the sizes the mount shows (%s)" % (T, sizes))
 
 # 5. a wrong view (k and v swapped in qkv_proj) is caught by the same check
+# (llama's qkv_proj comes from fragments/qkv.json: an entry of the same served name in the file replaces it)
 view = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "views", "vllm", "llama.json")))
-for e in view["tensors"]:
-    if e.get("name", "").endswith("qkv_proj.weight"):
-        e["cat"] = [e["cat"][0], e["cat"][2], e["cat"][1]]
+view["tensors"].append({"name": "model.layers.{i}.self_attn.qkv_proj.weight",
+                        "cat": ["model.layers.{i}.self_attn.%s_proj.weight" % x for x in "qvk"]})
 wrong = os.path.join(work, "wrong-view.json")
 json.dump(view, open(wrong, "w"))
 quiet = tt.Failures(quiet=True)

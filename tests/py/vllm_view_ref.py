@@ -10,7 +10,7 @@ builds, with torch and safetensors only, what vLLM's sharded_state loader must r
    (QKVParallelLinear: shard tp_rank // (T / kv_heads)), the vocabulary padded with zero rows to a
    multiple of the view's pad_vocab and then divided (VocabParallelEmbedding), the rest whole;
 2. the view's entries (cat, stack, from, const, drop, when/unless, if_missing, dtype, shape, transpose,
-   other_ranks, keep_rest, drop_layers) are applied to those
+   other_ranks, keep_rest, rename, drop_layers; include with a fragment's params) are applied to those
    cuts, with the semantics written in views/vllm/README.md;
 3. the served tensors are written, grouped into parts by the source file of each tensor's first
    piece (constants go with their `per` tensor), the parts numbered 0, 1, ... in source-file name
@@ -555,6 +555,15 @@ def plan_view(view, cfg, names, T=1):
             served.append((sname, (("stack", groups, dt, shape) if stack else ("cat", groups[0], dt, shape)) + tail,
                            groups[0][0]))
     rest = [n for n in sorted(names) if n not in used]
+
+    def renamed(n):  # "rename": [{from, to, names}], the first pair that takes n; None: none does
+        for rn in view.get("rename", []):
+            a, b = rn["from"], rn["to"]
+            if n.startswith(a) and ("names" not in rn or any(template(t)[0].fullmatch(n[len(a):]) for t in rn["names"])):
+                return b + n[len(a):]
+        return None
+    served += [(renamed(n), ("cat", [n], None, None, False, False), n) for n in rest if renamed(n) is not None]
+    rest = [n for n in rest if renamed(n) is None]
     if view.get("keep_rest", True):
         served += [(n, ("cat", [n], None, None, False, False), n) for n in rest]
     elif rest:
@@ -643,14 +652,16 @@ def merge_over(base, over, path, what, fragment=False):
 
     def key(e):
         return ("name", e["name"]) if "name" in e else ("drop", e.get("drop"))
+    nbase = len(tensors)  # over's entries replace base's only, never each other
     for e in over.get("tensors", []):
         if "remove" in e:
-            hit = [x for x in tensors if x.get("name") == e["remove"]]
+            hit = [x for x in tensors[:nbase] if x.get("name") == e["remove"]]
             if len(e) != 1 or not hit:
                 raise ViewError("%s: remove %r: no entry of %s makes it" % (path, e["remove"], what))
             tensors.remove(hit[0])
+            nbase -= 1
             continue
-        at = [i for i, x in enumerate(tensors) if key(x) == key(e)]
+        at = [i for i, x in enumerate(tensors[:nbase]) if key(x) == key(e)]
         if at:
             tensors[at[0]] = e
         else:
@@ -668,6 +679,35 @@ def merge_over(base, over, path, what, fragment=False):
             base.pop(k, None)
         elif not fragment:
             base[k] = x
+
+
+def with_params(frag, given, path, name):
+    """The fragment with its parameters put in: "params" {NAME: default, or None: required}; every ${NAME} in
+    the strings of its tensors and refuse replaced by the include's "with" value, else the default. A value
+    for no parameter, a required one not given and a ${X} that names no parameter are errors."""
+    params = frag.get("params", {})
+    for k in given:
+        if k not in params:
+            raise ViewError("%s: include %r: %r is not one of its params" % (path, name, k))
+    vals = {}
+    for k, d in params.items():
+        if k not in given and d is None:
+            raise ViewError("%s: include %r: parameter %r is required" % (path, name, k))
+        vals[k] = given.get(k, d)
+
+    def put(x):
+        if isinstance(x, str):
+            def one(m):
+                if m.group(1) not in vals:
+                    raise ViewError("%s: fragment %r: ${%s} is not one of its params" % (path, name, m.group(1)))
+                return vals[m.group(1)]
+            return re.sub(r"\$\{([^}]*)\}", one, x)
+        if isinstance(x, list):
+            return [put(y) for y in x]
+        if isinstance(x, dict):
+            return {k: put(y) for k, y in x.items()}
+        return x
+    return {k: put(x) if k in ("tensors", "refuse") else x for k, x in frag.items() if k != "params"}
 
 
 def load_view(path):
@@ -695,13 +735,15 @@ def load_view(path):
         if out is None:
             raise ViewError("%s: extends %r, which no view beside it is" % (path, base))
     folder = os.path.dirname(path) or "."  # the view's own fragments
-    for name in inc:  # NAME: the view's engine's fragment; ENGINE/NAME: another engine's
+    for item in inc:  # NAME: the view's engine's fragment; ENGINE/NAME: another engine's; or {"fragment": NAME,
+        # "with": {PARAM: VALUE}}: a fragment that takes parameters
+        name, given = (item, {}) if isinstance(item, str) else (item["fragment"], item.get("with", {}))
         fdir = os.path.join(os.path.dirname(folder), name.split("/")[0]) if "/" in name else folder
         frag = os.path.join(fdir, "fragments", name.split("/")[-1] + ".json")
         if not os.path.isfile(frag):
             raise ViewError("%s: includes %r, which no fragment in fragments/ is" % (path, name))
         with open(frag) as fh:
-            merge_over(out, json.load(fh), path, name, fragment=True)
+            merge_over(out, with_params(json.load(fh), given, path, name), path, name, fragment=True)
     merge_over(out, view, path, base or "(included)")
     return out
 

@@ -619,7 +619,7 @@ static void test_include(void **state)
 			     "\"include\": []", "\"include\": [3]", "\"fragment\": true, \"plans\": [\"llama\"]",
 			     "\"fragment\": true, \"include\": [\"fp8_block\"]"};
 	const char *why[] = {"no built-in vllm fragment 'nope'", "no built-in vllm fragment 'llama'",
-			     "a list of 1 to 8", "a list of 1 to 8", "holds fragment names", "not the field 'plans'",
+			     "a list of 1 to 16", "a list of 1 to 16", "holds fragment names", "not the field 'plans'",
 			     "neither extends"};
 	char t2[512];
 	for (int k = 0; k < 7; k++) {
@@ -632,6 +632,119 @@ static void test_include(void **state)
 		if (!strstr(e.msg, why[k]))
 			fail_msg("%d: %s", k, e.msg);
 	}
+}
+
+/* Fragments that take parameters: "params" (a default, or null: required), given by an include's
+ * {"fragment": NAME, "with": {...}} and put into every string of the fragment's entries. */
+static void test_fragment_params(void **state)
+{
+	(void)state;
+	tp_view v;
+	tp_err e;
+	char t[1024];
+	const char *head = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"p\", \"plans\": [\"llama\"], ";
+	snprintf(t, sizeof t, "%s\"include\": [{\"fragment\": \"attention_scales\", \"with\": {\"attn\": \"L.{i}.a\", "
+		 "\"per\": \"L.{i}.o\"}}, {\"fragment\": \"experts\", \"with\": {\"w\": \"weight_scale_inv\"}}, \"mlp\", "
+		 "{\"fragment\": \"mlp\", \"with\": {\"src\": \"S.{i}\", \"dst\": \"D.{i}\"}}], \"tensors\": []}", head);
+	if (tp_view_parse(t, strlen(t), "p.json", &v, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_int_equal(v.ne, 4 + 2 + 2 + 2); /* four scales, a stack pair, two mlps of two entries */
+	assert_string_equal(v.e[0].name, "L.{i}.a._k_scale");
+	assert_string_equal(v.e[3].name, "L.{i}.a._prob_scale");
+	assert_string_equal(v.e[3].per, "L.{i}.o");
+	assert_string_equal(v.e[4].name, "model.layers.{i}.mlp.experts.routed_experts.w13_weight_scale_inv"); /* defaults */
+	assert_string_equal(v.e[4].cat[1], "model.layers.{i}.mlp.experts.{e}.up_proj.weight_scale_inv");
+	assert_string_equal(v.e[6].name, "model.layers.{i}.mlp.gate_up_proj.weight");
+	assert_string_equal(v.e[8].name, "D.{i}.gate_up_proj.weight"); /* the same fragment again, other params */
+	assert_string_equal(v.e[9].cat[0], "S.{i}.down_proj.weight");
+	tp_view_free(&v);
+	const char *bad[] = {"\"attention_scales\"", "{\"fragment\": \"attention_scales\", \"with\": {\"attn\": \"a\"}}",
+			     "{\"fragment\": \"mlp\", \"with\": {\"src\": \"a\", \"zz\": \"b\"}}",
+			     "{\"fragment\": \"mlp\", \"with\": {\"src\": 3}}", "{\"fragment\": \"mlp\", \"w\": \"x\"}",
+			     "{\"with\": {}}"};
+	const char *why[] = {"parameter 'attn' is required", "parameter 'per' is required", "'zz' is not one of its",
+			     "'src' is not one of its", "or {\"fragment\"", "or {\"fragment\""};
+	for (int k = 0; k < 6; k++) {
+		snprintf(t, sizeof t, "%s\"include\": [%s], \"tensors\": []}", head, bad[k]);
+		assert_int_equal(tp_view_parse(t, strlen(t), "p.json", &v, &e), -1);
+		if (!strstr(e.msg, why[k]))
+			fail_msg("%d: %s", k, e.msg);
+	}
+	/* a fragment read alone: its required parameters stand for their names; a ${X} that names no
+	 * parameter, and params that are not an object of strings and nulls, are refused */
+	const char *frag = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"f\", \"fragment\": true, %s \"tensors\": "
+			   "[{\"name\": \"${a}.x\", \"from\": \"${b}.y\"}]}";
+	const char *fp[] = {"\"params\": {\"a\": null, \"b\": \"B\"},", "\"params\": {\"a\": null},",
+			    "\"params\": {\"a\": 1, \"b\": null},", "\"params\": [\"a\", \"b\"],"};
+	for (int k = 0; k < 4; k++) {
+		snprintf(t, sizeof t, frag, fp[k]);
+		int rc = tp_view_parse(t, strlen(t), "f.json", &v, &e);
+		if (k == 0) {
+			assert_int_equal(rc, 0);
+			assert_string_equal(v.e[0].name, "a.x");
+			assert_string_equal(v.e[0].cat[0], "B.y");
+			tp_view_free(&v);
+			continue;
+		}
+		assert_int_equal(rc, -1);
+		if (!strstr(e.msg, k == 1 ? "${b}.y names no parameter" : k == 2 ? "its default is a string" : "\"params\" is an object"))
+			fail_msg("%d: %s", k, e.msg);
+	}
+}
+
+/* "rename": the tensors no entry uses under a prefix (those its names take, or every one) served
+ * under another prefix, keep_rest or not; the rest kept or refused by keep_rest. */
+static void test_rename(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "P.0.a P.0.b P.1.a P.1.c Q.x");
+	tp_vplan p;
+	tp_err e;
+	const char *ren = "\"rename\": [{\"from\": \"P.\", \"to\": \"R.\", \"names\": [\"{i}.a\", \"1.c\"]}], ";
+	char extra[512];
+	snprintf(extra, sizeof extra, "%s\"keep_rest\": false, ", ren);
+	assert_int_equal(resolve(&f, "[{\"name\": \"Q\", \"from\": \"Q.x\"}]", extra, &p, &e), -1);
+	assert_non_null(strstr(e.msg, "tensor 'P.0.b'")); /* not among the names: refused, keep_rest off */
+	assert_non_null(strstr(e.msg, "no \"rename\" takes it"));
+	snprintf(extra, sizeof extra, "%s", ren);
+	if (resolve(&f, "[{\"name\": \"X\", \"from\": \"P.1.a\"}]", extra, &p, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_non_null(find(&p, "R.0.a", NULL));
+	assert_non_null(find(&p, "R.1.c", NULL));
+	assert_non_null(find(&p, "P.0.b", NULL)); /* kept under its own name */
+	assert_non_null(find(&p, "X", NULL));     /* an entry's piece is the entry's, not renamed */
+	assert_null(find(&p, "R.1.a", NULL));
+	assert_null(find(&p, "P.0.a", NULL));
+	assert_int_equal(p.ntensors, 5);
+	tp_vplan_free(&p);
+	/* no names: every tensor under the prefix; the first pair that takes a name wins */
+	if (resolve(&f, "[]", "\"rename\": [{\"from\": \"P.1.\", \"to\": \"S.\"}, {\"from\": \"P.\", \"to\": \"\"}], "
+		    "\"keep_rest\": false, \"tensors_unused\": 0, ", &p, &e) != -2)
+		fail_msg("an unknown field is refused");
+	if (resolve(&f, "[{\"name\": \"Q\", \"from\": \"Q.x\"}]",
+		    "\"rename\": [{\"from\": \"P.1.\", \"to\": \"S.\"}, {\"from\": \"P.\", \"to\": \"\"}], \"keep_rest\": false, ",
+		    &p, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_non_null(find(&p, "S.a", NULL));
+	assert_non_null(find(&p, "S.c", NULL));
+	assert_non_null(find(&p, "0.a", NULL));
+	assert_non_null(find(&p, "0.b", NULL));
+	tp_vplan_free(&p);
+	/* a renamed tensor that meets another served name is refused as any served name made twice */
+	assert_int_equal(resolve(&f, "[{\"name\": \"R.0.b\", \"from\": \"Q.x\"}]",
+				 "\"rename\": [{\"from\": \"P.\", \"to\": \"R.\"}], ", &p, &e), -1);
+	assert_non_null(strstr(e.msg, "'R.0.b' is made twice"));
+	const char *bad[] = {"[[\"P.\", \"R.\"]]", "[{\"from\": \"\", \"to\": \"R.\"}]", "[{\"from\": \"P.{i}\", \"to\": \"R.\"}]",
+			     "[{\"from\": \"P.\", \"to\": \"R.\", \"names\": []}]", "[{\"from\": \"P.\", \"to\": \"R.\", \"x\": 1}]",
+			     "[{\"from\": \"P.\", \"to\": \"R.\", \"names\": [\"{i\"]}]", "[]"};
+	for (int k = 0; k < 7; k++) {
+		snprintf(extra, sizeof extra, "\"rename\": %s, ", bad[k]);
+		assert_int_equal(resolve(&f, "[]", extra, &p, &e), -2);
+		if (!strstr(e.msg, "\"rename\": a list of 1 to 16"))
+			fail_msg("%d: %s", k, e.msg);
+	}
+	fx_free(&f);
 }
 
 static void test_stack(void **state)
@@ -842,6 +955,7 @@ int main(void)
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
 		cmocka_unit_test(test_shape),            cmocka_unit_test(test_const_shape), cmocka_unit_test(test_const_range),
 		cmocka_unit_test(test_include),          cmocka_unit_test(test_rules),
+		cmocka_unit_test(test_fragment_params),  cmocka_unit_test(test_rename),
 		cmocka_unit_test(test_pp_partition),
 		cmocka_unit_test(test_transpose_rank0),
 		cmocka_unit_test(test_pp_stage),
