@@ -82,7 +82,7 @@ static int const_bits(double v, st_dtype dt, uint32_t *bits)
 static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
 {
 	static const char *keys[] = {"name", "cat", "from", "stack", "optional", "const", "per", "drop", "if_missing",
-				     "when", "unless", "dtype", "shape", "transpose", "other_ranks", "comment", NULL};
+				     "when", "unless", "dtype", "shape", "reshape", "transpose", "other_ranks", "comment", NULL};
 	const cJSON *it;
 	if (!cJSON_IsObject(o))
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: an entry is an object", origin, k);
@@ -137,7 +137,14 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 	if (check_template(x->name, origin, k, &vs, e) < 0 ||
 	    (x->if_missing && check_template(x->if_missing, origin, k, &vs, e) < 0))
 		return -1;
-	const cJSON *shp = cJSON_GetObjectItemCaseSensitive(o, "shape");
+	/* "shape": a constant's own shape; "reshape": a cat / from entry's served shape (one meaning each) */
+	const cJSON *shp = cJSON_GetObjectItemCaseSensitive(o, "shape"), *rsh = cJSON_GetObjectItemCaseSensitive(o, "reshape");
+	if (cst && rsh)
+		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"reshape\" is for cat and from entries; a constant's shape "
+			       "is \"shape\"", origin, k);
+	if (!cst && shp)
+		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"shape\" on a cat / from entry is now \"reshape\" (the "
+			       "served tensor's shape, its bytes unchanged); \"shape\" is a constant's own shape", origin, k);
 	if (cst) {
 		x->kind = TP_VE_CONST;
 		x->per = str_of(o, "per");
@@ -198,9 +205,9 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 				       "serve zeros of the tensor's shape)", origin, k);
 		x->rank0_only = 1;
 	}
-	if (shp) { /* served reshaped: vLLM's parameter shape where the checkpoint's differs, same bytes */
-		int n = cJSON_IsArray(shp) ? cJSON_GetArraySize(shp) : 0, frees = 0;
-		cJSON_ArrayForEach(it, shp)
+	if (rsh) { /* served reshaped: vLLM's parameter shape where the checkpoint's differs, same bytes */
+		int n = cJSON_IsArray(rsh) ? cJSON_GetArraySize(rsh) : 0, frees = 0;
+		cJSON_ArrayForEach(it, rsh)
 		{
 			double d = cJSON_IsNumber(it) ? it->valuedouble : -2;
 			if (d != (double)(int64_t)d || (d < 0 && d != -1) || d > 1e15)
@@ -210,7 +217,7 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 				x->rs_shape[x->rs_ndim++] = (int64_t)d;
 		}
 		if (n < 1 || n > ST_MAX_DIMS || frees > 1)
-			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"shape\" is a list of 1 to %d dimensions, each >= 1, "
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"reshape\" is a list of 1 to %d dimensions, each >= 1, "
 				       "0 (the tensor's own at that axis) or one -1 (what the others leave)", origin, k, ST_MAX_DIMS);
 	}
 	if (from) {

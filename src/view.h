@@ -46,7 +46,7 @@ typedef struct tp_ventry {
 	int to_f32;            /* "dtype": "F32": BF16 / F16 pieces served widened to F32 */
 	int transpose;         /* "transpose": true: the last two axes swapped (tp_sdesc.transpose) */
 	int rank0_only;        /* "other_ranks": "zeros": zeros on ranks other than 0 (tp_sdesc.rank0_only) */
-	uint32_t rs_ndim;      /* "shape": [d, ...] (one d may be -1): the served shape, same bytes;
+	uint32_t rs_ndim;      /* "reshape": [d, ...] (one d may be -1): the served shape, same bytes;
 	                        * CONST: the constant's shape (0: a scalar) */
 	int64_t rs_shape[ST_MAX_DIMS];
 	const char *when;      /* a plan expression over config.json and T ("when"): the entry applies only

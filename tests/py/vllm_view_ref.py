@@ -9,7 +9,7 @@ builds, with torch and safetensors only, what vLLM's sharded_state loader must r
    block of columns, q heads split evenly, KV heads in replicated groups when fewer than T
    (QKVParallelLinear: shard tp_rank // (T / kv_heads)), the vocabulary padded with zero rows to a
    multiple of the view's pad_vocab and then divided (VocabParallelEmbedding), the rest whole;
-2. the view's entries (cat, stack, from, const, drop, when/unless, if_missing, dtype, shape, transpose,
+2. the view's entries (cat, stack, from, const, drop, when/unless, if_missing, dtype, reshape, shape (a const's), transpose,
    other_ranks, keep_rest, rename, drop_layers; include with a fragment's params) are applied to those
    cuts, with the semantics written in views/vllm/README.md;
 3. the served tensors are written, grouped into parts by the source file of each tensor's first
@@ -550,7 +550,9 @@ def plan_view(view, cfg, names, T=1):
                 raise ViewError("%s: source tensor %s is used by two entries" % (sname, sorted(twice)[0]))
             used |= {p for g in groups for p in g}
             dt = entry.get("dtype")  # "F32": the pieces' values widened, as torch converts them
-            shape = entry.get("shape")  # the served shape (one -1, a 0 the tensor's own), as torch reshapes
+            if "shape" in entry:
+                raise ViewError("%s: \"shape\" on a cat / from entry is now \"reshape\"" % sname)
+            shape = entry.get("reshape")  # the served shape (one -1, a 0 the tensor's own), as torch reshapes
             tail = (entry.get("transpose", False), entry.get("other_ranks") == "zeros")
             served.append((sname, (("stack", groups, dt, shape) if stack else ("cat", groups[0], dt, shape)) + tail,
                            groups[0][0]))

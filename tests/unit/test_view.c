@@ -878,7 +878,7 @@ static void test_refusals(void **state)
 	fx_free(&f);
 }
 
-/* "shape": parsed into the entry's served descriptions (served.c applies it: test_map), and its
+/* "reshape": parsed into the entry's served descriptions (served.c applies it: test_map), and its
  * refusals: not a list, a dimension below 0 other than -1, two -1, a fraction, more than
  * ST_MAX_DIMS. A 0 is kept (the tensor's own dimension at that axis, served.c). */
 static void test_shape(void **state)
@@ -888,7 +888,7 @@ static void test_shape(void **state)
 	fx_add(&f, "L.0.a:8 L.1.a:8");
 	tp_vplan p;
 	tp_err e;
-	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"shape\": [1, 1, -1, 1]}]", NULL, &p, &e),
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"reshape\": [1, 1, -1, 1]}]", NULL, &p, &e),
 			 0);
 	const tp_sdesc *d = find(&p, "L.1.A", NULL);
 	assert_non_null(d);
@@ -898,19 +898,26 @@ static void test_shape(void **state)
 	assert_int_equal(d->rs_shape[3], 1);
 	tp_vplan_free(&p);
 	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\"}]", NULL, &p, &e), 0);
-	assert_int_equal(find(&p, "L.0.A", NULL)->rs_ndim, 0); /* no "shape": the pieces' */
+	assert_int_equal(find(&p, "L.0.A", NULL)->rs_ndim, 0); /* no "reshape": the pieces' */
 	tp_vplan_free(&p);
-	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"shape\": [0, -1]}]", NULL, &p, &e), 0);
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"reshape\": [0, -1]}]", NULL, &p, &e), 0);
 	assert_int_equal(find(&p, "L.0.A", NULL)->rs_shape[0], 0);
 	tp_vplan_free(&p);
 	const char *bad[] = {"2", "[]", "[-3, 4]", "[-2, 4]", "[-1, -1]", "[1.5, 2]", "[\"4\"]", "[1, 1, 1, 1, 1, 1, 1, 1, 1]"};
 	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
 		char t[256];
-		snprintf(t, sizeof t, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"shape\": %s}]", bad[k]);
+		snprintf(t, sizeof t, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"reshape\": %s}]", bad[k]);
 		assert_int_equal(resolve(&f, t, NULL, &p, &e), -2);
-		if (!strstr(e.msg, "\"shape\" is a list of 1 to 8 dimensions"))
+		if (!strstr(e.msg, "\"reshape\" is a list of 1 to 8 dimensions"))
 			fail_msg("shape %s: '%s'", bad[k], e.msg);
 	}
+	/* "shape" is a constant's own shape only: on a from entry it is refused, naming "reshape";
+	 * "reshape" on a constant is refused, naming "shape" */
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"shape\": [-1]}]", NULL, &p, &e), -2);
+	assert_non_null(strstr(e.msg, "\"shape\" on a cat / from entry is now \"reshape\""));
+	assert_int_equal(resolve(&f, "[{\"name\": \"c\", \"const\": {\"dtype\": \"F32\", \"value\": 1}, \"reshape\": [1], "
+				 "\"per\": \"L.{i}.a\"}]", NULL, &p, &e), -2);
+	assert_non_null(strstr(e.msg, "a constant's shape is \"shape\""));
 	fx_free(&f);
 }
 
