@@ -81,8 +81,16 @@ static int const_bits(double v, st_dtype dt, uint32_t *bits)
 
 static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
 {
-	static const char *keys[] = {"name", "cat", "from", "stack", "optional", "const", "per", "drop", "if_missing",
-				     "when", "unless", "dtype", "shape", "reshape", "transpose", "other_ranks", "comment", NULL};
+	static const char *keys[] = {"name", "cat", "from", "stack", "const", "per", "drop", "if", "dtype", "shape",
+				     "reshape", "transpose", "other_ranks", "comment", NULL};
+	/* the keywords the one condition "if" replaced (issue 47), each refused naming its replacement,
+	 * so that a view written for them is not read with another meaning */
+	static const char *const gone[][2] = {
+		{"when", "write \"if\": EXPR"},
+		{"unless", "write \"if\": \"!(EXPR)\""},
+		{"if_missing", "write \"if\": \"!tensor('NAME')\""},
+		{"optional", "write \"if\": \"tensor('PIECE') && ...\", naming the pieces a match may lack"},
+	};
 	const cJSON *it;
 	if (!cJSON_IsObject(o))
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: an entry is an object", origin, k);
@@ -91,6 +99,10 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 		int known = 0;
 		for (int i = 0; keys[i]; i++)
 			known |= !strcmp(it->string, keys[i]);
+		for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
+			if (!strcmp(it->string, gone[i][0]))
+				return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: '%s' is no longer a view keyword: %s", origin, k,
+					       gone[i][0], gone[i][1]);
 		if (!known)
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: unknown field '%s'", origin, k, it->string);
 	}
@@ -98,26 +110,22 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 	tvars vs = {.n = 0};
 	x->name = str_of(o, "name");
 	x->stack = str_of(o, "stack");
-	x->if_missing = str_of(o, "if_missing");
-	/* "when" / "unless": a plan expression over config.json (the view's defaults under it) and T,
-	 * parsed here, evaluated by the model (model_view.c) */
-	const cJSON *wj = cJSON_GetObjectItemCaseSensitive(o, "when"), *uj = cJSON_GetObjectItemCaseSensitive(o, "unless");
-	if (wj && uj)
-		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"when\" and \"unless\" together (write one expression)", origin,
-			       k);
-	if (wj || uj) {
-		const char *what = wj ? "when" : "unless";
-		x->when = str_of(o, what);
-		x->negate = !wj;
+	/* "if": a plan expression over config.json (the view's defaults under it) and T, and with
+	 * tensor('NAME') over the source's tensors for each match (NAME a template of the entry's
+	 * variables): parsed here, evaluated by the model (config only: model_view.c) or per match
+	 * (tensor(): view_resolve.c) */
+	const cJSON *ij = cJSON_GetObjectItemCaseSensitive(o, "if");
+	if (ij) {
+		x->cond = str_of(o, "if");
 		tp_err pe;
 		tp_err_clear(&pe);
-		if (!x->when || !*x->when)
-			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"%s\" is a plan expression over config.json and T (a "
-				       "string)", origin, k, what);
-		if (tp_expr_check(x->when, &pe) < 0)
-			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"%s\": %s", origin, k, what, pe.msg);
+		if (!x->cond || !*x->cond)
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"if\" is a plan expression over config.json and T (a "
+				       "string; tensor('NAME') tests the source for a tensor)", origin, k);
+		if (tp_expr_check(x->cond, &pe) < 0)
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"if\": %s", origin, k, pe.msg);
+		x->per_match = strstr(x->cond, "tensor(") != NULL;
 	}
-	x->optional = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "optional"));
 	const cJSON *cat = cJSON_GetObjectItemCaseSensitive(o, "cat"), *cst = cJSON_GetObjectItemCaseSensitive(o, "const");
 	const char *from = str_of(o, "from"), *drop = str_of(o, "drop");
 	int kinds = (cat != NULL) + (from != NULL) + (cst != NULL) + (drop != NULL);
@@ -134,8 +142,7 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 	}
 	if (!x->name)
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"name\" (the served name) is required", origin, k);
-	if (check_template(x->name, origin, k, &vs, e) < 0 ||
-	    (x->if_missing && check_template(x->if_missing, origin, k, &vs, e) < 0))
+	if (check_template(x->name, origin, k, &vs, e) < 0)
 		return -1;
 	/* "shape": a constant's own shape; "reshape": a cat / from entry's served shape (one meaning each) */
 	const cJSON *shp = cJSON_GetObjectItemCaseSensitive(o, "shape"), *rsh = cJSON_GetObjectItemCaseSensitive(o, "reshape");

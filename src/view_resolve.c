@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expr.h"
+
 /* ---- templates ---- */
 
 typedef struct vbind {
@@ -197,6 +199,44 @@ static int find_pieces(vres *c, const char *const *tm, uint32_t nt, const vbind 
 	return 1;
 }
 
+/* tensor('NAME') of a per-match condition: NAME filled in with the match's binding, then looked up
+ * among the source tensors (drop_layers' left out). */
+typedef struct mcond {
+	vres *c;
+	const vbind *b;
+} mcond;
+
+static int has_tensor(void *arg, const char *t)
+{
+	const mcond *m = arg;
+	char name[ST_MAX_NAME + 1];
+	if (expand(t, m->b, name, sizeof name) < 0)
+		return -1;
+	return lookup(m->c, name) >= 0;
+}
+
+/* Entry k's per-match "if" for binding b: 1 (it applies), 0 (not), -1 (e set: the expression
+ * fails, or reads a config key neither config.json nor the view's defaults has). */
+static int match_cond(vres *c, size_t k, const vbind *b)
+{
+	const tp_ventry *x = &c->v->e[k];
+	tp_expr_ctx ctx = {0};
+	if (c->v->cond_ctx)
+		ctx = *c->v->cond_ctx;
+	mcond m = {c, b};
+	ctx.tensor = has_tensor;
+	ctx.tensor_arg = &m;
+	tp_err pe;
+	tp_err_clear(&pe);
+	int hit = tp_expr_cond(&ctx, x->cond, &pe);
+	if (hit < 0)
+		return tp_fail(c->e, TP_EINVAL, "%s: tensors[%zu] \"if\": %s", c->v->origin, k, pe.msg);
+	if (ctx.missing[0])
+		return tp_fail(c->e, TP_EINVAL, "%s: tensors[%zu] \"if\": '%s' reads config key '%s', which config.json does "
+			       "not have and the view gives no default for", c->v->origin, k, x->cond, ctx.missing);
+	return hit;
+}
+
 typedef struct vmatch {
 	char name[ST_MAX_NAME + 1]; /* the served name */
 	uint64_t sval;              /* the stacked variable's value */
@@ -243,9 +283,13 @@ static int resolve_cat(vres *c, size_t k)
 				     "not bind", c->v->origin, k, x->name);
 			break;
 		}
-		if (x->if_missing) {
-			char other[ST_MAX_NAME + 1];
-			if (expand(x->if_missing, &b, other, sizeof other) == 0 && lookup(c, other) >= 0)
+		if (x->per_match) { /* "if" with tensor(): this match's */
+			int hit = match_cond(c, k, &b);
+			if (hit < 0) {
+				rc = -1;
+				break;
+			}
+			if (!hit)
 				continue;
 		}
 		if (c->used[i]) {
@@ -288,7 +332,7 @@ static int resolve_cat(vres *c, size_t k)
 			if (found < 0)
 				rc = -1;
 		}
-		if (rc == 0 && found == 0 && !x->optional)
+		if (rc == 0 && found == 0)
 			rc = tp_fail(c->e, TP_EINVAL, "%s: tensors[%zu] ('%s'): source tensor '%s' is missing (the entry matched "
 				     "'%s')", c->v->origin, k, ms[g].name, missing, ms[g].key);
 		if (rc == 0 && found == 1) {
@@ -320,6 +364,11 @@ static int resolve_const(vres *c, size_t k)
 	for (size_t i = 0; i < c->nall; i++) {
 		vbind b = {.n = 0};
 		if (!tmatch(x->per, c->all[i].name, &b))
+			continue;
+		int hit = x->per_match ? match_cond(c, k, &b) : 1;
+		if (hit < 0)
+			return -1;
+		if (!hit)
 			continue;
 		char name[ST_MAX_NAME + 1];
 		if (expand(x->name, &b, name, sizeof name) < 0)
@@ -463,9 +512,14 @@ int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_v
 		} else if (x->kind == TP_VE_CONST) {
 			rc = resolve_const(&c, k);
 		} else {
-			for (size_t i = 0; i < c.nall; i++) {
+			for (size_t i = 0; i < c.nall && rc == 0; i++) {
 				vbind b = {.n = 0};
-				if (tmatch(x->per, c.all[i].name, &b))
+				if (!tmatch(x->per, c.all[i].name, &b))
+					continue;
+				int hit = x->per_match ? match_cond(&c, k, &b) : 1;
+				if (hit < 0)
+					rc = -1;
+				else if (hit)
 					c.used[i] = 1;
 			}
 		}

@@ -9,7 +9,7 @@ builds, with torch and safetensors only, what vLLM's sharded_state loader must r
    block of columns, q heads split evenly, KV heads in replicated groups when fewer than T
    (QKVParallelLinear: shard tp_rank // (T / kv_heads)), the vocabulary padded with zero rows to a
    multiple of the view's pad_vocab and then divided (VocabParallelEmbedding), the rest whole;
-2. the view's entries (cat, stack, from, const, drop, when/unless, if_missing, dtype, reshape, shape (a const's), transpose,
+2. the view's entries (cat, stack, from, const, drop, if (tensor() per match), dtype, reshape, shape (a const's), transpose,
    other_ranks, keep_rest, rename, drop_layers; include with a fragment's params) are applied to those
    cuts, with the semantics written in views/vllm/README.md;
 3. the served tensors are written, grouped into parts by the source file of each tensor's first
@@ -448,13 +448,14 @@ class _Missing(Exception):
     pass
 
 
-def condition(expr, cfg, defaults, T):
-    """A view condition (`when`, `unless`, `refuse.if`: a plan expression) evaluated here by Python: the
+def condition(expr, cfg, defaults, T, tensor=None):
+    """A view condition (an entry's `if`, `refuse.if`: a plan expression) evaluated here by Python: the
     operators rewritten (&& || ! to and or not), every name looked up by config_value, T bound (P 1, EP and
-    EP_RR 0: the reference makes TP files only), has(k)
-    testing a key. A key neither config.json nor the view's defaults has, outside has(), raises: tpfs
-    refuses such a condition by name."""
+    EP_RR 0: the reference makes TP files only), has(k) testing a key, tensor('NAME') asking `tensor` (an
+    entry's match: whether the source holds NAME filled in; None: an error). A key neither config.json nor the
+    view's defaults has, outside has(), raises: tpfs refuses such a condition by name."""
     py = re.sub(r"has\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\)", r'_has("\1")', expr)
+    py = re.sub(r"\btensor\(", "_tensor(", py)
     py = py.replace("&&", " and ").replace("||", " or ")
     py = re.sub(r"!(?!=)", " not ", py)
     py = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", py))
@@ -467,6 +468,10 @@ def condition(expr, cfg, defaults, T):
                 return 1 if name == "P" else 0
             if name == "_has":
                 return lambda k: config_value(cfg, k, defaults=defaults) is not None
+            if name == "_tensor":
+                if tensor is None:
+                    raise ViewError("tensor() is only for a view entry's if: %r" % expr)
+                return tensor
             v = config_value(cfg, name, defaults=defaults)
             if v is None:
                 raise _Missing("condition %r reads %r, which neither config.json nor the view's defaults has"
@@ -475,13 +480,23 @@ def condition(expr, cfg, defaults, T):
     return bool(eval(py, {"__builtins__": {}}, Names()))
 
 
-def applies(entry, cfg, defaults=None, T=1):
-    """Whether a view entry applies under config.json cfg at T: its `when` true, its `unless` false."""
-    if "when" in entry and not condition(entry["when"], cfg, defaults, T):
-        return False
-    if "unless" in entry and condition(entry["unless"], cfg, defaults, T):
-        return False
-    return True
+GONE = {"when": 'write "if": EXPR', "unless": 'write "if": "!(EXPR)"', "if_missing": 'write "if": "!tensor(\'NAME\')"',
+        "optional": 'write "if": "tensor(\'PIECE\') && ...", naming the pieces a match may lack'}
+
+
+def applies(entry, cfg, defaults=None, T=1, names=None, b=None):
+    """Whether a view entry applies under config.json cfg at T: its `if` true. An `if` that reads tensor() is
+    decided for each match (b: its binding, names: the source's tensors); before the matches (b None) it
+    applies. The keywords `if` replaced are refused, naming it."""
+    for k, how in GONE.items():
+        if k in entry:
+            raise ViewError("%r is no longer a view keyword: %s" % (k, how))
+    if "if" not in entry:
+        return True
+    per_match = "tensor(" in entry["if"]
+    if per_match != (b is not None):
+        return True
+    return condition(entry["if"], cfg, defaults, T, tensor=(lambda t: fill(t, b) in names) if per_match else None)
 
 
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
@@ -507,7 +522,8 @@ def plan_view(view, cfg, names, T=1):
             continue
         if "drop" in entry:
             rx, _ = template(entry["drop"])
-            used |= {n for n in names if rx.fullmatch(n)}
+            used |= {n for n in names if rx.fullmatch(n) and
+                     applies(entry, cfg, view.get("defaults"), T, names, rx.fullmatch(n).groupdict())}
             continue
         pieces = entry.get("cat") or ([entry["from"]] if "from" in entry else None)
         first = pieces[0] if pieces else entry["per"]
@@ -525,8 +541,8 @@ def plan_view(view, cfg, names, T=1):
             seen.add(key)
             bindings.append(b)
         for b in bindings:
-            if "if_missing" in entry and fill(entry["if_missing"], b) in names:
-                continue  # the entry applies only where that source tensor is absent
+            if not applies(entry, cfg, view.get("defaults"), T, names, b):
+                continue  # a per-match "if" (tensor()) false for this match
             sname = fill(entry["name"], b)
             if "const" in entry:
                 served.append((sname, ("const", entry["const"]["dtype"], entry["const"]["value"],
@@ -542,8 +558,6 @@ def plan_view(view, cfg, names, T=1):
                 groups = [[fill(p, b) for p in pieces]]
             missing = [p for g in groups for p in g if p not in names]
             if missing:
-                if entry.get("optional"):
-                    continue
                 raise ViewError("%s: piece %s is missing" % (sname, missing[0]))
             twice = used & {p for g in groups for p in g}
             if twice:

@@ -1,5 +1,5 @@
 /* test_view.c: engine view files (view.c): parsing, template matching, cat / stack / const /
- * rename / drop / if_missing, the parts and their source tables, and every refusal, on small
+ * rename / drop / if, the parts and their source tables, and every refusal, on small
  * header-only checkpoints. The bytes of served files are test_map's (multi_source) and
  * tests/py/test_view.py's. */
 #include <setjmp.h>
@@ -13,6 +13,7 @@
 #include <cmocka.h>
 #include <cJSON.h>
 
+#include "expr.h"
 #include "view.h"
 
 /* A header of F32 tensors "name:rows" (each [rows, 4]) from a space-separated list. */
@@ -107,7 +108,7 @@ static void test_cat_const_rename(void **state)
 	tp_err e;
 	int rc = resolve(&f, "[{\"name\": \"L.{i}.qkv\", \"cat\": [\"L.{i}.q\", \"L.{i}.k\", \"L.{i}.v\"]},"
 			 " {\"name\": \"L.{i}.scale\", \"const\": {\"dtype\": \"F32\", \"value\": 1.0}, \"per\": \"L.{i}.o\"},"
-			 " {\"name\": \"head\", \"from\": \"embed\", \"if_missing\": \"head\"}]", NULL, &p, &e);
+			 " {\"name\": \"head\", \"from\": \"embed\", \"if\": \"!tensor('head')\"}]", NULL, &p, &e);
 	if (rc < 0)
 		fail_msg("%s", e.msg);
 	size_t part;
@@ -135,36 +136,108 @@ static void test_cat_const_rename(void **state)
 	fx_free(&f);
 }
 
-static void test_if_missing_present(void **state)
+/* "if" with tensor('NAME'): evaluated per match by tp_view_resolve (NAME filled in from the match):
+ * the head made from the embedding only where the source has none; a piece's presence required
+ * for a cat (the match skipped otherwise, where a missing piece is refused without "if"). */
+static void test_if_tensor(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "embed:16 head:16 L.0.q:8 L.0.k:4 L.1.q:8");
+	tp_vplan p;
+	tp_err e;
+	assert_int_equal(resolve(&f, "[{\"name\": \"head\", \"from\": \"embed\", \"if\": \"!tensor('head')\"}]", NULL, &p, &e), 0);
+	const tp_sdesc *d = find(&p, "head", NULL), *m = find(&p, "embed", NULL);
+	assert_non_null(d);
+	assert_non_null(m); /* untied: both keep their names */
+	assert_string_equal(f.h[0].t[d->pieces[0].tensor].name, "head");
+	tp_vplan_free(&p);
+	const char *qk = "[{\"name\": \"L.{i}.qk\", \"cat\": [\"L.{i}.q\", \"L.{i}.k\"]%s}]";
+	char t[512];
+	snprintf(t, sizeof t, qk, "");
+	assert_int_equal(resolve(&f, t, NULL, &p, &e), -1); /* L.1 has no k: refused */
+	assert_non_null(strstr(e.msg, "source tensor 'L.1.k' is missing"));
+	snprintf(t, sizeof t, qk, ", \"if\": \"tensor('L.{i}.k')\"");
+	if (resolve(&f, t, NULL, &p, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_non_null(find(&p, "L.0.qk", NULL));
+	assert_null(find(&p, "L.1.qk", NULL));
+	assert_non_null(find(&p, "L.1.q", NULL)); /* kept: the entry does not apply to this match */
+	tp_vplan_free(&p);
+	/* per match, with config.json: T from the caller's context; without one, T is a missing key */
+	snprintf(t, sizeof t, qk, ", \"if\": \"tensor('L.{i}.k') && T > 1\"");
+	tp_expr_ctx c = {0};
+	tp_expr_bind(&c, "T", 2);
+	char text[1024];
+	snprintf(text, sizeof text, "%s\"tensors\": %s}", VIEW_HEAD, t);
+	tp_view v;
+	assert_int_equal(tp_view_parse(text, strlen(text), "t.json", &v, &e), 0);
+	assert_true(v.e[0].per_match);
+	v.cond_ctx = &c;
+	if (tp_view_resolve(&v, f.src, f.n, &p, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_non_null(find(&p, "L.0.qk", NULL));
+	tp_vplan_free(&p);
+	v.cond_ctx = NULL;
+	assert_int_equal(tp_view_resolve(&v, f.src, f.n, &p, &e), -1);
+	if (!strstr(e.msg, "tensors[0] \"if\"") || !strstr(e.msg, "'T'"))
+		fail_msg("%s", e.msg);
+	tp_view_free(&v);
+	/* a name with a variable the first piece does not bind, and tensor() of a non-string */
+	snprintf(t, sizeof t, qk, ", \"if\": \"tensor('L.{j}.k')\"");
+	assert_int_equal(resolve(&f, t, NULL, &p, &e), -1);
+	assert_non_null(strstr(e.msg, "does not bind"));
+	snprintf(t, sizeof t, qk, ", \"if\": \"tensor(3)\"");
+	assert_int_equal(resolve(&f, t, NULL, &p, &e), -1);
+	assert_non_null(strstr(e.msg, "expects a 'tensor name'"));
+	fx_free(&f);
+}
+
+/* The condition keywords "if" replaced are refused, each naming its replacement, so that a view
+ * written in the old language is not read with another meaning. */
+static void test_old_keywords(void **state)
 {
 	(void)state;
 	fixture f = {0};
 	fx_add(&f, "embed:16 head:16");
 	tp_vplan p;
 	tp_err e;
-	assert_int_equal(resolve(&f, "[{\"name\": \"head\", \"from\": \"embed\", \"if_missing\": \"head\"}]", NULL, &p, &e), 0);
-	const tp_sdesc *d = find(&p, "head", NULL), *m = find(&p, "embed", NULL);
-	assert_non_null(d);
-	assert_non_null(m); /* untied: both keep their names */
-	tp_vplan_free(&p);
+	const char *old[] = {"\"when\": \"tie_word_embeddings\"", "\"unless\": \"tie_word_embeddings\"",
+			     "\"if_missing\": \"head\"", "\"optional\": true"};
+	const char *why[] = {"'when' is no longer a view keyword: write \"if\": EXPR",
+			     "'unless' is no longer a view keyword: write \"if\": \"!(EXPR)\"",
+			     "'if_missing' is no longer a view keyword: write \"if\": \"!tensor('NAME')\"",
+			     "'optional' is no longer a view keyword: write \"if\": \"tensor('PIECE') && ...\""};
+	for (int k = 0; k < 4; k++) {
+		char t[256];
+		snprintf(t, sizeof t, "[{\"name\": \"head\", \"from\": \"embed\", %s}]", old[k]);
+		assert_int_equal(resolve(&f, t, NULL, &p, &e), -2);
+		if (!strstr(e.msg, why[k]))
+			fail_msg("%d: %s", k, e.msg);
+	}
+	/* tensor() outside a view entry's "if" (a plan's or a refusal's condition): an error */
+	tp_expr_ctx c = {0};
+	assert_int_equal(tp_expr_cond(&c, "tensor('head')", &e), -1);
+	assert_non_null(strstr(e.msg, "only a view entry's \"if\" may use it"));
 	fx_free(&f);
 }
 
-/* "when": the caller sets off from config.json; an entry left off makes nothing. */
-static void test_when(void **state)
+/* "if" over config.json: the caller sets off; an entry left off makes nothing. */
+static void test_if(void **state)
 {
 	(void)state;
 	fixture f = {0};
 	fx_add(&f, "embed:16 head:16");
 	const char *text = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"t\", \"plans\": [\"llama\"], \"tensors\": ["
-			   "{\"name\": \"head\", \"from\": \"embed\", \"when\": \"tie_word_embeddings\"},"
-			   "{\"drop\": \"head\", \"when\": \"tie_word_embeddings\"}]}";
+			   "{\"name\": \"head\", \"from\": \"embed\", \"if\": \"tie_word_embeddings\"},"
+			   "{\"drop\": \"head\", \"if\": \"tie_word_embeddings\"}]}";
 	for (int tied = 0; tied < 2; tied++) {
 		tp_view v;
 		tp_vplan p;
 		tp_err e;
 		assert_int_equal(tp_view_parse(text, strlen(text), "t.json", &v, &e), 0);
-		assert_string_equal(v.e[0].when, "tie_word_embeddings");
+		assert_string_equal(v.e[0].cond, "tie_word_embeddings");
+		assert_false(v.e[0].per_match);
 		v.e[0].off = v.e[1].off = !tied;
 		if (tp_view_resolve(&v, f.src, f.n, &p, &e) < 0)
 			fail_msg("%s", e.msg);
@@ -287,7 +360,7 @@ static void test_extends(void **state)
 			lm = (int)k;
 	}
 	assert_true(gate_up >= 0 && !strcmp(v.e[gate_up].cat[0], "model.layers.{i}.mlp.up_proj.weight"));
-	assert_true(drop >= 0 && v.e[drop].when == NULL); /* the parent's conditional drop replaced */
+	assert_true(drop >= 0 && v.e[drop].cond == NULL); /* the parent's conditional drop replaced */
 	assert_int_equal(extra, (int)v.ne - 1);           /* appended */
 	assert_int_equal(lm, -1);                         /* removed */
 	for (size_t k = 0; k < base.ne; k++) /* replaced where it stood (the removed entry stood after it) */
@@ -816,8 +889,8 @@ static void test_refusals(void **state)
 	const char *cat = "[{\"name\": \"L.{i}.qkv\", \"cat\": [\"L.{i}.q\", \"L.{i}.k\", \"L.{i}.v\"]}]";
 	assert_int_equal(resolve(&f, cat, NULL, &p, &e), -1);
 	assert_non_null(strstr(e.msg, "source tensor 'L.0.v' is missing"));
-	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.qkv\", \"optional\": true, \"cat\": [\"L.{i}.q\", \"L.{i}.k\", \"L.{i}.v\"]}]",
-				 NULL, &p, &e), 0);
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.qkv\", \"if\": \"tensor('L.{i}.k') && tensor('L.{i}.v')\", "
+				 "\"cat\": [\"L.{i}.q\", \"L.{i}.k\", \"L.{i}.v\"]}]", NULL, &p, &e), 0);
 	assert_null(find(&p, "L.0.qkv", NULL));
 	assert_non_null(find(&p, "L.0.q", NULL)); /* skipped entries leave their tensors to keep_rest */
 	tp_vplan_free(&p);
@@ -843,19 +916,18 @@ static void test_refusals(void **state)
 				 &p, &e), -2);
 	assert_int_equal(resolve(&f, "[{\"name\": \"L.{x}.w\", \"stack\": \"x\", \"cat\": [\"L.{x}.q\"]}]", NULL, &p, &e), -2);
 	assert_non_null(strstr(e.msg, "not in the served name"));
-	/* conditions are plan expressions, parsed with the view: a syntax error, an empty one, "when" with
-	 * "unless" are refused; a variable name past 31 characters, five variables: refused (each would
+	/* conditions are plan expressions, parsed with the view: a syntax error and an empty one are
+	 * refused; a variable name past 31 characters, five variables: refused (each would
 	 * have left its entry silently off or never matching) */
-	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"when\": \"model_type == 'x'\"}]", NULL,
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"if\": \"model_type == 'x'\"}]", NULL,
 				 &p, &e), 0);
 	tp_vplan_free(&p);
-	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"unless\": \"tie word\"}]", NULL, &p, &e), -2);
-	assert_non_null(strstr(e.msg, "\"unless\": expression 'tie word': unexpected text at 'word'"));
-	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"when\": \"\"}]", NULL, &p, &e), -2);
-	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"when\": \"x\", \"unless\": \"y\"}]", NULL,
-				 &p, &e), -2);
-	assert_non_null(strstr(e.msg, "together"));
-	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"when\": \"!tie_2 && T > 1\"}]", NULL, &p, &e),
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"if\": \"!(tie word)\"}]", NULL, &p, &e), -2);
+	assert_non_null(strstr(e.msg, "\"if\": expression '!(tie word)'"));
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"if\": \"\"}]", NULL, &p, &e), -2);
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"if\": 3}]", NULL, &p, &e), -2);
+	assert_non_null(strstr(e.msg, "\"if\" is a plan expression"));
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"if\": \"!tie_2 && T > 1\"}]", NULL, &p, &e),
 			 0);
 	tp_vplan_free(&p);
 	assert_int_equal(resolve(&f, "[{\"name\": \"L.{abcdefghijabcdefghijabcdefghij12}.w\", "
@@ -957,7 +1029,7 @@ static void test_choose(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when), cmocka_unit_test(test_refuse_proven_parse), cmocka_unit_test(test_extends), cmocka_unit_test(test_extends_engine),
+		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_tensor), cmocka_unit_test(test_if), cmocka_unit_test(test_old_keywords), cmocka_unit_test(test_refuse_proven_parse), cmocka_unit_test(test_extends), cmocka_unit_test(test_extends_engine),
 		cmocka_unit_test(test_stack),            cmocka_unit_test(test_parts_and_sources),
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
 		cmocka_unit_test(test_shape),            cmocka_unit_test(test_const_shape), cmocka_unit_test(test_const_range),
