@@ -150,7 +150,7 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 	return 0;
 }
 
-/* Evaluates a condition of the view (an entry's "when" / "unless", a "refuse" entry's "if") in c
+/* Evaluates a condition of the view (an entry's "if" over config.json, a "refuse" entry's "if") in c
  * (config.json with the plan's prefixes, the view's defaults, T): 0 or 1, or -1 with e set, also
  * where it reads a key that neither config.json nor the view's "defaults" has outside has() and
  * first() (such a condition could never be what its writer meant). what names the entry. */
@@ -222,17 +222,16 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 	tp_expr_bind(&c, "EP", m->o->ep != 0);
 	tp_expr_bind(&c, "EP_RR", m->o->ep == 2);
 	int rc = 0;
-	for (size_t k = 0; rc == 0 && k < m->view->ne; k++) { /* "when": the entries this config.json leaves out */
+	for (size_t k = 0; rc == 0 && k < m->view->ne; k++) { /* "if": the entries this config.json leaves out */
 		tp_ventry *x = &m->view->e[k];
-		if (!x->when)
+		if (!x->cond || x->per_match) /* tensor(): tp_view_resolve evaluates it for each match */
 			continue;
 		char what[160];
-		snprintf(what, sizeof what, "tensors[%zu] (%s) \"%s\"", k, x->name ? x->name : x->per ? x->per : "",
-			 x->negate ? "unless" : "when");
-		int hit = view_cond(m, &c, x->when, what, e);
+		snprintf(what, sizeof what, "tensors[%zu] (%s) \"if\"", k, x->name ? x->name : x->per ? x->per : "");
+		int hit = view_cond(m, &c, x->cond, what, e);
 		if (hit < 0)
 			rc = -1;
-		x->off = x->negate ? hit == 1 : hit == 0;
+		x->off = hit == 0;
 	}
 	if (rc == 0 && m->view->drop_key) { /* "drop_layers": the first layer index left out, from config.json */
 		const cJSON *x = tp_config_get(&c, m->view->drop_key);
@@ -262,7 +261,9 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 		free(src);
 		return -1;
 	}
+	m->view->cond_ctx = &c; /* the per-match conditions' config.json */
 	rc = tp_view_resolve(m->view, src, ns, &m->vplan, e);
+	m->view->cond_ctx = NULL;
 	free(src);
 	if (rc < 0)
 		return -1;

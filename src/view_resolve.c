@@ -4,9 +4,12 @@
  * the layers drop_layers leaves out skipped, and every served name checked to be made once. */
 #include "view.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "expr.h"
 
 /* ---- templates ---- */
 
@@ -196,6 +199,44 @@ static int find_pieces(vres *c, const char *const *tm, uint32_t nt, const vbind 
 	return 1;
 }
 
+/* tensor('NAME') of a per-match condition: NAME filled in with the match's binding, then looked up
+ * among the source tensors (drop_layers' left out). */
+typedef struct mcond {
+	vres *c;
+	const vbind *b;
+} mcond;
+
+static int has_tensor(void *arg, const char *t)
+{
+	const mcond *m = arg;
+	char name[ST_MAX_NAME + 1];
+	if (expand(t, m->b, name, sizeof name) < 0)
+		return -1;
+	return lookup(m->c, name) >= 0;
+}
+
+/* Entry k's per-match "if" for binding b: 1 (it applies), 0 (not), -1 (e set: the expression
+ * fails, or reads a config key neither config.json nor the view's defaults has). */
+static int match_cond(vres *c, size_t k, const vbind *b)
+{
+	const tp_ventry *x = &c->v->e[k];
+	tp_expr_ctx ctx = {0};
+	if (c->v->cond_ctx)
+		ctx = *c->v->cond_ctx;
+	mcond m = {c, b};
+	ctx.tensor = has_tensor;
+	ctx.tensor_arg = &m;
+	tp_err pe;
+	tp_err_clear(&pe);
+	int hit = tp_expr_cond(&ctx, x->cond, &pe);
+	if (hit < 0)
+		return tp_fail(c->e, TP_EINVAL, "%s: tensors[%zu] \"if\": %s", c->v->origin, k, pe.msg);
+	if (ctx.missing[0])
+		return tp_fail(c->e, TP_EINVAL, "%s: tensors[%zu] \"if\": '%s' reads config key '%s', which config.json does "
+			       "not have and the view gives no default for", c->v->origin, k, x->cond, ctx.missing);
+	return hit;
+}
+
 typedef struct vmatch {
 	char name[ST_MAX_NAME + 1]; /* the served name */
 	uint64_t sval;              /* the stacked variable's value */
@@ -242,9 +283,13 @@ static int resolve_cat(vres *c, size_t k)
 				     "not bind", c->v->origin, k, x->name);
 			break;
 		}
-		if (x->if_missing) {
-			char other[ST_MAX_NAME + 1];
-			if (expand(x->if_missing, &b, other, sizeof other) == 0 && lookup(c, other) >= 0)
+		if (x->per_match) { /* "if" with tensor(): this match's */
+			int hit = match_cond(c, k, &b);
+			if (hit < 0) {
+				rc = -1;
+				break;
+			}
+			if (!hit)
 				continue;
 		}
 		if (c->used[i]) {
@@ -287,7 +332,7 @@ static int resolve_cat(vres *c, size_t k)
 			if (found < 0)
 				rc = -1;
 		}
-		if (rc == 0 && found == 0 && !x->optional)
+		if (rc == 0 && found == 0)
 			rc = tp_fail(c->e, TP_EINVAL, "%s: tensors[%zu] ('%s'): source tensor '%s' is missing (the entry matched "
 				     "'%s')", c->v->origin, k, ms[g].name, missing, ms[g].key);
 		if (rc == 0 && found == 1) {
@@ -319,6 +364,11 @@ static int resolve_const(vres *c, size_t k)
 	for (size_t i = 0; i < c->nall; i++) {
 		vbind b = {.n = 0};
 		if (!tmatch(x->per, c->all[i].name, &b))
+			continue;
+		int hit = x->per_match ? match_cond(c, k, &b) : 1;
+		if (hit < 0)
+			return -1;
+		if (!hit)
 			continue;
 		char name[ST_MAX_NAME + 1];
 		if (expand(x->name, &b, name, sizeof name) < 0)
@@ -392,6 +442,25 @@ static int localize(vres *c, tp_vpart *pt)
 	return 0;
 }
 
+/* Whether the view's rename pair r takes source tensor `name`: its prefix, then one of its names
+ * (templates) or, where it lists none, anything. */
+static int renames(const tp_view *v, uint32_t r, const char *name)
+{
+	size_t fl = strlen(v->ren_from[r]);
+	if (strncmp(name, v->ren_from[r], fl))
+		return 0;
+	if (!v->ren_names[r])
+		return 1;
+	const cJSON *x;
+	cJSON_ArrayForEach(x, v->ren_names[r])
+	{
+		vbind b = {.n = 0};
+		if (tmatch(x->valuestring, name + fl, &b))
+			return 1;
+	}
+	return 0;
+}
+
 /* Whether source tensor `name` lies in a layer the view's drop_layers leaves out. */
 static int dropped_layer(const tp_view *v, const char *name)
 {
@@ -443,9 +512,14 @@ int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_v
 		} else if (x->kind == TP_VE_CONST) {
 			rc = resolve_const(&c, k);
 		} else {
-			for (size_t i = 0; i < c.nall; i++) {
+			for (size_t i = 0; i < c.nall && rc == 0; i++) {
 				vbind b = {.n = 0};
-				if (tmatch(x->per, c.all[i].name, &b))
+				if (!tmatch(x->per, c.all[i].name, &b))
+					continue;
+				int hit = x->per_match ? match_cond(&c, k, &b) : 1;
+				if (hit < 0)
+					rc = -1;
+				else if (hit)
 					c.used[i] = 1;
 			}
 		}
@@ -453,16 +527,35 @@ int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_v
 	for (size_t i = 0; i < c.nall && rc == 0; i++) {
 		if (c.used[i])
 			continue;
-		if (!v->keep_rest) {
-			rc = tp_fail(e, TP_EPLAN, "%s: tensor '%s': view %s names no place for it (keep_rest is off)",
-				     src[c.all[i].f].path, c.all[i].name, v->origin);
+		const char *name = c.all[i].name;
+		uint32_t r = 0; /* "rename": the first pair that takes it */
+		while (r < v->nren && !renames(v, r, name))
+			r++;
+		if (r == v->nren && !v->keep_rest) {
+			rc = tp_fail(e, TP_EPLAN, "%s: tensor '%s': view %s names no place for it (keep_rest is off, and no "
+				     "\"rename\" takes it)", src[c.all[i].f].path, name, v->origin);
 			break;
+		}
+		if (r < v->nren) {
+			char nn[ST_MAX_NAME + 1];
+			size_t fl = strlen(v->ren_from[r]), tl = strlen(v->ren_to[r]);
+			if (tl + strlen(name + fl) >= sizeof nn) {
+				rc = tp_fail(e, TP_EINVAL, "%s: tensor '%s' renamed by \"rename\" is over %d characters",
+					     v->origin, name, ST_MAX_NAME);
+				break;
+			}
+			memcpy(nn, v->ren_to[r], tl);
+			memcpy(nn + tl, name + fl, strlen(name + fl) + 1);
+			if (!(name = keep_name(&c, nn))) {
+				rc = tp_fail(e, TP_ENOMEM, "out of memory");
+				break;
+			}
 		}
 		tp_pdesc *pd = malloc(sizeof *pd);
 		if ((rc = keep_block(&c, pd)) < 0)
 			break;
 		*pd = (tp_pdesc){c.all[i].f, c.all[i].t, src[c.all[i].f].specs[c.all[i].t]};
-		tp_sdesc d = {.name = c.all[i].name, .pieces = pd, .npieces = 1};
+		tp_sdesc d = {.name = name, .pieces = pd, .npieces = 1};
 		rc = add_desc(&c, c.all[i].f, &d);
 	}
 	/* served names are unique across parts too (a loader reads every part into one dict) */

@@ -9,8 +9,8 @@ builds, with torch and safetensors only, what vLLM's sharded_state loader must r
    block of columns, q heads split evenly, KV heads in replicated groups when fewer than T
    (QKVParallelLinear: shard tp_rank // (T / kv_heads)), the vocabulary padded with zero rows to a
    multiple of the view's pad_vocab and then divided (VocabParallelEmbedding), the rest whole;
-2. the view's entries (cat, stack, from, const, drop, when/unless, if_missing, dtype, shape, transpose,
-   other_ranks, keep_rest, drop_layers) are applied to those
+2. the view's entries (cat, stack, from, const, drop, if (tensor() per match), dtype, reshape, shape (a const's), transpose,
+   other_ranks, keep_rest, rename, drop_layers; include with a fragment's params) are applied to those
    cuts, with the semantics written in views/vllm/README.md;
 3. the served tensors are written, grouped into parts by the source file of each tensor's first
    piece (constants go with their `per` tensor), the parts numbered 0, 1, ... in source-file name
@@ -448,13 +448,14 @@ class _Missing(Exception):
     pass
 
 
-def condition(expr, cfg, defaults, T):
-    """A view condition (`when`, `unless`, `refuse.if`: a plan expression) evaluated here by Python: the
+def condition(expr, cfg, defaults, T, tensor=None):
+    """A view condition (an entry's `if`, `refuse.if`: a plan expression) evaluated here by Python: the
     operators rewritten (&& || ! to and or not), every name looked up by config_value, T bound (P 1, EP and
-    EP_RR 0: the reference makes TP files only), has(k)
-    testing a key. A key neither config.json nor the view's defaults has, outside has(), raises: tpfs
-    refuses such a condition by name."""
+    EP_RR 0: the reference makes TP files only), has(k) testing a key, tensor('NAME') asking `tensor` (an
+    entry's match: whether the source holds NAME filled in; None: an error). A key neither config.json nor the
+    view's defaults has, outside has(), raises: tpfs refuses such a condition by name."""
     py = re.sub(r"has\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\)", r'_has("\1")', expr)
+    py = re.sub(r"\btensor\(", "_tensor(", py)
     py = py.replace("&&", " and ").replace("||", " or ")
     py = re.sub(r"!(?!=)", " not ", py)
     py = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", py))
@@ -467,6 +468,10 @@ def condition(expr, cfg, defaults, T):
                 return 1 if name == "P" else 0
             if name == "_has":
                 return lambda k: config_value(cfg, k, defaults=defaults) is not None
+            if name == "_tensor":
+                if tensor is None:
+                    raise ViewError("tensor() is only for a view entry's if: %r" % expr)
+                return tensor
             v = config_value(cfg, name, defaults=defaults)
             if v is None:
                 raise _Missing("condition %r reads %r, which neither config.json nor the view's defaults has"
@@ -475,13 +480,23 @@ def condition(expr, cfg, defaults, T):
     return bool(eval(py, {"__builtins__": {}}, Names()))
 
 
-def applies(entry, cfg, defaults=None, T=1):
-    """Whether a view entry applies under config.json cfg at T: its `when` true, its `unless` false."""
-    if "when" in entry and not condition(entry["when"], cfg, defaults, T):
-        return False
-    if "unless" in entry and condition(entry["unless"], cfg, defaults, T):
-        return False
-    return True
+GONE = {"when": 'write "if": EXPR', "unless": 'write "if": "!(EXPR)"', "if_missing": 'write "if": "!tensor(\'NAME\')"',
+        "optional": 'write "if": "tensor(\'PIECE\') && ...", naming the pieces a match may lack'}
+
+
+def applies(entry, cfg, defaults=None, T=1, names=None, b=None):
+    """Whether a view entry applies under config.json cfg at T: its `if` true. An `if` that reads tensor() is
+    decided for each match (b: its binding, names: the source's tensors); before the matches (b None) it
+    applies. The keywords `if` replaced are refused, naming it."""
+    for k, how in GONE.items():
+        if k in entry:
+            raise ViewError("%r is no longer a view keyword: %s" % (k, how))
+    if "if" not in entry:
+        return True
+    per_match = "tensor(" in entry["if"]
+    if per_match != (b is not None):
+        return True
+    return condition(entry["if"], cfg, defaults, T, tensor=(lambda t: fill(t, b) in names) if per_match else None)
 
 
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
@@ -507,7 +522,8 @@ def plan_view(view, cfg, names, T=1):
             continue
         if "drop" in entry:
             rx, _ = template(entry["drop"])
-            used |= {n for n in names if rx.fullmatch(n)}
+            used |= {n for n in names if rx.fullmatch(n) and
+                     applies(entry, cfg, view.get("defaults"), T, names, rx.fullmatch(n).groupdict())}
             continue
         pieces = entry.get("cat") or ([entry["from"]] if "from" in entry else None)
         first = pieces[0] if pieces else entry["per"]
@@ -525,8 +541,8 @@ def plan_view(view, cfg, names, T=1):
             seen.add(key)
             bindings.append(b)
         for b in bindings:
-            if "if_missing" in entry and fill(entry["if_missing"], b) in names:
-                continue  # the entry applies only where that source tensor is absent
+            if not applies(entry, cfg, view.get("defaults"), T, names, b):
+                continue  # a per-match "if" (tensor()) false for this match
             sname = fill(entry["name"], b)
             if "const" in entry:
                 served.append((sname, ("const", entry["const"]["dtype"], entry["const"]["value"],
@@ -542,19 +558,28 @@ def plan_view(view, cfg, names, T=1):
                 groups = [[fill(p, b) for p in pieces]]
             missing = [p for g in groups for p in g if p not in names]
             if missing:
-                if entry.get("optional"):
-                    continue
                 raise ViewError("%s: piece %s is missing" % (sname, missing[0]))
             twice = used & {p for g in groups for p in g}
             if twice:
                 raise ViewError("%s: source tensor %s is used by two entries" % (sname, sorted(twice)[0]))
             used |= {p for g in groups for p in g}
             dt = entry.get("dtype")  # "F32": the pieces' values widened, as torch converts them
-            shape = entry.get("shape")  # the served shape (one -1, a 0 the tensor's own), as torch reshapes
+            if "shape" in entry:
+                raise ViewError("%s: \"shape\" on a cat / from entry is now \"reshape\"" % sname)
+            shape = entry.get("reshape")  # the served shape (one -1, a 0 the tensor's own), as torch reshapes
             tail = (entry.get("transpose", False), entry.get("other_ranks") == "zeros")
             served.append((sname, (("stack", groups, dt, shape) if stack else ("cat", groups[0], dt, shape)) + tail,
                            groups[0][0]))
     rest = [n for n in sorted(names) if n not in used]
+
+    def renamed(n):  # "rename": [{from, to, names}], the first pair that takes n; None: none does
+        for rn in view.get("rename", []):
+            a, b = rn["from"], rn["to"]
+            if n.startswith(a) and ("names" not in rn or any(template(t)[0].fullmatch(n[len(a):]) for t in rn["names"])):
+                return b + n[len(a):]
+        return None
+    served += [(renamed(n), ("cat", [n], None, None, False, False), n) for n in rest if renamed(n) is not None]
+    rest = [n for n in rest if renamed(n) is None]
     if view.get("keep_rest", True):
         served += [(n, ("cat", [n], None, None, False, False), n) for n in rest]
     elif rest:
@@ -643,14 +668,16 @@ def merge_over(base, over, path, what, fragment=False):
 
     def key(e):
         return ("name", e["name"]) if "name" in e else ("drop", e.get("drop"))
+    nbase = len(tensors)  # over's entries replace base's only, never each other
     for e in over.get("tensors", []):
         if "remove" in e:
-            hit = [x for x in tensors if x.get("name") == e["remove"]]
+            hit = [x for x in tensors[:nbase] if x.get("name") == e["remove"]]
             if len(e) != 1 or not hit:
                 raise ViewError("%s: remove %r: no entry of %s makes it" % (path, e["remove"], what))
             tensors.remove(hit[0])
+            nbase -= 1
             continue
-        at = [i for i, x in enumerate(tensors) if key(x) == key(e)]
+        at = [i for i, x in enumerate(tensors[:nbase]) if key(x) == key(e)]
         if at:
             tensors[at[0]] = e
         else:
@@ -668,6 +695,35 @@ def merge_over(base, over, path, what, fragment=False):
             base.pop(k, None)
         elif not fragment:
             base[k] = x
+
+
+def with_params(frag, given, path, name):
+    """The fragment with its parameters put in: "params" {NAME: default, or None: required}; every ${NAME} in
+    the strings of its tensors and refuse replaced by the include's "with" value, else the default. A value
+    for no parameter, a required one not given and a ${X} that names no parameter are errors."""
+    params = frag.get("params", {})
+    for k in given:
+        if k not in params:
+            raise ViewError("%s: include %r: %r is not one of its params" % (path, name, k))
+    vals = {}
+    for k, d in params.items():
+        if k not in given and d is None:
+            raise ViewError("%s: include %r: parameter %r is required" % (path, name, k))
+        vals[k] = given.get(k, d)
+
+    def put(x):
+        if isinstance(x, str):
+            def one(m):
+                if m.group(1) not in vals:
+                    raise ViewError("%s: fragment %r: ${%s} is not one of its params" % (path, name, m.group(1)))
+                return vals[m.group(1)]
+            return re.sub(r"\$\{([^}]*)\}", one, x)
+        if isinstance(x, list):
+            return [put(y) for y in x]
+        if isinstance(x, dict):
+            return {k: put(y) for k, y in x.items()}
+        return x
+    return {k: put(x) if k in ("tensors", "refuse") else x for k, x in frag.items() if k != "params"}
 
 
 def load_view(path):
@@ -695,13 +751,15 @@ def load_view(path):
         if out is None:
             raise ViewError("%s: extends %r, which no view beside it is" % (path, base))
     folder = os.path.dirname(path) or "."  # the view's own fragments
-    for name in inc:  # NAME: the view's engine's fragment; ENGINE/NAME: another engine's
+    for item in inc:  # NAME: the view's engine's fragment; ENGINE/NAME: another engine's; or {"fragment": NAME,
+        # "with": {PARAM: VALUE}}: a fragment that takes parameters
+        name, given = (item, {}) if isinstance(item, str) else (item["fragment"], item.get("with", {}))
         fdir = os.path.join(os.path.dirname(folder), name.split("/")[0]) if "/" in name else folder
         frag = os.path.join(fdir, "fragments", name.split("/")[-1] + ".json")
         if not os.path.isfile(frag):
             raise ViewError("%s: includes %r, which no fragment in fragments/ is" % (path, name))
         with open(frag) as fh:
-            merge_over(out, json.load(fh), path, name, fragment=True)
+            merge_over(out, with_params(json.load(fh), given, path, name), path, name, fragment=True)
     merge_over(out, view, path, base or "(included)")
     return out
 
