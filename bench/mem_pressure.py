@@ -16,9 +16,9 @@ tpfs lowers its own oom_score_adj at mount where it may (fs_session.c: it needs 
 this machine's root lacks, as a container's root by default). `--hog N` runs N processes that each take
 --hog-size of anonymous memory and then grow by half of it and shrink again (an engine's own processes and
 their growth), so that OOM kills do happen; the killed are restarted. With hogs larger than the daemon the
-kernel takes hogs; with hogs smaller than it (ten of --hog-size 6M: about 20 MiB each with their Python,
-the daemon 25-35 MiB while serving) only the lowered score keeps the daemon alive: without it the kernel
-killed the daemon within seconds here (see docs/PERFORMANCE.md).
+kernel takes hogs; with hogs smaller than it (--hog 10 --hog-size 6M --hog-from-nothing: each grows from
+its Python's 14 MiB to 20 MiB, the daemon is 20-35 MiB while it serves) only the lowered score keeps the
+daemon alive: without it the kernel killed the daemon within seconds here (docs/PERFORMANCE.md).
 
 What runs, for --seconds (default 300):
 - a Llama-like checkpoint of about --size bytes (F32, random, several files) written to --work (a disk
@@ -53,7 +53,8 @@ v2 was written to the kernel's documented interface but not run: this machine's 
 bound to v1. Needs root.
 
 python bench/mem_pressure.py [--seconds N] [--size SIZE] [--limit SIZE] [--tp T] [--readers N]
-    [--push SIZE|auto|off] [--hog N] [--hog-size SIZE] [--work DIR] [--keep] [--json FILE] [--seed S]
+    [--push SIZE|auto|off] [--hog N] [--hog-size SIZE] [--hog-from-nothing] [--work DIR] [--keep]
+    [--json FILE] [--seed S]
 """
 import argparse
 import errno
@@ -166,12 +167,15 @@ def reader(spec):
 def hog(spec):
     """One hog process, an engine's process in small: takes spec['size'] of anonymous memory at once (every
     byte written) and holds it; then, again and again until spec['until'], grows by half that in 1 MiB steps,
-    holds it a random while and gives the growth back. Its growth is what pushes the cgroup past its limit."""
+    holds it a random while and gives the growth back. Its growth is what pushes the cgroup past its limit.
+    With spec['from_nothing'] it takes nothing at first and grows to spec['size'] each time: many such
+    hogs are small processes at any moment (the case where the daemon is the largest)."""
     rnd = random.Random(spec["seed"])
-    base = [bytearray(os.urandom(16)) * (MiB // 16) for _ in range(spec["size"] // MiB)]
+    grows = spec["size"] if spec.get("from_nothing") else spec["size"] // 2  # --hog-from-nothing: no base
+    base = [] if spec.get("from_nothing") else [bytearray(os.urandom(16)) * (MiB // 16) for _ in range(spec["size"] // MiB)]
     while time.time() < spec["until"]:
         grow = []
-        while len(grow) * MiB < spec["size"] // 2 and time.time() < spec["until"]:
+        while len(grow) * MiB < grows and time.time() < spec["until"]:
             grow.append(bytearray(os.urandom(16)) * (MiB // 16))
             time.sleep(0.01)
         time.sleep(rnd.uniform(0.2, 1.5))
@@ -532,7 +536,8 @@ def run(a):
         del full
         served = sum(f[2] for f in files)
         result.update(src_bytes=src_bytes, served_bytes=served, files=len(files), tp=a.tp, push=a.push,
-                      readers=a.readers, hogs=a.hog, hog_size=parse_size(a.hog_size), seconds=a.seconds)
+                      readers=a.readers, hogs=a.hog, hog_size=parse_size(a.hog_size), seconds=a.seconds,
+                      hog_from_nothing=a.hog_from_nothing)
         print("reference: %d served files, %.0f MiB (cgroup limit %.0f MiB: %.1fx smaller)"
               % (len(files), served / MiB, limit / MiB, served / limit))
         if served <= limit:
@@ -569,7 +574,8 @@ def run(a):
             ch.start()
             children.append(ch)
         for i in range(a.hog):
-            ch = Child("hog", cg, {"seed": a.seed * 1000 + 500 + i, "size": parse_size(a.hog_size), "until": until}, log)
+            ch = Child("hog", cg, {"seed": a.seed * 1000 + 500 + i, "size": parse_size(a.hog_size), "until": until,
+                                   "from_nothing": a.hog_from_nothing}, log)
             ch.start()
             children.append(ch)
 
@@ -689,9 +695,9 @@ def run(a):
 def show(r):
     g = lambda n: "%.1f MiB" % (n / MiB) if n is not None else "?"  # noqa: E731
     c = r["cgroup_counters"]
-    print("---- memory pressure: %d s, %s, limit %s, serving %s of %s source (T=%d), push %s, %d readers, %d hogs of %s"
+    print("---- memory pressure: %d s, %s, limit %s, serving %s of %s source (T=%d), push %s, %d readers, %d hogs of %s%s"
           % (r["seconds"], r["cgroup"], g(r["limit"]), g(r["served_bytes"]), g(r["src_bytes"]), r["tp"], r["push"],
-             r["readers"], r["hogs"], g(r["hog_size"])))
+             r["readers"], r["hogs"], g(r["hog_size"]), " (from nothing)" if r["hog_from_nothing"] else ""))
     print("reads %d in %d operations (%s), bytes compared %s, byte mismatches %d (in %d reads), errors %s"
           % (r["reads"], sum(r["ops"].values()), ", ".join("%s %d" % kv for kv in sorted(r["ops"].items())), g(r["bytes"]),
              r["mismatched_bytes"], r["mismatched_reads"], r["errors"] or "none"))
@@ -707,7 +713,8 @@ def show(r):
           % (g(r["daemon_peak_rss"]), g(r["daemon_rss_sampled_max"]), g(r["daemon_anon_sampled_max"]),
              g(r["daemon_file_sampled_max"]), r["oom_score_adj"],
              "survived (exit %s at unmount)" % r["daemon_exit"] if r["daemon_alive"] and r["daemon_exit"] == 0
-             else "DID NOT SURVIVE (exit %s, gone at %s s)" % (r["daemon_exit"], r["daemon_died_at"])))
+             else "DID NOT SURVIVE (exit %s, gone %s)" % (r["daemon_exit"], "%.1f s into the run" % r["daemon_died_at"]
+                                                           if r["daemon_died_at"] is not None else "as the run ended")))
     print("daemon: served %s through requests, pushed %s; unexpected stderr: %s"
           % (g(r["stats_served"]), "%s of a budget of %s" % (g(r["pushed"]), g(r["push_budget"]))
              if r["pushed"] is not None else "off", r["daemon_unexpected_stderr"] or "none"))
@@ -730,7 +737,9 @@ def main():
     ap.add_argument("--readers", type=int, default=4)
     ap.add_argument("--push", default="off", help="the mount's --push (SIZE, auto or off; default off)")
     ap.add_argument("--hog", type=int, default=0, help="processes that allocate and hold anonymous memory")
-    ap.add_argument("--hog-size", default="16M", help="what each hog holds at most (default 16M)")
+    ap.add_argument("--hog-size", default="16M", help="what each hog holds at first (default 16M); it then grows by half")
+    ap.add_argument("--hog-from-nothing", action="store_true",
+                    help="hogs hold nothing at first and grow to --hog-size each time (many small processes)")
     ap.add_argument("--work", help="folder for the checkpoint and the reference (default build/mem-pressure)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--json", help="write the result here as JSON")

@@ -73,7 +73,7 @@ def common(name, r):
             "%s: no reader died of anything but the OOM killer (a bus error is a failed mmap read): %s"
             % (name, r["deaths"]))
     F.check(r["daemon_alive"] and r["daemon_exit"] == 0,
-            "%s: the daemon survived (alive at the end: %s, exit at unmount: %s, gone %s s into the run)"
+            "%s: the daemon survived (alive at the end: %s, exit at unmount: %s, gone at %s s into the run)"
             % (name, r["daemon_alive"], r["daemon_exit"], r["daemon_died_at"]))
     F.check(not r["daemon_oom_killed"], "%s: the kernel log names no OOM kill of the daemon: %s"
             % (name, r["oom_victims"]))
