@@ -495,7 +495,7 @@ static int64_t storage_read(void)
  * source byte counts), 128 bytes a rank, and the failed files' lines. */
 static size_t stats_size(const tp_fs *fs)
 {
-	return 1024 + 96 /* the push line */ + 32 + sizeof fs->oom_note + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
+	return 1024 + 96 /* the push line */ + 32 + sizeof fs->oom_note /* the oom_score_adj line */ + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
 	       (size_t)(fs->o->serve ? fs->o->nserve : fs->T) * 128 + failures_text_max();
 }
 
