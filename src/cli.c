@@ -84,8 +84,9 @@ static int under(const char *inner, const char *outer)
 
 /* ---- mount ---- */
 
-/* --push: "off" (0), "auto" (-1: the daemon takes a quarter of MemAvailable) or a size: digits and
- * an optional binary suffix K, M, G or T. 0, or -1 for anything else (a size of 2^62 or more). */
+/* --push: "off" (0), "auto" (-1: the daemon takes a quarter of MemAvailable, or of its memory cgroup's
+ * limit where lower) or a size: digits and an optional binary suffix K, M, G or T. 0, or -1 for
+ * anything else (a size of 2^62 or more). */
 static int parse_push(const char *s, long long *out)
 {
 	if (!strcmp(s, "off") || !strcmp(s, "auto")) {

@@ -101,6 +101,7 @@ typedef struct tp_fs {
 		TP_BACKEND_CUDA_PAST, /* CUDA for gathers past --cuda-min-runs and --cuda-min-bytes */
 	} backend;
 	char gather_note[256];
+	char oom_note[256];    /* the daemon's oom_score_adj and whether it was lowered (fs_session.c) */
 	/* --view: the engine's part files at the top (fs_names.c), read by read_file (fs_read.c) */
 	size_t vnp;            /* parts per rank; 0: the hf view (rank folders) */
 	fuse_ino_t vpart_ino;  /* rank 0's part 0; rank r's part p is vpart_ino + r * vnp + p */
@@ -219,9 +220,14 @@ void push_stored(tp_fs *fs, fuse_ino_t ino);
 void start_push(tp_fs *fs);
 /* Tells the push thread to end and joins it, once the loop has ended. Nothing when none runs. */
 void stop_push(tp_fs *fs);
-/* The budget --push asks for: o->push bytes, or with o->push < 0 a quarter of MemAvailable,
- * never more than MemAvailable (0 where it cannot be read and no size was given). */
+/* The budget --push asks for: o->push bytes, or with o->push < 0 a quarter of MemAvailable, never
+ * more than MemAvailable; where this process's memory cgroup (or one above it) has a lower limit,
+ * that limit stands for MemAvailable (0 where neither can be read and no size was given). */
 uint64_t push_budget_of(const tp_fs_opts *o);
+/* The lowest memory limit (bytes) set on this process's memory cgroup or one above it, up to the
+ * hierarchy's root as mounted here (v1: memory.limit_in_bytes under /sys/fs/cgroup/memory; v2:
+ * memory.max under /sys/fs/cgroup), or 0 where none is set or none can be read. */
+uint64_t cgroup_memory_limit(void);
 
 /* ---- fs_watch.c ---- */
 /* Starts a thread with every signal blocked (SIGTERM and SIGINT reach the loop's thread). */

@@ -1,6 +1,6 @@
 /* fs_session.c: a mount's life: tp_fs_main and what it needs once (the background fork and
  * its report to the waiting parent, the FUSE session and mount, the readahead window, the ready
- * helper, the gather backend, the threads of fs_watch.c and fs_push.c).
+ * helper, the daemon's OOM score, the gather backend, the threads of fs_watch.c and fs_push.c).
  *
  * tp_fs_main acquires in order (the note page, per-node state, the background fork, the FUSE
  * session, signal handlers, the mount, the invalidation thread, the ready helper, the gather
@@ -168,6 +168,60 @@ static int wait_child(int fd, tp_err *e)
 	if (helper_msg[0])
 		return tp_fail(e, TP_EIO, "%s", helper_msg);
 	return tp_fail(e, TP_EIO, "the daemon did not report a ready mount%s", waited_out ? " within 120 s" : "");
+}
+
+/* The kernel's OOM killer, under a memory limit (issue 50): when the anonymous memory of a cgroup (a
+ * container holding an engine and this daemon) passes its limit, the kernel kills the process of the
+ * cgroup with the highest score: its resident and swapped pages, plus oom_score_adj thousandths of the
+ * memory the cgroup (or machine) allows. The daemon's death fails every reader of the mount at once
+ * (ENOTCONN, a bus error in an mmap loader) and frees little: its own memory is bounded (the plan,
+ * fixed at mount; per worker thread a scratch buffer of about 1 MiB and libfuse's receive buffer),
+ * and what it caches is clean page cache the kernel reclaims without killing anyone. So it lowers its
+ * score to OOM_ADJ, -999: never chosen while another process of the cgroup holds more than a
+ * thousandth of the limit, yet still killable when it alone fills the limit, so that a fault of its
+ * own cannot wedge the cgroup (-1000 would exempt it entirely, as sshd is). A value already lower
+ * (set by whoever started tpfs) is kept. Lowering needs CAP_SYS_RESOURCE: a mount without it (a
+ * user's, or root's in a container that was not given the capability, as Docker's default set)
+ * keeps its score, with an info line in the log saying so: the daemon is then chosen only where it
+ * is the largest process of the cgroup (its peak RSS: about 1 MiB a busy worker thread, the plan,
+ * its libraries; 35 MiB at most in bench/mem_pressure.py), never beside an engine's processes.
+ * Handing the scratch pages back after each reply (MADV_FREE) would make it smaller still, but
+ * costs about 40 us per MiB replied here, as much as the copy itself, and busy threads keep
+ * theirs: not done. fs->oom_note says which, for the stats file. */
+#define OOM_ADJ -999
+
+static void lower_oom_score(tp_fs *fs)
+{
+	int now = 0;
+	FILE *f = fopen("/proc/self/oom_score_adj", "r");
+	int known = f && fscanf(f, "%d", &now) == 1;
+	if (f)
+		fclose(f);
+	if (known && now <= OOM_ADJ) {
+		tp_fmt(fs->oom_note, sizeof fs->oom_note, "%d (kept: already at most %d)", now, OOM_ADJ);
+		return;
+	}
+	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	char v[16];
+	int n = snprintf(v, sizeof v, "%d", OOM_ADJ);
+	if (fd >= 0 && write(fd, v, (size_t)n) == n) {
+		close(fd);
+		tp_fmt(fs->oom_note, sizeof fs->oom_note, "%d (lowered at mount: the OOM killer picks another process "
+		       "of the cgroup first)", OOM_ADJ);
+		return;
+	}
+	int err = errno;
+	if (fd >= 0)
+		close(fd);
+	char was[16] = "unknown";
+	if (known)
+		snprintf(was, sizeof was, "%d", now);
+	const char *why = err == EACCES || err == EPERM ? "lowering it needs CAP_SYS_RESOURCE"
+							: "/proc/self/oom_score_adj cannot be written";
+	tp_fmt(fs->oom_note, sizeof fs->oom_note, "%s (not lowered to %d: %s: %s)", was, OOM_ADJ, why, strerror(err));
+	tp_log(1, "oom_score_adj left at %s, not lowered to %d (%s: %s): under a memory limit the kernel's OOM killer "
+	       "may choose this daemon, which fails every reader of %s, where it is the largest process", was, OOM_ADJ,
+	       why, strerror(err), fs->o->mnt);
 }
 
 /* Opens the gather backend o->gather asks for, in the daemon (after it forked). */
@@ -360,6 +414,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	}
 	if (daemon_fd >= 0) /* the helper reports readiness to the parent; the daemon's output goes to the log */
 		detach_stdio(o->log_path);
+	lower_oom_score(&fs);
 	if (open_backend(&fs, e) < 0)
 		goto out_helper;
 	advise_sources(&fs);
