@@ -121,6 +121,24 @@ FAMILIES = {
     "vaultgemma": lambda: tf.VaultGemmaConfig(num_key_value_heads=1, intermediate_size=256, pad_token_id=0,
                                               bos_token_id=2, eos_token_id=1, query_pre_attn_scalar=64,
                                               sliding_window=16, **COMMON),
+    # Nemotron (vLLM's models/nemotron.py): llama's names, up_proj alone (ReLU^2), LayerNorm1P with biases, partial
+    # rotary
+    "nemotron": lambda: tf.NemotronConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                          pad_token_id=0, bos_token_id=1, eos_token_id=2, norm_eps=1e-5,
+                                          **{k: v for k, v in COMMON.items() if k != "rms_norm_eps"}),
+    # OLMo 2 / 3 (vLLM's Transformers backend): q_norm [H * hd] and k_norm [KV * hd] over all heads, kept whole by
+    # vLLM (q, k, v colwise_gather_output in the model's base_model_tp_plan); OLMo 3 with sliding and full layers
+    "olmo2": lambda: tf.Olmo2Config(num_key_value_heads=2, intermediate_size=256, tie_word_embeddings=False,
+                                    pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                    **{k: v for k, v in COMMON.items() if k != "head_dim"}),
+    "olmo3": lambda: tf.Olmo3Config(num_key_value_heads=2, intermediate_size=256, tie_word_embeddings=False,
+                                    sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                    pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                    **{k: v for k, v in COMMON.items() if k != "head_dim"}),
+    # GLM (vLLM's Transformers backend): the checkpoint's fused gate_up_proj (colwise_gather_output: one column block),
+    # q/k/v biases, partial rotary
+    "glm": lambda: tf.GlmConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
     # Ministral 3: vLLM's registry maps Ministral3ForCausalLM to MistralForCausalLM (models/llama.py): llama's names
     "ministral3": lambda: tf.Ministral3Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
                                               pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
@@ -155,6 +173,19 @@ FAMILIES = {
                                               num_experts_per_tok=2, embedding_multiplier=2.0, residual_multiplier=0.5,
                                               attention_multiplier=0.1, logits_scaling=4.0, tie_word_embeddings=True,
                                               pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    # Granite MoE with shared experts (vLLM: models/granitemoeshared.py): granitemoe's fused experts plus the shared MLP's
+    # fused input_linear [2S, D] (MergedColumnParallelLinear, loaded whole: [gate_r | up_r]) and output_linear; and its
+    # SWA form (GraniteMoeSWAForCausalLM -> the same class): a sliding and a full layer, one sink per head
+    "granitemoeshared": lambda: tf.GraniteMoeSharedConfig(
+        num_key_value_heads=1, intermediate_size=64, shared_intermediate_size=128, num_local_experts=4,
+        num_experts_per_tok=2, embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.1,
+        logits_scaling=4.0, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    "granitemoe_swa": lambda: tf.GraniteMoeSWAConfig(
+        num_key_value_heads=1, intermediate_size=64, shared_intermediate_size=128, num_local_experts=4,
+        num_experts_per_tok=2, embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.1,
+        logits_scaling=4.0, tie_word_embeddings=True, sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"], layer_rope_theta=[10000.0, 10000.0],
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
     # DeepSeek-V2-Lite: no q-LoRA (q_proj), topk_method greedy (no correction bias)
     "deepseek_v2": lambda: tf.DeepseekV2Config(**dict(_MLA, q_lora_rank=None, topk_method="greedy")),
     # DeepSeek-V2: q-LoRA, topk_method group_limited_greedy over expert groups (no correction bias)

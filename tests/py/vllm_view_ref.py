@@ -184,9 +184,15 @@ CUTS = {
     # by FusedMoE per expert: [E, 2I, D] chunked in two on dim -2, each half's rows cut (w13: [gate_r | up_r]),
     # [E, D, I] input columns cut (w2); GateLinear router replicated
     "granitemoe": EMBED + ATTN + [
-        (L + r"block_sparse_moe\.input_linear\.weight", "experts_halves"),
-        (L + r"block_sparse_moe\.output_linear\.weight", "experts_row"),
-        (L + r"block_sparse_moe\.router\.layer\.weight", "whole"),
+        (L + r"block_sparse_moe\.(input_linear\.weight|experts\.gate_up_proj)", "experts_halves"),
+        (L + r"block_sparse_moe\.(output_linear\.weight|experts\.down_proj)", "experts_row"),
+        (L + r"block_sparse_moe\.router\.(layer\.)?weight", "whole"),
+        # models/granitemoeshared.py (granitemoeshared, granitemoe_swa): the shared MLP's fused input_linear a
+        # MergedColumnParallelLinear loaded whole (loaded_shard_id None: each half's rows cut), output_linear
+        # RowParallelLinear; granitemoe_swa's sinks one per head (sharded_weight_loader(0))
+        (L + r"shared_mlp\.input_linear\.weight", "halves"),
+        (L + r"shared_mlp\.output_linear\.weight", "row"),
+        (L + r"self_attn\.sinks", "column"),
     ] + NORMS,
     "deepseek_v32": EMBED + MLA + [
         (L + r"self_attn\.indexer\.wq_b\.weight", "whole"),  # ReplicatedLinear
@@ -304,6 +310,9 @@ CUTS = {
         (L + r"self_attn\.(query|key)_layernorm\.weight", "whole"),  # hunyuan_v1_dense
         (L + r"mlp\.(gate|up)_proj\.bias", "column"),  # jais2's MLP biases
         (L + r"mlp\.down_proj\.bias", "whole"),
+        # glm: the checkpoint's fused gate_up_proj is one ColumnParallelLinear ("colwise_gather_output" in GlmConfig's
+        # base_model_tp_plan): a contiguous block of rows, not [gate_r | up_r]
+        (L + r"mlp\.gate_up_proj\.weight", "column"),
     ],
     # models/gpt_oss.py (GptOssModel.load_weights, _load_weights_other for BF16 experts, _load_weights_mxfp4): q / k /
     # v heads cut evenly (OAIAttention: num_key_value_heads // T, no replication), sinks narrowed by heads, o_proj
@@ -349,7 +358,9 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
           "lfm2_moe": "lfm2", "olmo_hybrid": "olmo_hybrid", "gpt_oss": "gpt_oss", "hy_v4": "hy_v4", "gptj": "gptj",
           **{mt: "transformers" for mt in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm", "hunyuan_v1_dense",
-                                           "jais2", "olmo", "vaultgemma")}}
+                                           "jais2", "olmo", "vaultgemma", "olmo2", "olmo3", "glm")},
+          # Nemotron (models/nemotron.py): llama's attention, up_proj alone, LayerNorm1P weights and biases whole
+          "nemotron": "transformers", "granitemoeshared": "granitemoe", "granitemoe_swa": "granitemoe"}
 
 
 def cut(family, cfg, name, x, T, r, pad):
