@@ -139,6 +139,18 @@ FAMILIES = {
     # q/k/v biases, partial rotary
     "glm": lambda: tf.GlmConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
                                 pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    # Phi (vLLM's Transformers backend): q/k/v with biases, self_attn.dense, mlp.fc1 / fc2 with biases, LayerNorms,
+    # lm_head with a bias, partial rotary
+    "phi": lambda: tf.PhiConfig(num_key_value_heads=2, intermediate_size=256, tie_word_embeddings=False,
+                                pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                **{k: v for k, v in COMMON.items() if k != "rms_norm_eps"}),
+    # Gemma 4 (dense text model, vLLM's models/gemma4.py): a sliding and a full layer (the full layer's heads
+    # global_head_dim wide), per-layer embeddings, tied
+    "gemma4_text": lambda: tf.Gemma4TextConfig(num_key_value_heads=1, intermediate_size=256, global_head_dim=128,
+                                               sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                               vocab_size_per_layer_input=1000, hidden_size_per_layer_input=16,
+                                               tie_word_embeddings=True, pad_token_id=0, bos_token_id=2,
+                                               eos_token_id=1, **COMMON),
     # Ministral 3: vLLM's registry maps Ministral3ForCausalLM to MistralForCausalLM (models/llama.py): llama's names
     "ministral3": lambda: tf.Ministral3Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
                                               pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
@@ -186,6 +198,15 @@ FAMILIES = {
         logits_scaling=4.0, tie_word_embeddings=True, sliding_window=16,
         layer_types=["sliding_attention", "full_attention"], layer_rope_theta=[10000.0, 10000.0],
         pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    # FlexOlmo (vLLM's Transformers MoE backend): OLMo 2's q_norm / k_norm over all heads, routed experts, no shared
+    # one; HunYuan MoE (the same backend): q/k norms (query_layernorm, key_layernorm), routed and shared experts
+    "flex_olmo": lambda: tf.FlexOlmoConfig(num_key_value_heads=2, intermediate_size=64, num_experts=4,
+                                           num_experts_per_tok=2, tie_word_embeddings=False, pad_token_id=0,
+                                           bos_token_id=1, eos_token_id=2,
+                                           **{k: v for k, v in COMMON.items() if k != "head_dim"}),
+    "hunyuan_v1_moe": lambda: tf.HunYuanMoEV1Config(num_key_value_heads=1, intermediate_size=64, num_experts=4,
+                                                    moe_topk=2, tie_word_embeddings=False, pad_token_id=0,
+                                                    bos_token_id=1, eos_token_id=2, **COMMON),
     # DeepSeek-V2-Lite: no q-LoRA (q_proj), topk_method greedy (no correction bias)
     "deepseek_v2": lambda: tf.DeepseekV2Config(**dict(_MLA, q_lora_rank=None, topk_method="greedy")),
     # DeepSeek-V2: q-LoRA, topk_method group_limited_greedy over expert groups (no correction bias)

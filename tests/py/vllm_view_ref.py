@@ -335,6 +335,35 @@ CUTS = {
         (L + r"mlp\.experts\.down_proj_(blocks|scales)", "axis2"),
         (L + r"mlp\.experts\.down_proj_bias", "rank0"),
     ],
+    # Gemma 4 (models/gemma4.py): llama's cuts (q heads of either width, KV heads replicated), the per-layer
+    # embeddings a VocabParallelEmbedding (padded, cut by rows), their projection a ColumnParallelLinear, the
+    # per-layer gate and projection ReplicatedLinear, the norms and layer_scalar whole
+    "gemma4": EMBED + ATTN + DENSE + NORMS + [
+        (r"model\.embed_tokens_per_layer\.weight", "vocab"),
+        (r"model\.per_layer_model_projection\.weight", "column"),
+        (r"model\.per_layer_projection_norm\.weight", "whole"),
+        (L + r"(per_layer_input_gate|per_layer_projection|post_per_layer_input_norm)\.weight", "whole"),
+        (L + r"layer_scalar", "whole"),
+    ],
+    # Phi through vLLM's Transformers backend: q, k, v (weights and biases) as QKVParallelLinear, dense and fc2
+    # RowParallelLinear (their biases whole), fc1 ColumnParallelLinear with its bias, LayerNorms whole, lm_head's
+    # bias with its rows
+    "phi": EMBED + ATTN + [
+        (r"lm_head\.bias", "vocab"),
+        (L + r"self_attn\.dense\.weight", "row"),
+        (L + r"self_attn\.dense\.bias", "whole"),
+        (L + r"mlp\.fc1\.(weight|bias)", "column"),
+        (L + r"mlp\.fc2\.weight", "row"),
+        (L + r"mlp\.fc2\.bias", "whole"),
+        (L + r"input_layernorm\.(weight|bias)", "whole"),
+        (r"model\.final_layernorm\.(weight|bias)", "whole"),
+    ],
+    # HunYuan MoE through vLLM's Transformers MoE backend: llama's attention with query_layernorm / key_layernorm
+    # (RMSNorm(head_dim)) whole, FusedMoE experts, the router (gate.wg) replicated, the shared MLP column / row
+    "hunyuan_moe": EMBED + ATTN + experts(r"experts\.\d+|shared_mlp") + [
+        (L + r"mlp\.gate\.wg\.weight", "whole"),
+        (L + r"self_attn\.(query|key)_layernorm\.weight", "whole"),
+    ] + NORMS,
     "phi3": EMBED + [  # models/phi3.py (llama.py): fused checkpoint tensors loaded with loaded_shard_id None
         (L + r"self_attn\.qkv_proj\.weight", "qkv_fused"),
         (L + r"self_attn\.o_proj\.weight", "row"),
@@ -360,7 +389,8 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           **{mt: "transformers" for mt in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm", "hunyuan_v1_dense",
                                            "jais2", "olmo", "vaultgemma", "olmo2", "olmo3", "glm")},
           # Nemotron (models/nemotron.py): llama's attention, up_proj alone, LayerNorm1P weights and biases whole
-          "nemotron": "transformers", "granitemoeshared": "granitemoe", "granitemoe_swa": "granitemoe"}
+          "nemotron": "transformers", "gemma4_text": "gemma4", "phi": "phi", "flex_olmo": "moe",
+          "hunyuan_v1_moe": "hunyuan_moe", "granitemoeshared": "granitemoe", "granitemoe_swa": "granitemoe"}
 
 
 def cut(family, cfg, name, x, T, r, pad):
