@@ -68,6 +68,9 @@ FAMILIES = {
     "nemotron": ("llama", None, {}, None), "olmo2": ("olmo2", None, {}, None), "olmo3": ("olmo2", None, {}, None),
     "glm": ("glm", None, {}, None),
     "gemma4_text": ("gemma4_text", None, {}, None),
+    # EXAONE 3 / 3.5, InternLM3, IQuestCoder: their configuration class from the checkpoint (vllm_models.py REMOTE)
+    **{f: (v, None, {"trust_remote_code": True}, None) for f, v in (("exaone", "exaone"), ("exaone_tied", "exaone"), ("internlm3", "llama"),
+                                                                     ("iquestcoder", "llama"))},
     "flex_olmo": ("flex_olmo", None, {}, None), "hunyuan_v1_moe": ("hunyuan_v1_moe", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),

@@ -151,6 +151,17 @@ FAMILIES = {
                                                vocab_size_per_layer_input=1000, hidden_size_per_layer_input=16,
                                                tie_word_embeddings=True, pad_token_id=0, bos_token_id=2,
                                                eos_token_id=1, **COMMON),
+    # EXAONE 3 / 3.5, InternLM3, IQuestCoder: natively registered by vLLM (exaone.py ExaoneForCausalLM; InternLM3 and
+    # IQuestCoder map to llama.py's LlamaForCausalLM), but the vLLM venv's transformers (5.19) has no configuration class
+    # for them: their published checkpoints carry one (trust_remote_code). Made as Llama, then retyped (REMOTE)
+    "exaone": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False, **COMMON),
+    # EXAONE 3.5 2.4B's form: tied
+    "exaone_tied": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=True,
+                                          **COMMON),
+    "internlm3": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                        **COMMON),
+    "iquestcoder": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                          **COMMON),
     # Ministral 3: vLLM's registry maps Ministral3ForCausalLM to MistralForCausalLM (models/llama.py): llama's names
     "ministral3": lambda: tf.Ministral3Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
                                               pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
@@ -370,6 +381,50 @@ F32 = {"qwen3_f32norm": r"norm\.weight$"}
 
 # what a family's published checkpoints hold beyond transformers' names, added after the rest (issue 51)
 PUBLISHED = {"qwen3_next": lambda out: qwen3_next_mtp(out)}
+
+# families whose configuration class the vLLM venv's transformers lacks, as their published checkpoints hold them
+# (trust_remote_code): family -> (model_type, architecture, configuration class, its attribute_map, tensor renames).
+# config.json gets the type, the architecture and an auto_map to configuration_<type>.py, written beside it: a
+# PretrainedConfig keeping config.json's keys. EXAONE 3.5's published config.json names num_layers,
+# layer_norm_epsilon and activation_function (its class maps num_hidden_layers, rms_norm_eps, hidden_act to them),
+# and its tensors transformer.h.N.attn.attention.{q,k,v,out}_proj, mlp.c_fc_0 / c_fc_1 / c_proj, ln_1 / ln_2,
+# transformer.wte / ln_f (what transformers 5.24's save_pretrained writes too)
+_EXAONE_NAMES = ((r"^model\.embed_tokens\.", "transformer.wte."), (r"^model\.norm\.", "transformer.ln_f."),
+                 (r"^model\.layers\.", "transformer.h."), (r"\.self_attn\.o_proj\.", ".attn.attention.out_proj."),
+                 (r"\.self_attn\.", ".attn.attention."), (r"\.mlp\.gate_proj\.", ".mlp.c_fc_0."),
+                 (r"\.mlp\.up_proj\.", ".mlp.c_fc_1."), (r"\.mlp\.down_proj\.", ".mlp.c_proj."),
+                 (r"\.input_layernorm\.", ".ln_1."), (r"\.post_attention_layernorm\.", ".ln_2."))
+REMOTE = {"exaone": ("exaone", "ExaoneForCausalLM", "ExaoneConfig",
+                     {"num_hidden_layers": "num_layers", "rms_norm_eps": "layer_norm_epsilon",
+                      "hidden_act": "activation_function"}, _EXAONE_NAMES),
+          "internlm3": ("internlm3", "InternLM3ForCausalLM", "InternLM3Config", {}, ()),
+          "exaone_tied": ("exaone", "ExaoneForCausalLM", "ExaoneConfig",
+                          {"num_hidden_layers": "num_layers", "rms_norm_eps": "layer_norm_epsilon",
+                           "hidden_act": "activation_function"}, _EXAONE_NAMES),
+          "iquestcoder": ("iquestcoder", "IQuestCoderForCausalLM", "IQuestCoderConfig", {}, ())}
+
+
+def remote_config(out, family):
+    """Retypes OUT (saved as Llama) as REMOTE[family]'s published form: config.json, its configuration file,
+    the tensor names."""
+    mt, arch, cls, amap, names = REMOTE[family]
+
+    def retype(c):
+        for new, old in amap.items():
+            c[old] = c.pop(new)
+        c.update(model_type=mt, architectures=[arch], auto_map={"AutoConfig": "configuration_%s.%s" % (mt, cls)})
+    edit_config(out, retype)
+    with open(os.path.join(out, "configuration_%s.py" % mt), "w") as f:
+        f.write("from transformers import PretrainedConfig\n\n\nclass %s(PretrainedConfig):\n"
+                "    model_type = %r\n    attribute_map = %r\n" % (cls, mt, amap))
+
+    def rename(k):
+        for a, b in names:
+            k = re.sub(a, b, k)
+        return k
+    if names:
+        edit_tensors(out, lambda t: {rename(k): v for k, v in t.items()})
+
 
 # config.json keys rewritten after save_pretrained (families transformers knows under another type)
 RETYPE = {"kimi_k2": {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}}
@@ -739,6 +794,8 @@ def make(family, out, seed=0, tp=2, layers=None, config=None):
                                      for k, v in t.items()})
     if family in RETYPE:
         edit_config(out, lambda c: c.update(RETYPE[family]))
+    if family in REMOTE:
+        remote_config(out, family)
     if family in POSTSAVE:
         POSTSAVE[family](out)
     if family in MTP:

@@ -364,6 +364,17 @@ CUTS = {
         (L + r"mlp\.gate\.wg\.weight", "whole"),
         (L + r"self_attn\.(query|key)_layernorm\.weight", "whole"),
     ] + NORMS,
+    # EXAONE 3 (models/exaone.py): llama's cuts under EXAONE's names (QKVParallelLinear q, k, v; out_proj and c_proj
+    # RowParallelLinear; c_fc_0 / c_fc_1 into the MergedColumnParallelLinear gate_up_proj; wte vocab-parallel)
+    "exaone": [
+        (r"(lm_head|transformer\.wte)\.weight", "vocab"),
+        (r"transformer\.h\.\d+\.attn\.attention\.q_proj\.weight", "column"),
+        (r"transformer\.h\.\d+\.attn\.attention\.[kv]_proj\.weight", "kv"),
+        (r"transformer\.h\.\d+\.attn\.attention\.out_proj\.weight", "row"),
+        (r"transformer\.h\.\d+\.mlp\.c_fc_[01]\.weight", "column"),
+        (r"transformer\.h\.\d+\.mlp\.c_proj\.weight", "row"),
+        (r"transformer\.(h\.\d+\.ln_[12]|ln_f)\.weight", "whole"),
+    ],
     "phi3": EMBED + [  # models/phi3.py (llama.py): fused checkpoint tensors loaded with loaded_shard_id None
         (L + r"self_attn\.qkv_proj\.weight", "qkv_fused"),
         (L + r"self_attn\.o_proj\.weight", "row"),
@@ -390,7 +401,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
                                            "jais2", "olmo", "vaultgemma", "olmo2", "olmo3", "glm")},
           # Nemotron (models/nemotron.py): llama's attention, up_proj alone, LayerNorm1P weights and biases whole
           "nemotron": "transformers", "gemma4_text": "gemma4", "phi": "phi", "flex_olmo": "moe",
-          "hunyuan_v1_moe": "hunyuan_moe", "granitemoeshared": "granitemoe", "granitemoe_swa": "granitemoe"}
+          "hunyuan_v1_moe": "hunyuan_moe", "exaone": "exaone", "internlm3": "llama", "iquestcoder": "llama", "granitemoeshared": "granitemoe", "granitemoe_swa": "granitemoe"}
 
 
 def cut(family, cfg, name, x, T, r, pad):
