@@ -162,6 +162,16 @@ FAMILIES = {
                                         **COMMON),
     "iquestcoder": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
                                           **COMMON),
+    # Nemotron-H and Falcon-H1 (plan mamba2): refused under --view vllm (test_vllm.py REFUSED); a Mamba2 layer and an
+    # attention layer each
+    "nemotron_h": lambda: tf.NemotronHConfig(hidden_size=128, layers_block_type=["mamba", "attention"],
+                                             num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                                             intermediate_size=256, mamba_num_heads=4, mamba_head_dim=32, n_groups=2,
+                                             ssm_state_size=16, vocab_size=1000, tie_word_embeddings=False),
+    "falcon_h1": lambda: tf.FalconH1Config(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                           num_key_value_heads=1, head_dim=64, intermediate_size=256, mamba_d_ssm=128,
+                                           mamba_n_heads=4, mamba_d_head=32, mamba_n_groups=1, mamba_d_state=16,
+                                           vocab_size=1000, tie_word_embeddings=False),
     # Ministral 3: vLLM's registry maps Ministral3ForCausalLM to MistralForCausalLM (models/llama.py): llama's names
     "ministral3": lambda: tf.Ministral3Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
                                               pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
