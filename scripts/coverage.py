@@ -128,7 +128,8 @@ def vllm_probed():
     for fam in test_vllm.FAMILIES:
         cfg = vllm_models.FAMILIES[fam]()
         remote = vllm_models.REMOTE.get(fam)  # made as Llama, retyped after saving (its own configuration class)
-        for mt in (remote[0] if remote else cfg.model_type, getattr(getattr(cfg, "text_config", None), "model_type", None)):
+        text = getattr(cfg, "text_config", None)
+        for mt in (remote[0] if remote else cfg.model_type, getattr(text, "model_type", None)):
             if mt:
                 out.setdefault(mt, fam)
     return out

@@ -69,8 +69,8 @@ FAMILIES = {
     "glm": ("glm", None, {}, None),
     "gemma4_text": ("gemma4_text", None, {}, None),
     # EXAONE 3 / 3.5, InternLM3, IQuestCoder: their configuration class from the checkpoint (vllm_models.py REMOTE)
-    **{f: (v, None, {"trust_remote_code": True}, None) for f, v in (("exaone", "exaone"), ("exaone_tied", "exaone"), ("internlm3", "llama"),
-                                                                     ("iquestcoder", "llama"))},
+    **{f: (v, None, {"trust_remote_code": True}, None)
+       for f, v in (("exaone", "exaone"), ("exaone_tied", "exaone"), ("internlm3", "llama"), ("iquestcoder", "llama"))},
     "flex_olmo": ("flex_olmo", None, {}, None), "hunyuan_v1_moe": ("hunyuan_v1_moe", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
@@ -458,9 +458,9 @@ REFUSED_EDITS = {
     "granitemoe": (("head_dim", {"head_dim": 32}, "takes head_dim as hidden_size / num_attention_heads"),),
 }
 
-# families vLLM registers whose view refuses every checkpoint, with the reason's words (views/vllm/README.md): Phi, whose
-# lm_head.bias vLLM's Transformers backend creates only while its default loader reads it; Nemotron-H and Falcon-H1,
-# whose Mamba2 A vLLM computes from A_log while loading
+# families vLLM registers whose view refuses every checkpoint, with the reason's words (views/vllm/README.md):
+# Phi, whose lm_head.bias vLLM's Transformers backend creates only while its default loader reads it; Nemotron-H
+# and Falcon-H1, whose Mamba2 A vLLM computes from A_log while loading
 REFUSED = {"phi": "auto_load_lm_head_bias", "nemotron_h": "holds A = -exp(A_log)", "falcon_h1": "holds A = -exp(A_log)"}
 if os.environ.get("TPFS_VLLM_CASES"):
     REFUSED = {f: v for f, v in REFUSED.items() if f in os.environ["TPFS_VLLM_CASES"].split(",")}

@@ -151,9 +151,10 @@ FAMILIES = {
                                                vocab_size_per_layer_input=1000, hidden_size_per_layer_input=16,
                                                tie_word_embeddings=True, pad_token_id=0, bos_token_id=2,
                                                eos_token_id=1, **COMMON),
-    # EXAONE 3 / 3.5, InternLM3, IQuestCoder: natively registered by vLLM (exaone.py ExaoneForCausalLM; InternLM3 and
-    # IQuestCoder map to llama.py's LlamaForCausalLM), but the vLLM venv's transformers (5.19) has no configuration class
-    # for them: their published checkpoints carry one (trust_remote_code). Made as Llama, then retyped (REMOTE)
+    # EXAONE 3 / 3.5, InternLM3, IQuestCoder: natively registered by vLLM (exaone.py ExaoneForCausalLM; InternLM3
+    # and IQuestCoder map to llama.py's LlamaForCausalLM), but the vLLM venv's transformers (5.19) has no
+    # configuration class for them: their published checkpoints carry one (trust_remote_code). Made as Llama, then
+    # retyped (REMOTE)
     "exaone": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False, **COMMON),
     # EXAONE 3.5 2.4B's form: tied
     "exaone_tied": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=True,
@@ -206,9 +207,9 @@ FAMILIES = {
                                               num_experts_per_tok=2, embedding_multiplier=2.0, residual_multiplier=0.5,
                                               attention_multiplier=0.1, logits_scaling=4.0, tie_word_embeddings=True,
                                               pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
-    # Granite MoE with shared experts (vLLM: models/granitemoeshared.py): granitemoe's fused experts plus the shared MLP's
-    # fused input_linear [2S, D] (MergedColumnParallelLinear, loaded whole: [gate_r | up_r]) and output_linear; and its
-    # SWA form (GraniteMoeSWAForCausalLM -> the same class): a sliding and a full layer, one sink per head
+    # Granite MoE with shared experts (vLLM: models/granitemoeshared.py): granitemoe's fused experts plus the shared
+    # MLP's fused input_linear [2S, D] (MergedColumnParallelLinear, loaded whole: [gate_r | up_r]) and output_linear;
+    # and its SWA form (GraniteMoeSWAForCausalLM -> the same class): a sliding and a full layer, one sink per head
     "granitemoeshared": lambda: tf.GraniteMoeSharedConfig(
         num_key_value_heads=1, intermediate_size=64, shared_intermediate_size=128, num_local_experts=4,
         num_experts_per_tok=2, embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.1,

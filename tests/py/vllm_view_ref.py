@@ -401,7 +401,8 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
                                            "jais2", "olmo", "vaultgemma", "olmo2", "olmo3", "glm")},
           # Nemotron (models/nemotron.py): llama's attention, up_proj alone, LayerNorm1P weights and biases whole
           "nemotron": "transformers", "gemma4_text": "gemma4", "phi": "phi", "flex_olmo": "moe",
-          "hunyuan_v1_moe": "hunyuan_moe", "exaone": "exaone", "internlm3": "llama", "iquestcoder": "llama", "granitemoeshared": "granitemoe", "granitemoe_swa": "granitemoe"}
+          "hunyuan_v1_moe": "hunyuan_moe", "exaone": "exaone", "internlm3": "llama",
+          "iquestcoder": "llama", "granitemoeshared": "granitemoe", "granitemoe_swa": "granitemoe"}
 
 
 def cut(family, cfg, name, x, T, r, pad):
