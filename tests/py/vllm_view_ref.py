@@ -184,9 +184,15 @@ CUTS = {
     # by FusedMoE per expert: [E, 2I, D] chunked in two on dim -2, each half's rows cut (w13: [gate_r | up_r]),
     # [E, D, I] input columns cut (w2); GateLinear router replicated
     "granitemoe": EMBED + ATTN + [
-        (L + r"block_sparse_moe\.input_linear\.weight", "experts_halves"),
-        (L + r"block_sparse_moe\.output_linear\.weight", "experts_row"),
-        (L + r"block_sparse_moe\.router\.layer\.weight", "whole"),
+        (L + r"block_sparse_moe\.(input_linear\.weight|experts\.gate_up_proj)", "experts_halves"),
+        (L + r"block_sparse_moe\.(output_linear\.weight|experts\.down_proj)", "experts_row"),
+        (L + r"block_sparse_moe\.router\.(layer\.)?weight", "whole"),
+        # models/granitemoeshared.py (granitemoeshared, granitemoe_swa): the shared MLP's fused input_linear a
+        # MergedColumnParallelLinear loaded whole (loaded_shard_id None: each half's rows cut), output_linear
+        # RowParallelLinear; granitemoe_swa's sinks one per head (sharded_weight_loader(0))
+        (L + r"shared_mlp\.input_linear\.weight", "halves"),
+        (L + r"shared_mlp\.output_linear\.weight", "row"),
+        (L + r"self_attn\.sinks", "column"),
     ] + NORMS,
     "deepseek_v32": EMBED + MLA + [
         (L + r"self_attn\.indexer\.wq_b\.weight", "whole"),  # ReplicatedLinear
@@ -304,6 +310,9 @@ CUTS = {
         (L + r"self_attn\.(query|key)_layernorm\.weight", "whole"),  # hunyuan_v1_dense
         (L + r"mlp\.(gate|up)_proj\.bias", "column"),  # jais2's MLP biases
         (L + r"mlp\.down_proj\.bias", "whole"),
+        # glm: the checkpoint's fused gate_up_proj is one ColumnParallelLinear ("colwise_gather_output" in GlmConfig's
+        # base_model_tp_plan): a contiguous block of rows, not [gate_r | up_r]
+        (L + r"mlp\.gate_up_proj\.weight", "column"),
     ],
     # models/gpt_oss.py (GptOssModel.load_weights, _load_weights_other for BF16 experts, _load_weights_mxfp4): q / k /
     # v heads cut evenly (OAIAttention: num_key_value_heads // T, no replication), sinks narrowed by heads, o_proj
@@ -325,6 +334,46 @@ CUTS = {
         (L + r"mlp\.experts\.(gate_up_proj_bias|down_proj|gate_up_proj_blocks|gate_up_proj_scales)", "axis1"),
         (L + r"mlp\.experts\.down_proj_(blocks|scales)", "axis2"),
         (L + r"mlp\.experts\.down_proj_bias", "rank0"),
+    ],
+    # Gemma 4 (models/gemma4.py): llama's cuts (q heads of either width, KV heads replicated), the per-layer
+    # embeddings a VocabParallelEmbedding (padded, cut by rows), their projection a ColumnParallelLinear, the
+    # per-layer gate and projection ReplicatedLinear, the norms and layer_scalar whole
+    "gemma4": EMBED + ATTN + DENSE + NORMS + [
+        (r"model\.embed_tokens_per_layer\.weight", "vocab"),
+        (r"model\.per_layer_model_projection\.weight", "column"),
+        (r"model\.per_layer_projection_norm\.weight", "whole"),
+        (L + r"(per_layer_input_gate|per_layer_projection|post_per_layer_input_norm)\.weight", "whole"),
+        (L + r"layer_scalar", "whole"),
+    ],
+    # Phi through vLLM's Transformers backend: q, k, v (weights and biases) as QKVParallelLinear, dense and fc2
+    # RowParallelLinear (their biases whole), fc1 ColumnParallelLinear with its bias, LayerNorms whole, lm_head's
+    # bias with its rows
+    "phi": EMBED + ATTN + [
+        (r"lm_head\.bias", "vocab"),
+        (L + r"self_attn\.dense\.weight", "row"),
+        (L + r"self_attn\.dense\.bias", "whole"),
+        (L + r"mlp\.fc1\.(weight|bias)", "column"),
+        (L + r"mlp\.fc2\.weight", "row"),
+        (L + r"mlp\.fc2\.bias", "whole"),
+        (L + r"input_layernorm\.(weight|bias)", "whole"),
+        (r"model\.final_layernorm\.(weight|bias)", "whole"),
+    ],
+    # HunYuan MoE through vLLM's Transformers MoE backend: llama's attention with query_layernorm / key_layernorm
+    # (RMSNorm(head_dim)) whole, FusedMoE experts, the router (gate.wg) replicated, the shared MLP column / row
+    "hunyuan_moe": EMBED + ATTN + experts(r"experts\.\d+|shared_mlp") + [
+        (L + r"mlp\.gate\.wg\.weight", "whole"),
+        (L + r"self_attn\.(query|key)_layernorm\.weight", "whole"),
+    ] + NORMS,
+    # EXAONE 3 (models/exaone.py): llama's cuts under EXAONE's names (QKVParallelLinear q, k, v; out_proj and c_proj
+    # RowParallelLinear; c_fc_0 / c_fc_1 into the MergedColumnParallelLinear gate_up_proj; wte vocab-parallel)
+    "exaone": [
+        (r"(lm_head|transformer\.wte)\.weight", "vocab"),
+        (r"transformer\.h\.\d+\.attn\.attention\.q_proj\.weight", "column"),
+        (r"transformer\.h\.\d+\.attn\.attention\.[kv]_proj\.weight", "kv"),
+        (r"transformer\.h\.\d+\.attn\.attention\.out_proj\.weight", "row"),
+        (r"transformer\.h\.\d+\.mlp\.c_fc_[01]\.weight", "column"),
+        (r"transformer\.h\.\d+\.mlp\.c_proj\.weight", "row"),
+        (r"transformer\.(h\.\d+\.ln_[12]|ln_f)\.weight", "whole"),
     ],
     "phi3": EMBED + [  # models/phi3.py (llama.py): fused checkpoint tensors loaded with loaded_shard_id None
         (L + r"self_attn\.qkv_proj\.weight", "qkv_fused"),
@@ -349,7 +398,11 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
           "lfm2_moe": "lfm2", "olmo_hybrid": "olmo_hybrid", "gpt_oss": "gpt_oss", "hy_v4": "hy_v4", "gptj": "gptj",
           **{mt: "transformers" for mt in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm", "hunyuan_v1_dense",
-                                           "jais2", "olmo", "vaultgemma")}}
+                                           "jais2", "olmo", "vaultgemma", "olmo2", "olmo3", "glm")},
+          # Nemotron (models/nemotron.py): llama's attention, up_proj alone, LayerNorm1P weights and biases whole
+          "nemotron": "transformers", "gemma4_text": "gemma4", "phi": "phi", "flex_olmo": "moe",
+          "hunyuan_v1_moe": "hunyuan_moe", "exaone": "exaone", "internlm3": "llama",
+          "iquestcoder": "llama", "granitemoeshared": "granitemoe", "granitemoe_swa": "granitemoe"}
 
 
 def cut(family, cfg, name, x, T, r, pad):
