@@ -316,10 +316,10 @@ def main():
     fails.check(rc == 0 and "tpfs.vllm_plugin:register" in so, "the vllm.general_plugins entry point: %r" % (so + se))
     # the wheel's man page, where man finds it with the venv's bin/ on PATH (share/man beside it)
     if shutil.which("man"):
-        p = subprocess.run(["man", "-w", "tpfs"], capture_output=True, text=True,
-                           env=dict(env, PATH=os.path.dirname(py) + os.pathsep + "/usr/bin:/bin", MANPATH=""))
-        fails.check(p.stdout.strip() == os.path.join(os.path.dirname(os.path.dirname(py)), "share", "man", "man1",
-                                                      "tpfs.1"), "man -w tpfs with the venv on PATH: %r" % (p.stdout + p.stderr))
+        pm = subprocess.run(["man", "-w", "tpfs"], capture_output=True, text=True,
+                            env=dict(env, PATH=os.path.dirname(py) + os.pathsep + "/usr/bin:/bin", MANPATH=""))
+        fails.check(pm.stdout.strip() == os.path.join(os.path.dirname(os.path.dirname(py)), "share", "man", "man1",
+                                                       "tpfs.1"), "man -w tpfs with the venv on PATH: %r" % (pm.stdout + pm.stderr))
     print("pip install --no-deps .: %.0f s (venv %.0f s); tpfs %s" % (times["pip install"], times["venv"],
                                                                       p.stdout.strip()))
 
