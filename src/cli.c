@@ -7,6 +7,7 @@
  *   tpfs plan SRC --tp N [...]        the dry run: every tensor, its rule, full -> local shape
  *   tpfs check SRC                    strict validation of every safetensors file
  *   tpfs stats MNT                    the counters of a mount
+ *   tpfs SRC MNT -o tp=N,...          mount, as mount(8) runs it through mount.fuse3 (fstab, a systemd unit)
  *
  * Exit status: 0 success, 1 the input or the plan was refused (the message says why), 2 usage.
  */
