@@ -16,13 +16,17 @@
    while the engine ran (in a runtime folder of the test's own, TPFS_RUNTIME_DIR) and is gone once it has exited.
 4. A checkpoint tpfs refuses (an extra tensor no rule of llama's plan matches): the Engine with load_format="tpfs"
    fails at start, its process exits non-zero, tpfs's message (TpfsError) in its output, no mount left.
-`python -m sglang.launch_server ... --load-format tpfs` itself is not started: SGLang's HTTP server does not import
-in the test venv (it is installed --no-deps: `soundfile`, which srt/entrypoints/openai/audio_chunking.py imports,
-is missing); the parsing of its arguments (2.) and the Engine (3.) are what the server runs.
+5. With TPFS_SGLANG_SERVER=1 (not in CI, which keeps to three Engine starts: about 2 minutes more), SGLang's HTTP
+   server as a user types it, `python -m sglang.launch_server --model-path SRC --load-format tpfs --tp 2` (and the
+   CPU flags of sglang_check.py), answers /generate with the greedy tokens and top-5 logprobs of the default
+   loader's Engine (3.); its log says that ranks 0 and 1 read one mount of ranks 0-1; after SIGTERM, no mount is
+   left. The server does not import in the test venv as installed (--no-deps: `soundfile`, which
+   srt/entrypoints/openai/audio_chunking.py imports, is missing): sglang_server_site/soundfile.py stands in.
 Exits 77 only where the SGLang venv cannot be made (setup.sh --sglang wrote BUILD/venv-sglang.unavailable).
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +36,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]
+SERVER = os.environ.get("TPFS_SGLANG_SERVER") == "1"  # 5.: SGLang's HTTP server too (not in CI)
 REFUSAL = "no rule of plan 'llama' matches it"  # tpfs's message for the extra tensor (src/planner_*.c)
 
 
@@ -96,6 +101,58 @@ def batch(py, jobs, work, name, env):
             res = json.load(f)
     with open(log, errors="replace") as f:
         return p.returncode, res, f.read()
+
+
+def server(py, src, env, log, run):
+    """5. `python -m sglang.launch_server --model-path SRC --load-format tpfs --tp 2` on the CPU: (greedy tokens,
+    top-5 logprobs per step as sglang_check.py gives them) per prompt, or None where it did not serve; the mounts
+    under RUN while it served."""
+    import contextlib
+    import signal
+    import socket
+    import urllib.request
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [py, "-m", "sglang.launch_server", "--model-path", src, "--load-format", "tpfs", "--tp", "2",
+           "--device", "cpu", "--attention-backend", "torch_native", "--skip-tokenizer-init", "--disable-cuda-graph",
+           "--max-total-tokens", "256", "--random-seed", "0", "--host", "127.0.0.1", "--port", str(port)]
+    env = dict(env, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "sglang_server_site"), env["PYTHONPATH"]]),
+               SGLANG_USE_CPU_ENGINE="1", SGLANG_NCCL_SO_PATH=os.devnull, SGLANG_CPU_OMP_THREADS_BIND="0|1")
+    url = "http://127.0.0.1:%d" % port
+    outs, seen = None, None
+    with open(log, "w") as lf:
+        p = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.time() + 600
+        while p.poll() is None and time.time() < deadline:
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            time.sleep(2)
+        if p.poll() is None and time.time() < deadline:
+            from test_plugin import tpfs_mounts
+            seen = tpfs_mounts(run)
+            outs = []
+            for pr in PROMPTS:
+                body = json.dumps({"input_ids": pr, "sampling_params": {"max_new_tokens": 6, "temperature": 0,
+                                                                        "ignore_eos": True},
+                                   "return_logprob": True, "top_logprobs_num": 5}).encode()
+                req = urllib.request.Request(url + "/generate", body, {"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=300) as r:
+                    res = json.load(r)
+                outs.append((res["output_ids"], [[[t[1], t[0]] for t in step]
+                                                 for step in res["meta_info"]["output_top_logprobs"]]))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    return outs, seen
 
 
 def main():
@@ -196,6 +253,28 @@ def main():
     fails.check(REFUSAL in line, "the refused checkpoint: the TpfsError line is not tpfs's message: %r" % line)
     print("refused checkpoint: exit %s; %s" % (rc, line[:300]))
 
+    if SERVER:
+        t = time.time()
+        log = os.path.join(work, "server.log")
+        outs, seen = server(py, src, env, log, run)
+        times["server"] = time.time() - t
+        with open(log, errors="replace") as f:
+            text = f.read()
+        fails.check(outs is not None, "the server did not serve (log %s): %s" % (log, text[-1500:]))
+        if outs:
+            fails.check([o[0] for o in outs] == a.get("tokens") and [o[1] for o in outs] == a.get("logprobs"),
+                        "the server's tokens or logprobs differ from the default loader's Engine: %s vs %s"
+                        % ([o[0] for o in outs], a.get("tokens")))
+        fails.check(seen is not None and len(seen) == 1, "while the server served, mounts %s (one wanted)" % seen)
+        for r in range(2):
+            fails.check(re.search(r"tpfs: rank %d reads \S+, the mount of \S+ for ranks 0-1 of TP=2" % r, text),
+                        "the server's log does not say that rank %d read the node's mount of ranks 0-1" % r)
+        fails.check(wait_until(lambda: not tpfs_mounts(run), 30), "mounts left after the server: %s"
+                    % tpfs_mounts(run))
+        print("launch_server --load-format tpfs --tp 2: tokens %s (%s the default loader's, top-5 logprobs too); "
+              "mounts while serving %s; after SIGTERM %s" % ([o[0] for o in outs] if outs else None,
+                                                            "equal to" if outs and [o[0] for o in outs] ==
+                                                            a.get("tokens") else "NOT", seen, tpfs_mounts(run)))
     times["total"] = time.time() - t0
     print("time: " + ", ".join("%s %.0f s" % kv for kv in times.items()))
     if not fails.items:
