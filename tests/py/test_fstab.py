@@ -19,7 +19,7 @@ namespace of its own (unshare -m), where a folder holding a link to the tpfs und
    installed; the test says so otherwise), and its What/Where/Type/Options, with What and Where pointed at this
    test's folders, mounted as systemd mounts them (`mount What Where -t Type -o Options`) serve vLLM's ranks 0-7
    of TP=8 (llama's fixture has 8 heads), byte-equal to `tpfs mount`'s.
-Needs root, mount.fuse3 and unshare (exits 77 naming what is missing).
+Needs root, mount.fuse3 and a mount namespace (unshare -m); exits 77 naming what is missing.
 """
 import configparser
 import hashlib
@@ -186,6 +186,10 @@ if __name__ == "__main__":
         print("SKIP: %s" % ("needs root" if os.geteuid() else "missing: " + ", ".join(missing)))
         sys.exit(tt.SKIP)
     if os.environ.get("TPFS_FSTAB_INNER") != "1":  # into a mount namespace of its own
+        p = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True, text=True)
+        if p.returncode != 0:
+            print("SKIP: no mount namespace of its own (unshare -m: %s)" % p.stderr.strip())
+            sys.exit(tt.SKIP)
         env = dict(os.environ, TPFS_FSTAB_INNER="1")
         os.execvpe("unshare", ["unshare", "-m", "--propagation", "private", sys.executable, __file__], env)
     main()
