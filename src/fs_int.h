@@ -208,7 +208,8 @@ void scratch_key_make(void);
 /* The push's bytes of served file ino (a rank folder's tensor file or a view's part file):
  * [off, off + want) made exactly as a read makes them (every source checked before and after the
  * copy, a changed one marked), into this thread's scratch (*out). want at most the scratch's
- * 1 MiB. 0, or the errno a read would fail with (ENOENT: not such a file). */
+ * 1 MiB. 0, or the errno a read would fail with (ENOENT: not such a file). The source bytes it
+ * copied count in the rank's source_bytes (the stats), as a reply's do. */
 int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uint8_t **out);
 /* After storing push_bytes's bytes of ino: as after a reply (a change seen meanwhile drops them). */
 void push_stored(tp_fs *fs, fuse_ino_t ino);

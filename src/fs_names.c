@@ -539,7 +539,7 @@ char *stats_text(tp_fs *fs, size_t *len)
 		snprintf(fetched, sizeof fetched, "%lld", (long long)(now > base ? now - base : 0));
 	size_t w = (size_t)snprintf(b, cap,
 				    "tpfs %s\nsource: %s\ntp: %u\n%splan: %s\nreadahead: %s\ngather: %s\nlog: %.*s\n"
-				    "source_used: %llu (bytes of the source copied into replies: source_bytes below, summed)\n"
+				    "source_used: %llu (bytes of the source copied into replies and pushed pages: source_bytes below, summed)\n"
 				    "source_fetched: %s (bytes storage delivered for the daemon's reads since it began serving, the "
 				    "kernel's readahead included: read_bytes of its /proc/self/io, which counts block I/O: a lower bound, "
 				    "often 0, on network and FUSE file systems)\n"

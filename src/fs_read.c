@@ -763,8 +763,10 @@ int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uin
 			      &on_gpu);
 	if (!err)
 		err = rf_check(fs, &rf); /* every source again, after the copy */
-	if (!err)
+	if (!err) { /* the rank's source bytes count what its pushed pages were made of, as a reply's */
+		atomic_fetch_add_explicit(&fs->rs[rf.rank].touched, touched, memory_order_relaxed);
 		*out = m.s->buf;
+	}
 	return err;
 }
 
