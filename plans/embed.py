@@ -80,12 +80,12 @@ def overlaps(paths):
 def copies(paths):
     """The "tensors" entries written out verbatim (the same JSON, key order aside) in two or more view or fragment
     files: what several views share goes into one fragment (views/ENGINE/fragments/, with "params" where the names
-    differ) that each includes, or into a parent view that each extends (issue 47). {"remove": NAME} is not counted:
-    it names an entry the file inherits, it makes none."""
+    differ) that each includes, or into a parent view that each extends (issue 47). {"drop": {"entry": NAME}} is not
+    counted: it names an entry the file inherits, it makes none."""
     where = {}
     for p in sorted(paths):
         for e in json.load(open(p, encoding="utf-8")).get("tensors") or []:
-            if isinstance(e, dict) and list(e) == ["remove"]:
+            if isinstance(e, dict) and list(e) == ["drop"] and isinstance(e["drop"], dict):
                 continue
             where.setdefault(json.dumps(e, sort_keys=True), []).append(p)
     return ["%s (in %s)" % (e.get("name") or e.get("drop") or k, ", ".join(ps))
