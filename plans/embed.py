@@ -42,12 +42,15 @@ def examined(out, doc):
 
 def view_claims(paths):
     """{path: (engine, plans, model_types, quant_methods)} of each view file that is not a fragment, its fields
-    taken through "extends" as tpfs merges them (a field of the file replaces its parent's; null takes it away):
+    taken through "extends" as tpfs merges them (a field of the file replaces its parent's; one its "drop" names
+    is taken away):
     what tpfs's view choice (view.c) matches a checkpoint against."""
     views = {p: json.load(open(p, encoding="utf-8")) for p in paths}
     by_name = {(v.get("engine"), v.get("name")): v for v in views.values() if not v.get("fragment")}
 
     def field(v, k, depth=0):
+        if k in v.get("drop", []):
+            return None
         if k in v or depth > 4 or "extends" not in v:
             return v.get(k)
         base = v["extends"]
