@@ -16,6 +16,8 @@ and the removal keywords "drop" replaced:
                                -> the fragment vllm/extra_layers included: its entry {"drop": "P{n}.*",
                                   "if": "n >= K"} ("with" where P or K is not its default; "extra_layers" in a
                                   vLLM view, "vllm/extra_layers" in another engine's)
+  "drop_layers": null          -> {"drop": {"entry": "model.layers.{n}.*"}} (the parent's entry taken away; a
+                                  parent whose prefix differs: tpfs refuses it as taking nothing, by name)
 An entry with one of them and an "if" already, or with two of them, is combined with &&. A file that needs
 none is left as it is; one that does is written back one entry per line. It does not move entries that
 other views hold too into fragments: the build says which (plans/embed.py, "copied verbatim")."""
@@ -57,12 +59,12 @@ def migrate_view(v):
                  if dl.get(f, d) != d}
         name = "extra_layers" if v.get("engine") == "vllm" else "vllm/extra_layers"
         item = {"fragment": name, "with": with_} if with_ else name
-    elif "drop_layers" in v:
-        sys.stderr.write('"drop_layers": null: the parent\'s layers prefix is not known here: write {"drop": {"entry": '
-                         '"PREFIX{n}.*"}} in "tensors" (the parent\'s extra_layers entry taken away)\n')
+    elif "drop_layers" in v and dl is None:  # null: the parent's extra_layers entry taken away (its default prefix: a parent
+        # that gave another is named by tpfs, which refuses a removal that takes nothing)
         nulls.remove("drop_layers")
+        v = dict(v, tensors=[{"drop": {"entry": "model.layers.{n}.*"}}] + list(v.get("tensors", [])))
     for k, x in v.items():
-        if k == "drop_layers" and item is not None:
+        if k == "drop_layers" and (dl is None or isinstance(dl, dict)):
             continue
         if k in nulls:
             if "drop" not in out:

@@ -3,7 +3,8 @@ now refuses, each naming its replacement): "when" -> "if", "unless" -> "if": "!(
 "if": "!tensor('...')", "optional" -> "if" over the pieces after the first, "shape" on a cat / from entry
 -> "reshape" (a constant's "shape" kept), conditions combined with &&; {"remove": NAME} -> {"drop": {"entry":
 NAME}}, a view-level null -> "drop": [FIELD, ...], "drop_layers" -> the extra_layers fragment included (with
-"with" where its prefix or key is not the default, "vllm/extra_layers" from another engine); a file that needs
+"with" where its prefix or key is not the default, "vllm/extra_layers" from another engine), "drop_layers": null ->
+{"drop": {"entry": "model.layers.{n}.*"}}; a file that needs
 none is left byte for byte. (That the migrated views serve the bytes today's do was checked on main's llama, glm5_next,
 kimi_linear and gpt_oss_mxfp4 views, by mounting both: see the commit.) Needs only python3 (no venv)."""
 import json
@@ -56,6 +57,9 @@ check("nothing to migrate" in p.stdout and open(path).read() == text, "a migrate
 old2 = {"tpfs_view": 1, "engine": "vllm", "name": "m2", "extends": "deepseek_v3", "ep": None,
         "drop_layers": {"prefix": "model.layers.", "from": "num_hidden_layers"}, "pp": None,
         "include": ["mla"], "tensors": [{"remove": "lm_head.weight"}, {"drop": "x"}]}
+old4 = {"tpfs_view": 1, "engine": "vllm", "name": "m4", "extends": "glm4_moe", "drop_layers": None, "tensors": []}
+want4 = {"tpfs_view": 1, "engine": "vllm", "name": "m4", "extends": "glm4_moe",
+         "tensors": [{"drop": {"entry": "model.layers.{n}.*"}}]}
 old3 = {"tpfs_view": 1, "engine": "sglang", "name": "m3", "drop_layers": {"prefix": "model.lm.layers.", "from": "n_layers"},
         "tensors": []}
 want2 = {"tpfs_view": 1, "engine": "vllm", "name": "m2", "extends": "deepseek_v3", "drop": ["ep", "pp"],
@@ -63,7 +67,7 @@ want2 = {"tpfs_view": 1, "engine": "vllm", "name": "m2", "extends": "deepseek_v3
 want3 = {"tpfs_view": 1, "engine": "sglang", "name": "m3",
          "include": [{"fragment": "vllm/extra_layers", "with": {"layers": "model.lm.layers.", "count": "n_layers"}}],
          "tensors": []}
-for old_v, want_v in ((old2, want2), (old3, want3)):
+for old_v, want_v in ((old2, want2), (old3, want3), (old4, want4)):
     path = os.path.join(work, old_v["name"] + ".json")
     with open(path, "w") as f:
         json.dump(old_v, f)
