@@ -42,12 +42,15 @@ def examined(out, doc):
 
 def view_claims(paths):
     """{path: (engine, plans, model_types, quant_methods)} of each view file that is not a fragment, its fields
-    taken through "extends" as tpfs merges them (a field of the file replaces its parent's; null takes it away):
+    taken through "extends" as tpfs merges them (a field of the file replaces its parent's; one its "drop" names
+    is taken away):
     what tpfs's view choice (view.c) matches a checkpoint against."""
     views = {p: json.load(open(p, encoding="utf-8")) for p in paths}
     by_name = {(v.get("engine"), v.get("name")): v for v in views.values() if not v.get("fragment")}
 
     def field(v, k, depth=0):
+        if k in v.get("drop", []):
+            return None
         if k in v or depth > 4 or "extends" not in v:
             return v.get(k)
         base = v["extends"]
@@ -80,12 +83,12 @@ def overlaps(paths):
 def copies(paths):
     """The "tensors" entries written out verbatim (the same JSON, key order aside) in two or more view or fragment
     files: what several views share goes into one fragment (views/ENGINE/fragments/, with "params" where the names
-    differ) that each includes, or into a parent view that each extends (issue 47). {"remove": NAME} is not counted:
-    it names an entry the file inherits, it makes none."""
+    differ) that each includes, or into a parent view that each extends (issue 47). {"drop": {"entry": NAME}} is not
+    counted: it names an entry the file inherits, it makes none."""
     where = {}
     for p in sorted(paths):
         for e in json.load(open(p, encoding="utf-8")).get("tensors") or []:
-            if isinstance(e, dict) and list(e) == ["remove"]:
+            if isinstance(e, dict) and list(e) == ["drop"] and isinstance(e["drop"], dict):
                 continue
             where.setdefault(json.dumps(e, sort_keys=True), []).append(p)
     return ["%s (in %s)" % (e.get("name") or e.get("drop") or k, ", ".join(ps))

@@ -233,14 +233,6 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 			rc = -1;
 		x->off = hit == 0;
 	}
-	if (rc == 0 && m->view->drop_key) { /* "drop_layers": the first layer index left out, from config.json */
-		const cJSON *x = tp_config_get(&c, m->view->drop_key);
-		if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= 1e15)
-			rc = tp_fail(e, TP_EINVAL, "%s: config.json has no count '%s' (the layers it builds)", m->view->origin,
-				     m->view->drop_key);
-		else
-			m->view->drop_from = (uint64_t)x->valuedouble;
-	}
 	const cJSON *it;
 	size_t k = 0;
 	cJSON_ArrayForEach(it, m->view->refuse) /* "refuse": layouts the engine holds otherwise */

@@ -25,10 +25,13 @@ typedef struct tvars {
 	int n;
 } tvars;
 
-static int check_template(const char *t, const char *origin, size_t k, tvars *vs, tp_err *e)
+static int check_template(const char *t, const char *origin, size_t k, tvars *vs, int wild, tp_err *e)
 {
 	int prev_var = 0;
 	for (const char *c = t; *c;) {
+		if (*c == '*' && (!wild || c[1]))
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: template '%s': '*' (any rest of the name) ends a drop "
+				       "template only", origin, k, t);
 		if (*c == '{') {
 			const char *end = strchr(c, '}');
 			if (!end || end == c + 1 || prev_var)
@@ -79,7 +82,7 @@ static int const_bits(double v, st_dtype dt, uint32_t *bits)
 	return (u & exp) == exp ? -1 : 0; /* all-ones exponent: infinity (never NaN: JSON has none) */
 }
 
-static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
+static int parse_entry_body(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tvars *vs, tp_err *e)
 {
 	static const char *keys[] = {"name", "cat", "from", "stack", "const", "per", "drop", "if", "dtype", "shape",
 				     "reshape", "transpose", "other_ranks", "comment", NULL};
@@ -90,6 +93,8 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 		{"unless", "write \"if\": \"!(EXPR)\""},
 		{"if_missing", "write \"if\": \"!tensor('NAME')\""},
 		{"optional", "write \"if\": \"tensor('PIECE') && ...\", naming the pieces a match may lack"},
+		/* and the removal keywords "drop" replaced */
+		{"remove", "write {\"drop\": {\"entry\": NAME}} (an inherited entry taken away)"},
 	};
 	const cJSON *it;
 	if (!cJSON_IsObject(o))
@@ -107,7 +112,6 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: unknown field '%s'", origin, k, it->string);
 	}
 	memset(x, 0, sizeof *x);
-	tvars vs = {.n = 0};
 	x->name = str_of(o, "name");
 	x->stack = str_of(o, "stack");
 	/* "if": a plan expression over config.json (the view's defaults under it) and T, and with
@@ -124,10 +128,12 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 				       "string; tensor('NAME') tests the source for a tensor)", origin, k);
 		if (tp_expr_check(x->cond, &pe) < 0)
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"if\": %s", origin, k, pe.msg);
-		x->per_match = strstr(x->cond, "tensor(") != NULL;
 	}
 	const cJSON *cat = cJSON_GetObjectItemCaseSensitive(o, "cat"), *cst = cJSON_GetObjectItemCaseSensitive(o, "const");
 	const char *from = str_of(o, "from"), *drop = str_of(o, "drop");
+	if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "drop")))
+		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: {\"drop\": {\"entry\": NAME}} takes away an entry this view "
+			       "inherits (\"extends\" or \"include\"), and this view inherits none", origin, k);
 	int kinds = (cat != NULL) + (from != NULL) + (cst != NULL) + (drop != NULL);
 	if (kinds != 1)
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: give exactly one of cat, from, const, drop", origin, k);
@@ -138,11 +144,11 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 	if (drop) {
 		x->kind = TP_VE_DROP;
 		x->per = drop;
-		return check_template(drop, origin, k, &vs, e);
+		return check_template(drop, origin, k, vs, 1, e);
 	}
 	if (!x->name)
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"name\" (the served name) is required", origin, k);
-	if (check_template(x->name, origin, k, &vs, e) < 0)
+	if (check_template(x->name, origin, k, vs, 0, e) < 0)
 		return -1;
 	/* "shape": a constant's own shape; "reshape": a cat / from entry's served shape (one meaning each) */
 	const cJSON *shp = cJSON_GetObjectItemCaseSensitive(o, "shape"), *rsh = cJSON_GetObjectItemCaseSensitive(o, "reshape");
@@ -185,7 +191,7 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: a constant's \"shape\" is a list of at most %d "
 				       "dimensions, each >= 1, of at most %d elements in all", origin, k, ST_MAX_DIMS,
 				       TP_VIEW_CONST_MAX);
-		return check_template(x->per, origin, k, &vs, e);
+		return check_template(x->per, origin, k, vs, 0, e);
 	}
 	x->kind = TP_VE_CAT;
 	if (cJSON_GetObjectItemCaseSensitive(o, "dtype")) { /* served as F32 where the pieces are BF16 or F16 */
@@ -241,7 +247,7 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 		}
 	}
 	for (uint32_t j = 0; j < x->ncat; j++)
-		if (check_template(x->cat[j], origin, k, &vs, e) < 0)
+		if (check_template(x->cat[j], origin, k, vs, 0, e) < 0)
 			return -1;
 	if (x->stack) {
 		char var[64];
@@ -250,6 +256,55 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"stack\": \"%s\" must appear in the pieces and not in "
 				       "the served name", origin, k, x->stack);
 	}
+	return 0;
+}
+
+/* Whether condition c reads one of the entry's template variables (an identifier outside quotes
+ * spelled as one): such a condition is decided for each match, with the match's values bound. -1
+ * (e set) where a variable it reads is too long for an expression's variable (15 characters). */
+static int reads_var(const char *c, const tvars *vs, const char *origin, size_t k, tp_err *e)
+{
+	int hit = 0;
+	for (const char *p = c; *p;) {
+		if (*p == '\'' || *p == '"') { /* a string literal: no identifiers in it */
+			const char *q = strchr(p + 1, *p);
+			p = q ? q + 1 : p + strlen(p);
+			continue;
+		}
+		int id0 = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_';
+		if (!id0) {
+			p++;
+			continue;
+		}
+		const char *q = p;
+		while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_' ||
+		       *q == '.')
+			q++;
+		for (int j = 0; j < vs->n; j++)
+			if (strlen(vs->name[j]) == (size_t)(q - p) && !strncmp(vs->name[j], p, (size_t)(q - p))) {
+				if (q - p > 15)
+					return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"if\" reads the variable '%s': a variable "
+						       "an \"if\" reads is at most 15 characters", origin, k, vs->name[j]);
+				hit = 1;
+			}
+		p = q;
+	}
+	return hit;
+}
+
+/* One entry of "tensors" into x: 0, or -1 with e set naming origin and k. An "if" that reads
+ * tensor() or one of the entry's variables is decided per match (per_match). */
+static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
+{
+	tvars vs = {.n = 0};
+	if (parse_entry_body(o, k, origin, x, &vs, e) < 0)
+		return -1;
+	if (!x->cond)
+		return 0;
+	int rv = reads_var(x->cond, &vs, origin, k, e);
+	if (rv < 0)
+		return -1;
+	x->per_match = rv || strstr(x->cond, "tensor(") != NULL;
 	return 0;
 }
 
@@ -316,24 +371,51 @@ static int same_entry(const cJSON *a, const cJSON *b)
 	return (na && nb && !strcmp(na, nb)) || (!na && !nb && da && db && !strcmp(da, db));
 }
 
+/* The name an entry {"drop": {"entry": NAME}} takes away (an inherited entry), or NULL where it is
+ * not one. */
+static const char *drop_entry_of(const cJSON *it)
+{
+	const cJSON *d = cJSON_GetObjectItemCaseSensitive(it, "drop");
+	return cJSON_IsObject(d) ? str_of(d, "entry") : NULL;
+}
+
 /* Puts object over (a view file, or a fragment: fragment set) over base, as "extends" and
- * "include" say: each top-level field of a view but extends, include, tensors, refuse and defaults
- * replaces base's, null taking base's away (a fragment's other fields are its own: name,
- * description; null is refused for refuse and defaults); each entry of "tensors" replaces base's entry of the same key (same_entry) where it stands, an entry
- * {"remove": NAME} takes away base's entry making NAME, and any other entry is appended (over's
- * own entries never replace one another: two of one served name are the resolver's to refuse or,
- * where their sources never meet, to serve); "refuse"
- * entries are appended to base's; "defaults" are merged key by key (over's value wins). what names
- * base in messages. Returns 0, or -1 with e set (base is then the caller's to free). */
+ * "include" say: each top-level field of a view but extends, include, tensors, refuse, defaults
+ * and drop replaces base's, "drop": [FIELD, ...] taking base's fields away (a fragment's other
+ * fields are its own: name, description; null is refused: "drop" replaced it); each entry of
+ * "tensors" replaces base's entry of the same key (same_entry) where it stands, an entry
+ * {"drop": {"entry": NAME}} takes away base's entry making NAME (or dropping NAME: a drop entry's
+ * template), and any other entry is appended (over's own entries never replace one another: two
+ * of one served name are the resolver's to refuse or, where their sources never meet, to serve);
+ * "refuse" entries are appended to base's; "defaults" are merged key by key (over's value wins).
+ * what names base in messages. Returns 0, or -1 with e set (base is then the caller's to free). */
 static int merge_over(cJSON *base, const cJSON *over, int fragment, const char *origin, const char *what, tp_err *e)
 {
-	const cJSON *it;
+	const cJSON *it, *dr = fragment ? NULL : cJSON_GetObjectItemCaseSensitive(over, "drop");
 	int oom = 0;
+	static const char *const kept[] = {"tpfs_view", "engine", "name", "extends", "include", "tensors", "refuse",
+					   "defaults", "drop", "fragment", NULL};
+	if (dr && (!cJSON_IsArray(dr) || cJSON_GetArraySize(dr) < 1 || cJSON_GetArraySize(dr) > 16))
+		return tp_fail(e, TP_EINVAL, "%s: \"drop\" (view level) is a list of 1 to 16 fields of view '%s' not "
+			       "inherited", origin, what);
+	cJSON_ArrayForEach(it, dr) /* "drop": ["pp", ...]: base's fields not inherited */
+	{
+		const char *f = cJSON_IsString(it) ? it->valuestring : NULL;
+		int fixed = 0;
+		for (int i = 0; f && kept[i]; i++)
+			fixed |= !strcmp(f, kept[i]);
+		if (!f || fixed || !cJSON_GetObjectItemCaseSensitive(base, f) || cJSON_GetObjectItemCaseSensitive(over, f))
+			return tp_fail(e, TP_EINVAL, "%s: \"drop\": %s%s%s: a field of view '%s' that this view neither sets nor "
+				       "must inherit (not tensors, refuse, defaults, name, engine)", origin, f ? "'" : "",
+				       f ? f : "not a field name", f ? "'" : "", what);
+		cJSON_DeleteItemFromObjectCaseSensitive(base, f);
+	}
 	cJSON_ArrayForEach(it, over)
 	{
 		const char *k = it->string;
 		int list = !strcmp(k, "refuse") || !strcmp(k, "defaults");
-		if (!strcmp(k, "extends") || !strcmp(k, "include") || !strcmp(k, "tensors") || (fragment && !list))
+		if (!strcmp(k, "extends") || !strcmp(k, "include") || !strcmp(k, "tensors") || (!fragment && !strcmp(k, "drop")) ||
+		    (fragment && !list))
 			continue;
 		cJSON *have = cJSON_GetObjectItemCaseSensitive(base, k);
 		if (list && have && cJSON_IsArray(have) == cJSON_IsArray(it) && cJSON_IsObject(have) == cJSON_IsObject(it)) {
@@ -351,12 +433,12 @@ static int merge_over(cJSON *base, const cJSON *over, int fragment, const char *
 			}
 			continue;
 		}
-		if (cJSON_IsNull(it)) { /* "pp": null: the base's field is not inherited */
+		if (cJSON_IsNull(it)) { /* before issue 47, "pp": null took the field away: "drop" does */
 			if (list) /* the parent's refusals and defaults always hold */
 				return tp_fail(e, TP_EINVAL, "%s: \"%s\": null: a view adds to what it extends, it cannot take "
 					       "it away", origin, k);
-			cJSON_DeleteItemFromObjectCaseSensitive(base, k);
-			continue;
+			return tp_fail(e, TP_EINVAL, "%s: \"%s\": null no longer takes an inherited field away: write "
+				       "\"drop\": [\"%s\"]", origin, k, k);
 		}
 		cJSON *dup = cJSON_Duplicate(it, 1);
 		oom |= !dup;
@@ -374,19 +456,22 @@ static int merge_over(cJSON *base, const cJSON *over, int fragment, const char *
 	int nbase = cJSON_GetArraySize(pt); /* over's entries replace base's only, never each other */
 	cJSON_ArrayForEach(it, ct)
 	{
-		const char *rm = str_of(it, "remove");
+		const char *rm = drop_entry_of(it);
 		int k = 0;
-		if (cJSON_GetObjectItemCaseSensitive(it, "remove")) {
+		if (cJSON_GetObjectItemCaseSensitive(it, "remove"))
+			return tp_fail(e, TP_EINVAL, "%s: 'remove' is no longer a view keyword: write {\"drop\": {\"entry\": "
+				       "NAME}} (an inherited entry taken away)", origin);
+		if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(it, "drop"))) {
 			cJSON *x, *hit = NULL;
 			cJSON_ArrayForEach(x, pt)
 			{
-				const char *n = str_of(x, "name");
+				const char *n = str_of(x, "name") ? str_of(x, "name") : str_of(x, "drop");
 				if (!hit && k++ < nbase && rm && n && !strcmp(n, rm))
 					hit = x;
 			}
-			if (!hit || cJSON_GetArraySize(it) != 1)
-				return tp_fail(e, TP_EINVAL, "%s: {\"remove\": NAME} takes away the entry of view '%s' making "
-					       "NAME (%s: none)", origin, what, rm ? rm : "not a name");
+			if (!hit || cJSON_GetArraySize(it) != 1 || cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(it, "drop")) != 1)
+				return tp_fail(e, TP_EINVAL, "%s: {\"drop\": {\"entry\": NAME}} takes away the entry of view '%s' "
+					       "making NAME, or dropping NAME (%s: none)", origin, what, rm ? rm : "not a name");
 			cJSON_Delete(cJSON_DetachItemViaPointer(pt, hit));
 			nbase--;
 			continue;
@@ -646,7 +731,7 @@ int tp_view_rules_plan(const cJSON *rules, const char *name, const char *origin,
 int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, tp_err *e)
 {
 	static const char *keys[] = {"tpfs_view", "engine", "name", "proven", "plans", "model_types", "quant_methods", "pad_vocab",
-				     "keep_rest", "tensors", "description", "comment", "defaults", "drop_layers", "refuse",
+				     "keep_rest", "tensors", "description", "comment", "defaults", "drop_layers", "drop", "refuse",
 				     "fragment", "pp", "ep", "ep_round_robin", "rules", "rename", NULL};
 	static const char *fkeys[] = {"tpfs_view", "engine", "name", "fragment", "description", "comment", "tensors",
 				      "refuse", "defaults", NULL};
@@ -720,17 +805,15 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 	v->pad_vocab = pv ? (uint64_t)pv->valuedouble : 0;
 	const cJSON *kr = cJSON_GetObjectItemCaseSensitive(o, "keep_rest");
 	v->keep_rest = !kr || cJSON_IsTrue(kr);
-	v->drop_from = UINT64_MAX;
-	const cJSON *dl = cJSON_GetObjectItemCaseSensitive(o, "drop_layers");
-	if (dl) {
-		v->drop_prefix = str_of(dl, "prefix");
-		v->drop_key = str_of(dl, "from");
-		if (!cJSON_IsObject(dl) || !v->drop_prefix || !v->drop_prefix[0] || !v->drop_key || !v->drop_key[0] ||
-		    cJSON_GetArraySize(dl) != 2) {
-			tp_fail(e, TP_EINVAL, "%s: \"drop_layers\" is {\"prefix\": \"model.layers.\", \"from\": a config.json "
-				"key}: layers from that index on are not served", origin);
-			goto bad;
-		}
+	if (cJSON_GetObjectItemCaseSensitive(o, "drop_layers")) { /* replaced by a drop entry (issue 47) */
+		tp_fail(e, TP_EINVAL, "%s: 'drop_layers' is no longer a view keyword: write the tensors entry {\"drop\": "
+			"\"PREFIX{n}.*\", \"if\": \"n >= KEY\"}", origin);
+		goto bad;
+	}
+	if (cJSON_GetObjectItemCaseSensitive(o, "drop")) { /* merge_over consumed a view's that inherits */
+		tp_fail(e, TP_EINVAL, "%s: \"drop\" (view level) takes away fields a view inherits, and this view extends "
+			"none", origin);
+		goto bad;
 	}
 	if (parse_pp(cJSON_GetObjectItemCaseSensitive(o, "pp"), origin, v, e) < 0)
 		goto bad;
@@ -762,7 +845,7 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 				tvars vs = {.n = 0};
 				tp_err te;
 				tp_err_clear(&te);
-				okn = okn && cJSON_IsString(x) && x->valuestring[0] && check_template(x->valuestring, origin, k, &vs, &te) == 0;
+				okn = okn && cJSON_IsString(x) && x->valuestring[0] && check_template(x->valuestring, origin, k, &vs, 0, &te) == 0;
 			}
 			if (okn) {
 				v->ren_from[v->nren] = f;
@@ -827,8 +910,8 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 	}
 	cJSON_ArrayForEach(it, ts)
 	{
-		/* a fragment's {"remove": NAME}: applied, and checked, where a view includes it (merge_over) */
-		if (v->fragment && cJSON_IsObject(it) && cJSON_GetArraySize(it) == 1 && str_of(it, "remove"))
+		/* a fragment's {"drop": {"entry": NAME}}: applied, and checked, where a view includes it (merge_over) */
+		if (v->fragment && cJSON_IsObject(it) && cJSON_GetArraySize(it) == 1 && drop_entry_of(it))
 			continue;
 		if (parse_entry(it, v->ne, origin, &v->e[v->ne], e) < 0)
 			goto bad;

@@ -6,8 +6,9 @@
  * templates (`{i}` binds a run of digits): `cat` (the pieces' local cuts concatenated along the
  * first axis: q, k, v as qkv_proj), `stack` over a variable (every expert's cat as one [E, ...]
  * tensor), `from` (a rename), `const` (a scalar per match of `per`, such as an attention scale
- * 1.0), `drop`. Source tensors no entry uses keep their names (`keep_rest`), or take a new prefix
- * (`rename`).
+ * 1.0), `drop` (source tensors not served: applied before every other entry, so that the others
+ * never see them; a drop template may end in `*`, any rest). Source tensors no entry uses keep
+ * their names (`keep_rest`), or take a new prefix (`rename`).
  *
  * tp_view_resolve turns a view and the planned source files into the served tensors of every part
  * (one part per source file: a tensor goes to the part of its first piece's file), each a list
@@ -40,7 +41,8 @@ typedef struct tp_ventry {
 	const char *cat[8];    /* piece templates, in order (CAT: `cat`, or `from` as one) */
 	uint32_t ncat;
 	const char *stack;     /* the variable stacked over, or NULL */
-	const char *per;       /* CONST: made once per source tensor matching this; DROP: what is dropped */
+	const char *per;       /* CONST: made once per source tensor matching this; DROP: what is dropped
+	                        * (a template that may end in '*': any rest of the name) */
 	int to_f32;            /* "dtype": "F32": BF16 / F16 pieces served widened to F32 */
 	int transpose;         /* "transpose": true: the last two axes swapped (tp_sdesc.transpose) */
 	int rank0_only;        /* "other_ranks": "zeros": zeros on ranks other than 0 (tp_sdesc.rank0_only) */
@@ -48,8 +50,11 @@ typedef struct tp_ventry {
 	                        * CONST: the constant's shape (0: a scalar) */
 	int64_t rs_shape[ST_MAX_DIMS];
 	const char *cond;      /* "if": a plan expression over config.json and T: the entry applies only
-	                        * where it is true; with tensor('NAME'), for each match (per_match) */
-	int per_match;         /* cond reads the source's tensors: evaluated by tp_view_resolve, per match,
+	                        * where it is true; with tensor('NAME') or the entry's variables (its
+	                        * first piece's, per's or drop's: `n >= num_hidden_layers`), for each
+	                        * match (per_match) */
+	int per_match;         /* cond reads the source's tensors or the match's variables: evaluated by
+	                        * tp_view_resolve, per match, with the variables bound,
 	                        * over cond_ctx; otherwise by the caller, once, setting off */
 	int off;               /* set by the caller from a cond that is not per_match: the entry is left out */
 	st_dtype cdtype;       /* CONST: F32 or BF16 */
@@ -75,11 +80,6 @@ typedef struct tp_view {
 	 * than the view makes (a plan expression over config.json and T; the caller evaluates them and
 	 * refuses the mount with the reason where one is true), or NULL */
 	const struct cJSON *refuse;
-	/* "drop_layers": {"prefix": P, "from": KEY}: source tensors named P<N>.<...> with N >=
-	 * config.json's KEY are not served (layers the engine does not build: DeepSeek's MTP layer).
-	 * The caller sets drop_from from KEY before resolving (UINT64_MAX: none). */
-	const char *drop_prefix, *drop_key;
-	uint64_t drop_from;
 	/* "pp": pipeline stages (view_pp.c): served tensors named pp_layers<N>.<...> lie in the stage
 	 * of layer N (N < config.json's pp_count); those starting with one of pp_first in the first
 	 * stage, with one of pp_last in the last, with one of pp_every in every stage (vLLM's

@@ -1,7 +1,8 @@
 /* view_resolve.c: a parsed view and the planned source files turned into the served tensors of
  * every part (tp_view_resolve, see view.h): templates matched against the source tensors, the
- * pieces of each served tensor found and cut as the plan cuts them, constants made, the rest kept,
- * the layers drop_layers leaves out skipped, and every served name checked to be made once. */
+ * source tensors the drop entries take left out first, the pieces of each served tensor found and
+ * cut as the plan cuts them, constants made, the rest kept, and every served name checked to be
+ * made once. */
 #include "view.h"
 
 #include <cjson/cJSON.h>
@@ -28,10 +29,13 @@ static int find_var(const vbind *b, const char *name, size_t nl)
 	return -1;
 }
 
-/* Whether s matches template t; binds (or checks) its variables in b. */
+/* Whether s matches template t; binds (or checks) its variables in b. A '*' ending t (a drop
+ * template's: view.c allows it nowhere else) matches any rest of s. */
 static int tmatch(const char *t, const char *s, vbind *b)
 {
 	while (*t) {
+		if (t[0] == '*' && !t[1])
+			return 1;
 		if (*t != '{') {
 			if (*t++ != *s++)
 				return 0;
@@ -200,7 +204,8 @@ static int find_pieces(vres *c, const char *const *tm, uint32_t nt, const vbind 
 }
 
 /* tensor('NAME') of a per-match condition: NAME filled in with the match's binding, then looked up
- * among the source tensors (drop_layers' left out). */
+ * among the source tensors (a drop entry's condition: all of them; any other's: those the drop
+ * entries leave). */
 typedef struct mcond {
 	vres *c;
 	const vbind *b;
@@ -215,14 +220,23 @@ static int has_tensor(void *arg, const char *t)
 	return lookup(m->c, name) >= 0;
 }
 
-/* Entry k's per-match "if" for binding b: 1 (it applies), 0 (not), -1 (e set: the expression
- * fails, or reads a config key neither config.json nor the view's defaults has). */
+/* Entry k's per-match "if" for binding b (its variables bound to their values, as integers): 1 (it
+ * applies), 0 (not), -1 (e set: the expression fails, or reads a config key neither config.json
+ * nor the view's defaults has). */
 static int match_cond(vres *c, size_t k, const vbind *b)
 {
 	const tp_ventry *x = &c->v->e[k];
 	tp_expr_ctx ctx = {0};
 	if (c->v->cond_ctx)
 		ctx = *c->v->cond_ctx;
+	for (int j = 0; j < b->n; j++) {
+		if (strlen(b->var[j]) > 15) /* one an "if" cannot read (view.c): not bound */
+			continue;
+		int64_t val = 0;
+		for (size_t d = 0; d < b->len[j]; d++) /* digits; past int64, the largest */
+			val = val > (INT64_MAX - 9) / 10 ? INT64_MAX : val * 10 + (b->txt[j][d] - '0');
+		tp_expr_bind(&ctx, b->var[j], val);
+	}
 	mcond m = {c, b};
 	ctx.tensor = has_tensor;
 	ctx.tensor_arg = &m;
@@ -461,19 +475,38 @@ static int renames(const tp_view *v, uint32_t r, const char *name)
 	return 0;
 }
 
-/* Whether source tensor `name` lies in a layer the view's drop_layers leaves out. */
-static int dropped_layer(const tp_view *v, const char *name)
+/* The drop entries, before every other: the source tensors they take (each entry's "if" decided per
+ * match where it reads tensor() or the match's variables, over every source tensor) taken out of
+ * c->all, so that no other entry, tensor() of another entry, "rename" or keep_rest sees them. c->all
+ * stays sorted. Returns 0, or -1 with e set. */
+static int apply_drops(vres *c)
 {
-	size_t pl = v->drop_prefix ? strlen(v->drop_prefix) : 0;
-	if (!pl || v->drop_from == UINT64_MAX || strncmp(name, v->drop_prefix, pl))
-		return 0;
-	const char *p = name + pl;
-	uint64_t n = 0;
-	if (*p < '0' || *p > '9')
-		return 0;
-	for (; *p >= '0' && *p <= '9'; p++)
-		n = n > UINT64_MAX / 10 ? UINT64_MAX : n * 10 + (uint64_t)(*p - '0');
-	return *p == '.' && n >= v->drop_from;
+	uint8_t *gone = calloc(c->nall ? c->nall : 1, 1);
+	if (!gone)
+		return tp_fail(c->e, TP_ENOMEM, "out of memory");
+	int rc = 0;
+	for (size_t k = 0; k < c->v->ne && rc == 0; k++) {
+		const tp_ventry *x = &c->v->e[k];
+		if (x->kind != TP_VE_DROP || x->off)
+			continue;
+		for (size_t i = 0; i < c->nall && rc == 0; i++) {
+			vbind b = {.n = 0};
+			if (gone[i] || !tmatch(x->per, c->all[i].name, &b))
+				continue;
+			int hit = x->per_match ? match_cond(c, k, &b) : 1;
+			if (hit < 0)
+				rc = -1;
+			else
+				gone[i] = (uint8_t)hit;
+		}
+	}
+	size_t w = 0;
+	for (size_t i = 0; i < c->nall; i++)
+		if (!gone[i])
+			c->all[w++] = c->all[i];
+	c->nall = w;
+	free(gone);
+	return rc;
 }
 
 int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_vplan *out, tp_err *e)
@@ -491,11 +524,12 @@ int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_v
 	size_t w = 0;
 	for (uint32_t f = 0; f < nsrc && rc == 0; f++)
 		for (size_t t = 0; t < src[f].h->n; t++)
-			if (!dropped_layer(v, src[f].h->t[t].name))
-				c.all[w++] = (vname){src[f].h->t[t].name, f, (uint32_t)t};
-	c.nall = w;
+			c.all[w++] = (vname){src[f].h->t[t].name, f, (uint32_t)t};
 	if (rc == 0) {
 		qsort(c.all, c.nall, sizeof *c.all, cmp_vname);
+		rc = apply_drops(&c);
+	}
+	if (rc == 0) {
 		for (size_t i = 1; i < c.nall; i++)
 			if (!strcmp(c.all[i].name, c.all[i - 1].name)) {
 				rc = tp_fail(e, TP_EINVAL, "%s and %s both hold tensor '%s': a view needs one tensor of each name",
@@ -507,22 +541,11 @@ int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_v
 		const tp_ventry *x = &v->e[k];
 		if (x->off)
 			continue;
-		if (x->kind == TP_VE_CAT) {
+		if (x->kind == TP_VE_CAT)
 			rc = resolve_cat(&c, k);
-		} else if (x->kind == TP_VE_CONST) {
+		else if (x->kind == TP_VE_CONST)
 			rc = resolve_const(&c, k);
-		} else {
-			for (size_t i = 0; i < c.nall && rc == 0; i++) {
-				vbind b = {.n = 0};
-				if (!tmatch(x->per, c.all[i].name, &b))
-					continue;
-				int hit = x->per_match ? match_cond(&c, k, &b) : 1;
-				if (hit < 0)
-					rc = -1;
-				else if (hit)
-					c.used[i] = 1;
-			}
-		}
+		/* TP_VE_DROP: applied already (apply_drops) */
 	}
 	for (size_t i = 0; i < c.nall && rc == 0; i++) {
 		if (c.used[i])

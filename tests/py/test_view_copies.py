@@ -3,8 +3,8 @@ are compiled in, a "tensors" entry written out in two files (a view or a fragmen
 files; what views share lives in one fragment they include (with "params" where the names differ) or in a view
 they extend. Checked here: the repository's views compile; a view repeating one of llama's entries or of a
 fragment's (keys in another order), and an attention scale written out by hand in two views, are refused by
-name; the same entry under another served name is not; {"remove": NAME} repeated is not (it names an
-inherited entry, it makes none).
+name; the same entry under another served name is not; {"drop": {"entry": NAME}} repeated is not (it names an
+inherited entry, it makes none), while a drop of source tensors repeated is.
 Needs only python3 (no venv)."""
 import glob
 import json
@@ -48,7 +48,10 @@ cases = [  # (what, the extra files' tensors lists, refused?, a word the message
     ("a fragment's entry, keys in another order", [[dict(reversed(list(router_entry.items())))]], True, "router.json"),
     ("an attention scale written out in two views", [[scale], [scale]], True, "_k_scale"),
     ("the same scale under another served name", [[scale], [dict(scale, name="x.{i}._k_scale")]], False, None),
-    ("{\"remove\": NAME} in two views", [[{"remove": "lm_head.weight"}], [{"remove": "lm_head.weight"}]], False, None),
+    ("{\"drop\": {\"entry\": NAME}} in two views", [[{"drop": {"entry": "lm_head.weight"}}], [{"drop": {"entry": "lm_head.weight"}}]],
+     False, None),
+    ("a drop of source tensors in two views", [[{"drop": "x.{n}.*", "if": "n >= 2"}], [{"drop": "x.{n}.*", "if": "n >= 2"}]],
+     True, "x.{n}.*"),
 ]
 for i, (what, lists, refused, word) in enumerate(cases):
     extra = []

@@ -469,7 +469,7 @@ def add_mtp(out, n_layers, prefix="model.", extras=DS_MTP):
     checkpoint's MTP layer is quantized alike) plus the EXTRAS (MTP: eh_proj [H, 2H], enorm, hnorm,
     shared_head.norm [H], shared_head.head and embed_tokens [V, H]), in a second file with an index. vLLM's and
     SGLang's default loaders skip it (their speculative-decoding models read it); the views must not serve it
-    (drop_layers)."""
+    (fragments/extra_layers.json: a drop entry)."""
     from safetensors.torch import load_file, save_file
     main = load_file(os.path.join(out, "model.safetensors"))
     last, new = prefix + "layers.%d." % (n_layers - 1), prefix + "layers.%d." % n_layers

@@ -9,8 +9,9 @@ builds, with torch and safetensors only, what vLLM's sharded_state loader must r
    block of columns, q heads split evenly, KV heads in replicated groups when fewer than T
    (QKVParallelLinear: shard tp_rank // (T / kv_heads)), the vocabulary padded with zero rows to a
    multiple of the view's pad_vocab and then divided (VocabParallelEmbedding), the rest whole;
-2. the view's entries (cat, stack, from, const, drop, if (tensor() per match), dtype, reshape, shape (a const's), transpose,
-   other_ranks, keep_rest, rename, drop_layers; include with a fragment's params) are applied to those
+2. the view's entries (drop first (a template, maybe ending in *), then cat, stack, from, const; if (tensor() and the
+   entry's variables per match), dtype, reshape, shape (a const's), transpose, other_ranks, keep_rest, rename; include
+   with a fragment's params; view-level drop and {"drop": {"entry": NAME}} in extends) are applied to those
    cuts, with the semantics written in views/vllm/README.md;
 3. the served tensors are written, grouped into parts by the source file of each tensor's first
    piece (constants go with their `per` tensor), the parts numbered 0, 1, ... in source-file name
@@ -470,9 +471,9 @@ def cut(family, cfg, name, x, T, r, pad):
 # ---- step 2: the view ----
 
 def template(t):
-    """A template "a.{i}.b" as (regex, variables in order)."""
-    names, out = [], ""
-    for part in re.split(r"(\{[a-z_]+\})", t):
+    """A template "a.{i}.b" as (regex, variables in order); a drop template's ending "*": any rest."""
+    names, out, rest = [], "", t.endswith("*")
+    for part in re.split(r"(\{[a-z_]+\})", t[:-1] if rest else t):
         if part.startswith("{") and part.endswith("}"):
             v = part[1:-1]
             out += "(?P=%s)" % v if v in names else "(?P<%s>\\d+)" % v
@@ -480,7 +481,7 @@ def template(t):
                 names.append(v)
         else:
             out += re.escape(part)
-    return re.compile(out), names
+    return re.compile(out + (".*" if rest else "")), names
 
 
 def fill(t, b):
@@ -501,11 +502,12 @@ class _Missing(Exception):
     pass
 
 
-def condition(expr, cfg, defaults, T, tensor=None):
+def condition(expr, cfg, defaults, T, tensor=None, b=None):
     """A view condition (an entry's `if`, `refuse.if`: a plan expression) evaluated here by Python: the
     operators rewritten (&& || ! to and or not), every name looked up by config_value, T bound (P 1, EP and
     EP_RR 0: the reference makes TP files only), has(k) testing a key, tensor('NAME') asking `tensor` (an
-    entry's match: whether the source holds NAME filled in; None: an error). A key neither config.json nor the
+    entry's match: whether the source holds NAME filled in; None: an error), the match's variables (b) bound
+    to their values as integers. A key neither config.json nor the
     view's defaults has, outside has(), raises: tpfs refuses such a condition by name."""
     py = re.sub(r"has\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\)", r'_has("\1")', expr)
     py = re.sub(r"\btensor\(", "_tensor(", py)
@@ -515,6 +517,8 @@ def condition(expr, cfg, defaults, T, tensor=None):
 
     class Names(dict):
         def __missing__(self, name):
+            if b and name in b:
+                return int(b[name])
             if name == "T":
                 return T
             if name in ("P", "EP", "EP_RR"):  # the reference writes TP files only: one stage, no --ep
@@ -534,22 +538,39 @@ def condition(expr, cfg, defaults, T, tensor=None):
 
 
 GONE = {"when": 'write "if": EXPR', "unless": 'write "if": "!(EXPR)"', "if_missing": 'write "if": "!tensor(\'NAME\')"',
-        "optional": 'write "if": "tensor(\'PIECE\') && ...", naming the pieces a match may lack'}
+        "optional": 'write "if": "tensor(\'PIECE\') && ...", naming the pieces a match may lack',
+        "remove": 'write {"drop": {"entry": NAME}} (an inherited entry taken away)'}
+
+
+def entry_vars(entry):
+    """The variables an entry's first piece (or per, or drop template) binds."""
+    first = entry.get("drop") or (entry.get("cat") or [entry.get("from") or entry.get("per")])[0]
+    return template(first)[1] if isinstance(first, str) else []
+
+
+def per_match(entry):
+    """Whether an entry's `if` is decided for each match: it reads tensor() or one of the entry's variables (an
+    identifier outside quotes)."""
+    c = entry.get("if", "")
+    bare = re.sub(r"'[^']*'|\"[^\"]*\"", "", c)
+    return "tensor(" in c or any(re.search(r"(?<![\w.])%s(?![\w.])" % v, bare) for v in entry_vars(entry))
 
 
 def applies(entry, cfg, defaults=None, T=1, names=None, b=None):
     """Whether a view entry applies under config.json cfg at T: its `if` true. An `if` that reads tensor() is
     decided for each match (b: its binding, names: the source's tensors); before the matches (b None) it
-    applies. The keywords `if` replaced are refused, naming it."""
+    applies. An `if` reading the entry's variables is decided for each match too, with them bound. The keywords
+    `if` and `drop` replaced are refused, naming the replacement."""
     for k, how in GONE.items():
         if k in entry:
             raise ViewError("%r is no longer a view keyword: %s" % (k, how))
     if "if" not in entry:
         return True
-    per_match = "tensor(" in entry["if"]
-    if per_match != (b is not None):
+    pm = per_match(entry)
+    if pm != (b is not None):
         return True
-    return condition(entry["if"], cfg, defaults, T, tensor=(lambda t: fill(t, b) in names) if per_match else None)
+    return condition(entry["if"], cfg, defaults, T, tensor=(lambda t: fill(t, b) in names) if pm else None,
+                     b=b if pm else None)
 
 
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
@@ -563,20 +584,20 @@ def plan_view(view, cfg, names, T=1):
     scalar); and the
     source names used."""
     used, served = set(), []
-    dl = view.get("drop_layers")
-    if dl:  # layers from config[dl["from"]] on are not served
-        n0 = config_value(cfg, dl["from"], defaults=view.get("defaults"))
-        def dropped(n):
-            i = n[len(dl["prefix"]):].split(".")[0] if n.startswith(dl["prefix"]) else ""
-            return i.isdigit() and int(i) >= n0
-        names = {n for n in names if not dropped(n)}
+    if "drop_layers" in view:
+        raise ViewError("'drop_layers' is no longer a view keyword: write the tensors entry "
+                        '{"drop": "PREFIX{n}.*", "if": "n >= KEY"}')
+    dropped = set()  # the drop entries first, each over every source tensor: no other entry sees what they take
     for entry in view["tensors"]:
-        if not applies(entry, cfg, view.get("defaults"), T):
-            continue
-        if "drop" in entry:
+        if "drop" in entry and applies(entry, cfg, view.get("defaults"), T):
+            if not isinstance(entry["drop"], str):
+                raise ViewError("%r takes away an inherited entry, and this view inherits none" % entry)
             rx, _ = template(entry["drop"])
-            used |= {n for n in names if rx.fullmatch(n) and
-                     applies(entry, cfg, view.get("defaults"), T, names, rx.fullmatch(n).groupdict())}
+            dropped |= {n for n in names if rx.fullmatch(n) and
+                        applies(entry, cfg, view.get("defaults"), T, names, rx.fullmatch(n).groupdict())}
+    names = set(names) - dropped
+    for entry in view["tensors"]:
+        if "drop" in entry or not applies(entry, cfg, view.get("defaults"), T):
             continue
         pieces = entry.get("cat") or ([entry["from"]] if "from" in entry else None)
         first = pieces[0] if pieces else entry["per"]
@@ -714,9 +735,10 @@ def merge_over(base, over, path, what, fragment=False):
     """Puts view (or fragment) OVER over BASE in place, as views/vllm/README.md says: each top-level
     field of a view but extends / include / tensors / refuse / defaults replacing base's (a fragment
     adds only its tensors, refuse and defaults), each "tensors" entry replacing base's of the same
-    name (a drop entry: of the same drop template) where it stands, {"remove": NAME} taking base's
-    entry making NAME away, any other appended; refuse entries appended; defaults merged by key; a
-    top-level null taking base's field away (refused for refuse and defaults)."""
+    name (a drop entry: of the same drop template) where it stands, {"drop": {"entry": NAME}} taking base's
+    entry making (or dropping) NAME away, any other appended; refuse entries appended; defaults merged by key; a
+    view-level "drop": [FIELD, ...] taking base's fields away ({"remove": NAME} and a top-level null, which
+    "drop" replaced, refused)."""
     tensors = base.setdefault("tensors", [])
 
     def key(e):
@@ -724,9 +746,12 @@ def merge_over(base, over, path, what, fragment=False):
     nbase = len(tensors)  # over's entries replace base's only, never each other
     for e in over.get("tensors", []):
         if "remove" in e:
-            hit = [x for x in tensors[:nbase] if x.get("name") == e["remove"]]
-            if len(e) != 1 or not hit:
-                raise ViewError("%s: remove %r: no entry of %s makes it" % (path, e["remove"], what))
+            raise ViewError("%s: 'remove' is no longer a view keyword: write {\"drop\": {\"entry\": NAME}}" % path)
+        if isinstance(e.get("drop"), dict):
+            rm = e["drop"].get("entry")
+            hit = [x for x in tensors[:nbase] if (x.get("name") or x.get("drop")) == rm]
+            if len(e) != 1 or list(e["drop"]) != ["entry"] or not hit:
+                raise ViewError("%s: drop entry %r: no entry of %s makes or drops it" % (path, rm, what))
             tensors.remove(hit[0])
             nbase -= 1
             continue
@@ -735,17 +760,22 @@ def merge_over(base, over, path, what, fragment=False):
             tensors[at[0]] = e
         else:
             tensors.append(e)
+    for k in ([] if fragment else over.get("drop", [])):  # "drop": [FIELD, ...]: base's fields not inherited
+        if k in ("tpfs_view", "engine", "name", "extends", "include", "tensors", "refuse", "defaults", "drop",
+                 "fragment") or k not in base or k in over:
+            raise ViewError("%s: \"drop\": %r: not a field of %s this view may take away" % (path, k, what))
+        del base[k]
     for k, x in over.items():
-        if k in ("extends", "include", "tensors"):
+        if k in ("extends", "include", "tensors", "drop"):
             continue
         if k in ("refuse", "defaults") and x is None:
             raise ViewError("%s: %r: null: a view adds to what it extends, it cannot take it away" % (path, k))
+        if x is None and not fragment:
+            raise ViewError('%s: "%s": null no longer takes an inherited field away: write "drop": ["%s"]' % (path, k, k))
         if k == "refuse":
             base["refuse"] = base.get("refuse", []) + x
         elif k == "defaults":
             base["defaults"] = dict(base.get("defaults", {}), **x)
-        elif not fragment and x is None:
-            base.pop(k, None)
         elif not fragment:
             base[k] = x
 

@@ -222,6 +222,71 @@ static void test_old_keywords(void **state)
 	fx_free(&f);
 }
 
+/* One removal keyword, "drop": a drop entry whose template ends in '*' and whose "if" reads the
+ * variable it binds (the layers past config.json's count: DeepSeek's MTP layer) takes its tensors
+ * out before every other entry, so that no other entry sees them (tensor() false, a cat whose first
+ * piece is dropped makes nothing, keep_rest keeps nothing of them); a config.json without the key
+ * is refused at resolution, naming it. '*' elsewhere than the end of a drop template, and a variable
+ * an "if" reads of 16 characters or more, are refused. */
+static void test_drop(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "L.0.q:8 L.0.k:4 L.1.q:8 L.1.k:4 L.2.q:8 L.2.k:4 L.2.eh:4 L.10.q:8 L.10.k:4 embed:16");
+	const char *text = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"t\", \"plans\": [\"llama\"], \"tensors\": ["
+			   "{\"name\": \"L.{i}.qk\", \"cat\": [\"L.{i}.q\", \"L.{i}.k\"]},"
+			   "{\"name\": \"L.{i}.mark\", \"const\": {\"dtype\": \"F32\", \"value\": 1.0}, \"per\": \"L.{i}.q\","
+			   " \"if\": \"tensor('L.{i}.k')\"},"
+			   "{\"drop\": \"L.{n}.*\", \"if\": \"n >= num_hidden_layers\"}]}";
+	tp_view v;
+	tp_vplan p;
+	tp_err e;
+	assert_int_equal(tp_view_parse(text, strlen(text), "t.json", &v, &e), 0);
+	assert_true(v.e[2].per_match); /* reads its variable n: decided per match */
+	assert_false(v.e[0].per_match);
+	cJSON *cfg = cJSON_Parse("{\"num_hidden_layers\": 2}");
+	tp_expr_ctx c = {0};
+	c.config = cfg;
+	v.cond_ctx = &c;
+	if (tp_view_resolve(&v, f.src, f.n, &p, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_non_null(find(&p, "L.1.qk", NULL));
+	assert_non_null(find(&p, "L.1.mark", NULL));
+	assert_null(find(&p, "L.2.qk", NULL)); /* layer 2 and 10 (>= 2, as numbers) dropped first: nothing made, */
+	assert_null(find(&p, "L.10.qk", NULL));
+	assert_null(find(&p, "L.2.mark", NULL)); /* nothing matched, */
+	assert_null(find(&p, "L.2.eh", NULL)); /* nothing kept */
+	assert_null(find(&p, "L.2.q", NULL));
+	assert_non_null(find(&p, "embed", NULL));
+	assert_int_equal(p.ntensors, 2 + 2 + 1); /* qk x2, mark x2, embed */
+	tp_vplan_free(&p);
+	cJSON_Delete(cfg); /* no count: refused, naming the key */
+	cfg = cJSON_Parse("{\"hidden_size\": 2}");
+	c.config = cfg;
+	assert_int_equal(tp_view_resolve(&v, f.src, f.n, &p, &e), -1);
+	if (!strstr(e.msg, "tensors[2] \"if\"") || !strstr(e.msg, "'num_hidden_layers'"))
+		fail_msg("%s", e.msg);
+	cJSON_Delete(cfg);
+	tp_view_free(&v);
+	/* a plain drop (no "if") of one tensor: the other entries' tensor() does not see it */
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.m\", \"const\": {\"dtype\": \"F32\", \"value\": 1.0}, "
+				 "\"per\": \"L.{i}.q\", \"if\": \"tensor('L.{i}.k')\"}, {\"drop\": \"L.1.k\"}]", NULL, &p, &e), 0);
+	assert_non_null(find(&p, "L.0.m", NULL));
+	assert_null(find(&p, "L.1.m", NULL));
+	assert_null(find(&p, "L.1.k", NULL));
+	tp_vplan_free(&p);
+	const char *bad[] = {"[{\"drop\": \"L.*.q\"}]", "[{\"name\": \"x*\", \"from\": \"embed\"}]",
+			     "[{\"drop\": \"L.{abcdefghijklmnop}.*\", \"if\": \"abcdefghijklmnop > 1\"}]"};
+	const char *why[] = {"'*' (any rest of the name) ends a drop template only", "'*' (any rest",
+			     "a variable an \"if\" reads is at most 15 characters"};
+	for (int k = 0; k < 3; k++) {
+		assert_int_equal(resolve(&f, bad[k], NULL, &p, &e), -2);
+		if (!strstr(e.msg, why[k]))
+			fail_msg("%d: %s", k, e.msg);
+	}
+	fx_free(&f);
+}
+
 /* "if" over config.json: the caller sets off; an entry left off makes nothing. */
 static void test_if(void **state)
 {
@@ -321,8 +386,9 @@ static void test_rules(void **state)
 }
 
 /* "extends": the built-in llama view under a file: fields replaced, an entry replaced where it
- * stands (same name; a drop by a drop of the same template), one removed, one appended; and the
- * refusals (no such view, a remove that takes nothing, extends not a string). */
+ * stands (same name; a drop by a drop of the same template), one removed ({"drop": {"entry": NAME}}),
+ * one appended; and the refusals (no such view, an entry removal that takes nothing or holds more,
+ * extends not a string, the old {"remove": NAME} naming its replacement). */
 static void test_extends(void **state)
 {
 	(void)state;
@@ -338,7 +404,7 @@ static void test_extends(void **state)
 	assert_non_null(lt);
 	assert_int_equal(tp_view_parse(lt, l, "llama", &base, &e), 0);
 	const char *text = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"child\", \"extends\": \"llama\", "
-			   "\"model_types\": [\"x\"], \"tensors\": [{\"remove\": \"lm_head.weight\"}, "
+			   "\"model_types\": [\"x\"], \"tensors\": [{\"drop\": {\"entry\": \"lm_head.weight\"}}, "
 			   "{\"drop\": \"lm_head.weight\"}, {\"name\": \"model.layers.{i}.mlp.gate_up_proj.weight\", "
 			   "\"cat\": [\"model.layers.{i}.mlp.up_proj.weight\", \"model.layers.{i}.mlp.gate_proj.weight\"]}, "
 			   "{\"name\": \"extra\", \"from\": \"model.norm.weight\"}]}";
@@ -369,12 +435,17 @@ static void test_extends(void **state)
 	tp_view_free(&v);
 	tp_view_free(&base);
 	const char *bad[] = {"\"extends\": \"nope\", \"tensors\": []", "\"extends\": 3, \"tensors\": []",
-			     "\"extends\": \"llama\", \"tensors\": [{\"remove\": \"none\"}]",
-			     "\"extends\": \"llama\", \"tensors\": [{\"remove\": \"lm_head.weight\", \"x\": 1}]"};
+			     "\"extends\": \"llama\", \"tensors\": [{\"drop\": {\"entry\": \"none\"}}]",
+			     "\"extends\": \"llama\", \"tensors\": [{\"drop\": {\"entry\": \"lm_head.weight\"}, \"x\": 1}]",
+			     "\"extends\": \"llama\", \"tensors\": [{\"drop\": {\"entry\": \"lm_head.weight\", \"x\": 1}}]",
+			     "\"extends\": \"llama\", \"tensors\": [{\"remove\": \"lm_head.weight\"}]",
+			     "\"plans\": [\"llama\"], \"tensors\": [{\"drop\": {\"entry\": \"lm_head.weight\"}}]"};
 	const char *why[] = {"no built-in vllm view 'nope'", "names one built-in view", "takes away the entry",
-			     "takes away the entry"};
+			     "takes away the entry", "takes away the entry",
+			     "'remove' is no longer a view keyword: write {\"drop\": {\"entry\": NAME}}",
+			     "and this view inherits none"};
 	char t2[512];
-	for (int k = 0; k < 4; k++) {
+	for (int k = 0; k < 7; k++) {
 		snprintf(t2, sizeof t2, "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"c\", %s}", bad[k]);
 		assert_int_equal(tp_view_parse(t2, strlen(t2), "c.json", &v, &e), -1);
 		assert_non_null(strstr(e.msg, why[k]));
@@ -382,16 +453,17 @@ static void test_extends(void **state)
 }
 
 /* "extends": "ENGINE/NAME": another engine's built-in view (SGLang's views over vLLM's), its entries
- * and fields inherited, this view's engine its own; a top-level null takes the parent's field away
- * ("pp": null: no stages); and the refusals (no such view of that engine, an empty engine, null for
- * the parent's refusals or defaults). */
+ * and fields inherited, this view's engine its own; a view-level "drop" takes the parent's fields
+ * away ("drop": ["pp"]: no stages); and the refusals (no such view of that engine, an empty engine,
+ * null for the parent's refusals or defaults, null for any other field (naming "drop"), a "drop" of
+ * a field the parent lacks, of one the file sets, of tensors, and in a view that extends none). */
 static void test_extends_engine(void **state)
 {
 	(void)state;
 	tp_view v;
 	tp_err e;
 	const char *text = "{\"tpfs_view\": 1, \"engine\": \"other\", \"name\": \"c\", \"extends\": \"vllm/llama\", "
-			   "\"pp\": null, \"tensors\": [{\"remove\": \"model.layers.{i}.self_attn.attn._k_scale\"}]}";
+			   "\"drop\": [\"pp\"], \"tensors\": [{\"drop\": {\"entry\": \"model.layers.{i}.self_attn.attn._k_scale\"}}]}";
 	assert_int_equal(tp_view_parse(text, strlen(text), "c.json", &v, &e), 0);
 	assert_string_equal(v.engine, "other");
 	assert_int_equal(v.pad_vocab, 64);  /* vLLM's llama view's */
@@ -407,16 +479,25 @@ static void test_extends_engine(void **state)
 	assert_int_equal(v_scale, 1);
 	tp_view_free(&v);
 	const char *bad[] = {"\"vllm/nope\"", "\"/llama\"", "\"nope/llama\"", "\"vllm/llama\", \"refuse\": null",
-			     "\"vllm/llama\", \"defaults\": null"};
+			     "\"vllm/llama\", \"defaults\": null", "\"vllm/llama\", \"pp\": null",
+			     "\"vllm/llama\", \"drop\": [\"ep\"]", "\"vllm/llama\", \"drop\": [\"pp\"], \"pp\": {}",
+			     "\"vllm/llama\", \"drop\": [\"tensors\"]", "\"vllm/llama\", \"drop\": \"pp\""};
 	const char *why[] = {"no built-in vllm view 'nope'", "is NAME or ENGINE/NAME", "no built-in nope view 'llama'",
-			     "\"refuse\": null: a view adds", "\"defaults\": null: a view adds"};
+			     "\"refuse\": null: a view adds", "\"defaults\": null: a view adds",
+			     "\"pp\": null no longer takes an inherited field away: write \"drop\": [\"pp\"]", "\"drop\": 'ep'",
+			     "\"drop\": 'pp'", "\"drop\": 'tensors'", "a list of 1 to 16 fields"};
 	char t2[512];
-	for (int k = 0; k < 5; k++) {
+	for (int k = 0; k < 10; k++) {
 		snprintf(t2, sizeof t2, "{\"tpfs_view\": 1, \"engine\": \"other\", \"name\": \"c\", \"extends\": %s, "
 			 "\"tensors\": []}", bad[k]);
 		assert_int_equal(tp_view_parse(t2, strlen(t2), "c.json", &v, &e), -1);
-		assert_non_null(strstr(e.msg, why[k]));
+		if (!strstr(e.msg, why[k]))
+			fail_msg("%d: %s", k, e.msg);
 	}
+	text = "{\"tpfs_view\": 1, \"engine\": \"other\", \"name\": \"c\", \"plans\": [\"llama\"], \"drop\": [\"pp\"], "
+	       "\"tensors\": []}";
+	assert_int_equal(tp_view_parse(text, strlen(text), "c.json", &v, &e), -1);
+	assert_non_null(strstr(e.msg, "this view extends none"));
 }
 
 /* A constant with "shape": every element the value, in the dtype (BF16 rounded to nearest); shapes
@@ -676,7 +757,7 @@ static void test_include(void **state)
 	assert_int_equal(tp_view_choose("vllm", NULL, 0, "llama", "llama", "fp8", &v, &e), 0);
 	assert_string_equal(v.name, "llama_fp8");
 	tp_view_free(&v);
-	/* a fragment's {"remove": NAME} takes the parent's entry away where it is included (SGLang's
+	/* a fragment's {"drop": {"entry": NAME}} takes the parent's entry away where it is included (SGLang's
 	 * attention fragment: vLLM's four scale buffers), and one that takes nothing is refused there */
 	text = "{\"tpfs_view\": 1, \"engine\": \"sglang\", \"name\": \"s\", \"extends\": \"vllm/llama\", "
 	       "\"include\": [\"attention\"], \"tensors\": []}";
@@ -940,11 +1021,11 @@ static void test_refusals(void **state)
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"defaults\": {\"tie\": \"yes\"}, ", &p, &e), -2);
 	assert_non_null(strstr(e.msg, "\"defaults\""));
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"defaults\": [true], ", &p, &e), -2);
-	/* "drop_layers": a prefix and a config key, nothing else */
-	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"drop_layers\": {\"prefix\": \"L.\"}, ", &p, &e), -2);
-	assert_non_null(strstr(e.msg, "\"drop_layers\""));
+	/* "drop_layers" is refused, naming the drop entry that replaced it */
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]",
-				 "\"drop_layers\": {\"prefix\": \"L.\", \"from\": \"n\", \"x\": 1}, ", &p, &e), -2);
+				 "\"drop_layers\": {\"prefix\": \"L.\", \"from\": \"n\"}, ", &p, &e), -2);
+	assert_non_null(strstr(e.msg, "'drop_layers' is no longer a view keyword: write the tensors entry {\"drop\": "
+				      "\"PREFIX{n}.*\", \"if\": \"n >= KEY\"}"));
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"defaults\": {\"tie\": true}, ", &p, &e), 0);
 	tp_vplan_free(&p);
 	fx_free(&f);
@@ -1029,7 +1110,7 @@ static void test_choose(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_tensor), cmocka_unit_test(test_if), cmocka_unit_test(test_old_keywords), cmocka_unit_test(test_refuse_proven_parse), cmocka_unit_test(test_extends), cmocka_unit_test(test_extends_engine),
+		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_tensor), cmocka_unit_test(test_if), cmocka_unit_test(test_old_keywords), cmocka_unit_test(test_drop), cmocka_unit_test(test_refuse_proven_parse), cmocka_unit_test(test_extends), cmocka_unit_test(test_extends_engine),
 		cmocka_unit_test(test_stack),            cmocka_unit_test(test_parts_and_sources),
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
 		cmocka_unit_test(test_shape),            cmocka_unit_test(test_const_shape), cmocka_unit_test(test_const_range),
