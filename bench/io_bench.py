@@ -162,7 +162,9 @@ class SlowStore:
 
 class Mount:
     """A foreground tpfs mount for benchmarking (the daemon's pid known, for its RSS): ready_s is the
-    seconds until its first served rank folder answered; ranks is --ranks LIST, or None for all."""
+    seconds until its first served rank folder answered; ranks is --ranks LIST, or None for all.
+    These benchmarks measure the read path: push-ahead (on by default) is off unless EXTRA names
+    --push."""
 
     def __init__(self, tpfs, src, T, *extra, ranks=None):
         self.mnt = tempfile.mkdtemp(prefix="tpfs-bench-")
@@ -170,6 +172,7 @@ class Mount:
         self.T = T
         t0 = time.perf_counter()
         cmd = [tpfs, "mount", src, self.mnt, "--tp", str(T), "-f"] + (["--ranks", ranks] if ranks else []) + list(extra)
+        cmd += [] if "--push" in extra else ["--push", "off"]
         self.proc = subprocess.Popen(cmd, stderr=self.err)
         end = time.time() + 600
         while not os.path.ismount(self.mnt):
@@ -187,6 +190,17 @@ class Mount:
         subprocess.run(["fusermount3", "-u", "-z", self.mnt])
         self.proc.wait(timeout=60)
         os.rmdir(self.mnt)
+
+
+def wait_push(mnt, timeout=600):
+    """Waits until the push-ahead of the mount at MNT has ended (its stats line says done or
+    stopped); returns that line."""
+    end = time.time() + timeout
+    while True:
+        line = [l for l in open(os.path.join(mnt, ".tpfs-stats")).read().splitlines() if l.startswith("push:")][0]
+        if ", running;" not in line or time.time() > end:
+            return line
+        time.sleep(0.05)
 
 
 def rank_list(s):

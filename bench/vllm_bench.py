@@ -9,13 +9,15 @@ bf16 model of about 1 GB, measured side by side in one run, each repetition of e
   identity first   sharded_state on `tpfs mount DUMP MNT --tp 1` (every byte through a FUSE
                    daemon, nothing sliced): the ceiling any FUSE gives on this machine;
   identity second  the same mount again (its pages cached);
-  after first      sharded_state on a fresh `tpfs mount SRC MNT --tp 2 --view vllm` (the source
-                   cached, the rank files not yet: every byte comes through the daemon);
+  after first      sharded_state on a fresh `tpfs mount SRC MNT --tp 2 --view vllm` with its defaults
+                   (the source cached; push-ahead, on by default, fills the rank files' page cache
+                   while vLLM starts: issue 46);
   after second     the same mount again (the rank files now in the page cache);
   before ...       with --before OLD_TPFS, the same two rows for another binary (a change's base);
-  after --reply iov  with --iov, the same two rows with iovec replies (one copy fewer);
-  after --push auto  with --push, the same two rows with push-ahead (issue 46: the daemon fills the
-                   rank files' page cache while vLLM starts).
+  after --reply iov  with --iov, the same two rows with iovec replies and no push (the read path with
+                   one copy fewer);
+  after --push off  with --push-off, the same two rows without push-ahead (every byte of the first
+                   start comes through the daemon: the read path alone).
 --no-ceiling leaves out the dump and identity rows (a shorter run).
 
 Each start runs in its own process of the vLLM venv (scripts/setup.sh --vllm): no state carries
@@ -23,7 +25,7 @@ over but the page cache. Prints a table with every repetition, the medians and t
 FUSE requests of each first start (the stats file); --out writes it (docs/PERFORMANCE.md's vLLM
 section is made from it).
 
-python bench/vllm_bench.py [--reps N] [--work DIR] [--out FILE] [--tpfs PATH] [--before PATH] [--iov] [--push]
+python bench/vllm_bench.py [--reps N] [--work DIR] [--out FILE] [--tpfs PATH] [--before PATH] [--iov] [--push-off]
                            [--no-ceiling]
 """
 import argparse
@@ -115,8 +117,8 @@ def main():
     ap.add_argument("--before", default=None, help="another tpfs binary (the one before a change): its view rows too")
     ap.add_argument("--iov", action="store_true", help="also the view with --reply iov (the kernel copies from the "
                     "daemon's source mappings: one copy fewer)")
-    ap.add_argument("--push", action="store_true", help="also the view with --push auto (the page cache filled "
-                    "while vLLM starts)")
+    ap.add_argument("--push-off", action="store_true", help="also the view with --push off (every byte of the "
+                    "first start through the daemon)")
     ap.add_argument("--no-ceiling", action="store_true", help="leave out the dump and identity rows")
     a = ap.parse_args()
     os.environ["TPFS_BIN"] = a.tpfs
@@ -150,8 +152,8 @@ def main():
                 while fh.read(1 << 24):
                     pass
     binaries = [("after", a.tpfs, [])] + ([("before", a.before, [])] if a.before else [])
-    binaries += [("after --reply iov", a.tpfs, ["--reply", "iov"])] if a.iov else []
-    binaries += [("after --push auto", a.tpfs, ["--push", "auto"])] if a.push else []
+    binaries += [("after --reply iov", a.tpfs, ["--reply", "iov", "--push", "off"])] if a.iov else []
+    binaries += [("after --push off", a.tpfs, ["--push", "off"])] if a.push_off else []
     keys = ["default"] + ([] if a.no_ceiling else ["dump", "identity first", "identity second"])
     for tag, _, _ in binaries:
         keys += ["%s first" % tag, "%s second" % tag]
@@ -168,7 +170,7 @@ def main():
         run("default", src, "auto")
         if not a.no_ceiling:
             run("dump", dump, "sharded_state")
-            with tt.Mount(dump, 1, "--plan", ident, allow_stderr=[r"^tpfs: warning: "]) as m:
+            with tt.Mount(dump, 1, "--plan", ident, "--push", "off", allow_stderr=[r"^tpfs: warning: "]) as m:
                 c0 = cpu_s(m.proc.pid)
                 run("identity first", m.rank(0), "sharded_state")
                 notes.setdefault("identity", []).append(stats_line(m, c0))
@@ -210,7 +212,7 @@ def main():
                  "identical" if len(tokens) == 1 else "DIFFERENT"))
     lines.append("Command: `python bench/vllm_bench.py --reps %d%s%s%s%s` (each start its own process; the machine: 2 "
                  "cores, no GPU)." % (a.reps, " --before OLD_TPFS" if a.before else "", " --iov" if a.iov else "",
-                                      " --push" if a.push else "", " --no-ceiling" if a.no_ceiling else ""))
+                                      " --push-off" if a.push_off else "", " --no-ceiling" if a.no_ceiling else ""))
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:

@@ -13,11 +13,16 @@ machines have, and each device's sector count is exactly the bytes its node fetc
 Rows, for TP=2 (node r runs TP rank r) and PP=2 x TP=1 (node r runs stage r):
   default loader   `--load-format auto` on STORE/src: every node's worker reads every source file
                    (safetensors_weights_iterator) and slices in its weight loaders;
-  tpfs             `tpfs mount STORE/src MNT --view vllm --ranks r` on each node, `--load-format
+  default + cat    the contender of issue 46: the default loader while `cat STORE/src/*.safetensors`
+                   reads the whole checkpoint into the node's page cache in the background from the
+                   moment the node starts (what a user could do by hand);
+  tpfs             `tpfs mount STORE/src MNT --view vllm --ranks r` on each node (its defaults: push-ahead
+                   fills the page cache of the node's rank files while vLLM starts), `--load-format
                    sharded_state` on MNT: each node reads the source runs of its ranks only;
   page-touch min.  the source pages a node's ranks touch (`tpfs plan --view vllm --io --ranks r`).
 Per node: bytes fetched from storage, vLLM's "Loading weights took" (its worker's log), and the seconds
-from start to a served /health on node 0. Greedy tokens of every start must agree per split.
+from start to a served /health on node 0 (the whole start), with its ratio to the default loader's and
+to the contender's. Greedy tokens of every start must agree per split.
 
 Needs root and the vLLM venv (scripts/setup.sh --vllm). The checkpoint is random (MAKE below:
 Llama-2-7B's widths over 4 layers, about 1.9 GB bf16), generated once in --work.
@@ -63,6 +68,9 @@ m.save_pretrained(sys.argv[1], max_shard_size="400MB")
 NODE = r'''
 mount -o ro,noload "$DEV" "$STORE" || exit 1
 model="$STORE/src"
+if [ -n "$CAT" ]; then
+  cat "$STORE"/src/*.safetensors > /dev/null &
+fi
 if [ -n "$TPFS_ARGS" ]; then
   "$TPFS" mount "$STORE/src" "$MNT" $TPFS_ARGS -f 2> "$OUT.tpfs.log" &
   tpid=$!
@@ -83,7 +91,7 @@ umount "$STORE"
 
 
 def start(py, tpfs, work, store, devs, split, mode):
-    """One two-node start of SPLIT with MODE ("default" or "tpfs"); returns {"bytes": [per node], "load":
+    """One two-node start of SPLIT with MODE ("default", "cat" or "tpfs"); returns {"bytes": [per node], "load":
     [per node s], "health": s, "tokens", "stats": [per node source bytes or None]}. Raises on a failure,
     with the logs' place."""
     port, http = nodes.free_port(), nodes.free_port()
@@ -102,7 +110,7 @@ def start(py, tpfs, work, store, devs, split, mode):
         pp = split == "pp2"
         env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=str(r), VLLM_CPU_KVCACHE_SPACE="1", VLLM_HOST_IP="127.0.0.1",
                    GLOO_SOCKET_IFNAME="lo", OUT=out, DEV=devs[r], STORE=store, MNT=mnt, PY=py, TPFS=tpfs,
-                   SERVE=os.path.join(ROOT, "tests", "py", "vllm_serve.py"),
+                   SERVE=os.path.join(ROOT, "tests", "py", "vllm_serve.py"), CAT="1" if mode == "cat" else "",
                    TPFS_ARGS="--tp %d --pp %d --view vllm --ranks %d" % (1 if pp else 2, 2 if pp else 1, r)
                    if mode == "tpfs" else "")
         cmd = ["unshare", "-m", "--propagation", "private", "bash", "-c", NODE, "node"] + \
@@ -174,7 +182,7 @@ def page_touch(tpfs, src, split, r):
     for line in out.splitlines():
         w = line.split()
         if w and w[0] == "served":
-            return int(w[3]), int(w[2])
+            return int(w[3]), int(w[2]), int(w[1])  # page-touch minimum, source runs, rank (part) files
     raise RuntimeError("no served line in tpfs plan --io")
 
 
@@ -204,7 +212,8 @@ def main():
     tmp = tempfile.mkdtemp(dir=a.work)
     store = IO.SlowStore(tmp, int(size * 1.3) + (256 << 20), a.rate)  # written through its own loop device
     devs, pts = [], {}
-    res = {(s, m): [] for s in splits for m in ("default", "tpfs")}
+    modes = ("default", "cat", "tpfs")
+    res = {(s, m): [] for s in splits for m in modes}
     try:
         shutil.copytree(gen, os.path.join(store.mnt, "src"), ignore=shutil.ignore_patterns(".complete"))
         subprocess.run(["sync"])
@@ -219,7 +228,7 @@ def main():
         store.limit_devices(devs)
         for rep in range(a.reps):
             for s in splits:
-                for m in ("default", "tpfs"):
+                for m in modes:
                     x = start(py, tpfs, a.work, store.mnt, devs, s, m)
                     res[(s, m)].append(x)
                     print("rep %d %s %-7s: fetched %s MB, weights loaded in %s s, served after %.1f s, tokens %r" % (
@@ -241,31 +250,36 @@ def main():
                  "reads limited to %.0f MB/s per node" % a.rate if store.limited else store.note, size / 1e9, a.reps),
              "",
              "| split | loader | node | fetched from storage | x page-touch minimum | Loading weights took | "
-             "x default loader | served after (node 0) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "x default loader | served after (node 0) | whole start x default, x default + cat |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     ok = True
     for s in splits:
-        d, t = res[(s, "default")], res[(s, "tpfs")]
-        toks = {x["tokens"] for x in d + t}
+        d, c, t = res[(s, "default")], res[(s, "cat")], res[(s, "tpfs")]
+        toks = {x["tokens"] for x in d + c + t}
         ok &= len(toks) == 1
-        for m, rows in (("default", d), ("tpfs", t)):
+        hd, hc = (statistics.median(x["health"] for x in rows) for rows in (d, c))
+        for m, rows in (("default", d), ("cat", c), ("tpfs", t)):
             hl = statistics.median(x["health"] for x in rows)
             for r in range(2):
                 f = statistics.median(x["bytes"][r] for x in rows)
                 ld = statistics.median(x["load"][r] for x in rows)
                 ld0 = statistics.median(x["load"][r] for x in d)
-                label = ("vLLM's default loader on STORE/src" if m == "default" else
-                         "sharded_state on `tpfs mount --view vllm --ranks %d`" % r)
-                lines.append("| %s | %s | %d | %.1f MB | %.2fx | %.2f s | %.2fx | %s |" % (
+                label = {"default": "vLLM's default loader on STORE/src",
+                         "cat": "the default loader, `cat` of every file in the background from the start",
+                         "tpfs": "sharded_state on `tpfs mount --view vllm --ranks %d`" % r}[m]
+                lines.append("| %s | %s | %d | %.1f MB | %.2fx | %.2f s | %.2fx | %s | %s |" % (
                     "TP=2" if s == "tp2" else "PP=2", label, r, f / IO.MB, f / pts[(s, r)][0], ld, ld / ld0,
-                    "%.1f s" % hl if r == 0 else ""))
-        lines.append("| %s | page-touch minimum (`tpfs plan --io --ranks r`) | 0 / 1 | %.1f / %.1f MB | 1.00x | | | |" % (
+                    "%.1f s" % hl if r == 0 else "", "%.2fx, %.2fx" % (hl / hd, hl / hc) if r == 0 else ""))
+        lines.append("| %s | page-touch minimum (`tpfs plan --io --ranks r`) | 0 / 1 | %.1f / %.1f MB | 1.00x | | | | |" % (
             "TP=2" if s == "tp2" else "PP=2", pts[(s, 0)][0] / IO.MB, pts[(s, 1)][0] / IO.MB))
         lines.append("")
         lines.append("%s: greedy tokens of every start %s. tpfs's stats: each node's source bytes %s; each "
-                     "node's tpfs daemon used %s CPU seconds." % (
+                     "node's tpfs daemon used %s CPU seconds, %s s per GB of its rank files (median, node 0 / 1)." % (
                          s, "identical" if len(toks) == 1 else "DIFFERENT: %r" % sorted(toks),
                          " / ".join(str(x["stats"]) for x in t),
-                         " / ".join(str([c if c is None else round(c, 2) for c in x["cpu"]]) for x in t)))
+                         " / ".join(str([c if c is None else round(c, 2) for c in x["cpu"]]) for x in t),
+                         " / ".join("%.2f" % (statistics.median(x["cpu"][r] or 0 for x in t) / (pts[(s, r)][2] / 1e9))
+                                    for r in range(2))))
         lines.append("")
     lines.append("Command: `python bench/vllm_nodes.py --reps %d --rate %g` (root; the machine: 2 cores, no GPU)."
                  % (a.reps, a.rate))

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Embeds the built-in plan files into a C header: embed.py OUT.h plan.json... (--views: the view files, refused where two match the same (engine, plan, model_type, quant_method);
+"""Embeds the built-in plan files into a C header: embed.py OUT.h plan.json... (--views: the view files, refused where two match the same (engine, plan, model_type, quant_method),
+or where one "tensors" entry is written out, verbatim, in two files;
 --examined OUT.h ARCHITECTURES.md: the families examined and not served, with their reasons)
 
 Each plan becomes a string constant; the plan's own "name" field is its name. The order of
@@ -41,12 +42,15 @@ def examined(out, doc):
 
 def view_claims(paths):
     """{path: (engine, plans, model_types, quant_methods)} of each view file that is not a fragment, its fields
-    taken through "extends" as tpfs merges them (a field of the file replaces its parent's; null takes it away):
+    taken through "extends" as tpfs merges them (a field of the file replaces its parent's; one its "drop" names
+    is taken away):
     what tpfs's view choice (view.c) matches a checkpoint against."""
     views = {p: json.load(open(p, encoding="utf-8")) for p in paths}
     by_name = {(v.get("engine"), v.get("name")): v for v in views.values() if not v.get("fragment")}
 
     def field(v, k, depth=0):
+        if k in v.get("drop", []):
+            return None
         if k in v or depth > 4 or "extends" not in v:
             return v.get(k)
         base = v["extends"]
@@ -76,6 +80,21 @@ def overlaps(paths):
     return out
 
 
+def copies(paths):
+    """The "tensors" entries written out verbatim (the same JSON, key order aside) in two or more view or fragment
+    files: what several views share goes into one fragment (views/ENGINE/fragments/, with "params" where the names
+    differ) that each includes, or into a parent view that each extends (issue 47). {"drop": {"entry": NAME}} is not
+    counted: it names an entry the file inherits, it makes none."""
+    where = {}
+    for p in sorted(paths):
+        for e in json.load(open(p, encoding="utf-8")).get("tensors") or []:
+            if isinstance(e, dict) and list(e) == ["drop"] and isinstance(e["drop"], dict):
+                continue
+            where.setdefault(json.dumps(e, sort_keys=True), []).append(p)
+    return ["%s (in %s)" % (e.get("name") or e.get("drop") or k, ", ".join(ps))
+            for k, ps in sorted(where.items()) if len(set(ps)) > 1 for e in [json.loads(k)]]
+
+
 def main():
     args = sys.argv[1:]
     if args and args[0] == "--examined":
@@ -89,6 +108,11 @@ def main():
         if clash:
             sys.exit("embed.py: two built-in views match the same checkpoints (tpfs would never choose the second): "
                      + "; ".join(clash))
+        dup = copies(paths)
+        if dup:
+            sys.exit("embed.py: %d view entries are copied verbatim across files (put each in one fragment that the "
+                     "views include, with \"params\" where names differ, or in a view they extend): %s"
+                     % (len(dup), "; ".join(dup)))
     entries = []
     for p in paths:
         text = open(p, encoding="utf-8").read()

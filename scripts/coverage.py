@@ -127,7 +127,9 @@ def vllm_probed():
     out = {}
     for fam in test_vllm.FAMILIES:
         cfg = vllm_models.FAMILIES[fam]()
-        for mt in (cfg.model_type, getattr(getattr(cfg, "text_config", None), "model_type", None)):
+        remote = vllm_models.REMOTE.get(fam)  # made as Llama, retyped after saving (its own configuration class)
+        text = getattr(cfg, "text_config", None)
+        for mt in (remote[0] if remote else cfg.model_type, getattr(text, "model_type", None)):
             if mt:
                 out.setdefault(mt, fam)
     return out

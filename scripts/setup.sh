@@ -98,7 +98,7 @@ fi
 build=${1:-build}
 
 pkgs=(gcc clang meson ninja-build pkg-config libfuse3-dev fuse3 libcjson-dev libcmocka-dev
-      python3 python3-venv valgrind libclang-rt-14-dev)
+      python3 python3-venv valgrind libclang-rt-14-dev man-db)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -7,6 +7,7 @@
  *   tpfs plan SRC --tp N [...]        the dry run: every tensor, its rule, full -> local shape
  *   tpfs check SRC                    strict validation of every safetensors file
  *   tpfs stats MNT                    the counters of a mount
+ *   tpfs SRC MNT -o tp=N,...          mount, as mount(8) runs it through mount.fuse3 (fstab, a systemd unit)
  *
  * Exit status: 0 success, 1 the input or the plan was refused (the message says why), 2 usage.
  */
@@ -84,8 +85,9 @@ static int under(const char *inner, const char *outer)
 
 /* ---- mount ---- */
 
-/* --push: "off" (0), "auto" (-1: the daemon takes a quarter of MemAvailable) or a size: digits and
- * an optional binary suffix K, M, G or T. 0, or -1 for anything else (a size of 2^62 or more). */
+/* --push: "off" (0), "auto" (-1: the daemon takes a quarter of MemAvailable, or of its memory cgroup's
+ * limit where lower) or a size: digits and an optional binary suffix K, M, G or T. 0, or -1 for
+ * anything else (a size of 2^62 or more). */
 static int parse_push(const char *s, long long *out)
 {
 	if (!strcmp(s, "off") || !strcmp(s, "auto")) {
@@ -106,107 +108,222 @@ static int parse_push(const char *s, long long *out)
 
 #define LOCK_WAIT_S 600 /* how long a mount waits for another's lock on MNT (its planning included) */
 
-static int cmd_mount(int argc, char **argv)
+/* What the options of one mount have said so far (cmd_mount, from argv and from -o key=value). */
+struct mount_args {
+	tp_model_opts mo;
+	tp_fs_opts fo;
+	const char *ranks;    /* --ranks LIST, or NULL */
+	int have_t;           /* --tp given */
+	char fuse_opts[4096]; /* the FUSE options of -o, comma separated */
+	char vals[8192];      /* the values of -o key=value items, NUL-terminated each, which the above point into */
+	size_t nvals;         /* bytes of vals used */
+};
+
+static const struct option mount_lo[] = {
+	{"tp", required_argument, 0, 't'}, {"plan", required_argument, 0, 'p'},
+	{"strict", no_argument, 0, 's'},   {"pad-vocab", optional_argument, 0, 'V'},
+	{"unmatched", required_argument, 0, 'U'},
+	{"foreground", no_argument, 0, 'f'}, {"debug", no_argument, 0, 'd'},
+	{"readahead", required_argument, 0, 'R'}, {"threads", required_argument, 0, 'j'},
+	{"log", required_argument, 0, 'L'}, {"gather", required_argument, 0, 'g'},
+	{"reply", required_argument, 0, 'y'}, {"max-background", required_argument, 0, 'b'},
+	{"release-pages", required_argument, 0, 'P'}, {"cuda-min-runs", required_argument, 0, 'C'},
+	{"cuda-min-bytes", required_argument, 0, 'B'}, {"config", required_argument, 0, 'c'},
+	{"ep", optional_argument, 0, 'E'}, {"view", required_argument, 0, 'W'},
+	{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
+	{"pp", required_argument, 0, 'Q'}, {"pp-layers", required_argument, 0, 'G'},
+	{"push", required_argument, 0, 'H'},
+	{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
+
+/* Options of -o that tpfs takes as given and drops: fstab's and mount(8)'s own (mount.fuse3 drops the same
+ * ones, and mount(8) most: x-*, comment=, _netdev), ro and rw (the mount is read-only either way), and
+ * mount.fuse3's dev and suid (the mount is nodev,nosuid, libfuse's default for root, whatever they say). */
+static const char *const o_dropped[] = {"defaults", "auto", "noauto", "nofail", "user", "users", "nouser", "owner",
+	"group", "_netdev", "ro", "rw", "dev", "nodev", "suid", "nosuid", NULL};
+static const char *const o_dropped_prefix[] = {"x-", "comment=", NULL};
+/* Options of -o passed to libfuse (and the kernel) as they are; with =, a key taking a value. */
+static const char *const o_fuse[] = {"allow_other", "allow_root", "auto_unmount", "default_permissions", "exec",
+	"noexec", "atime", "noatime", "nodiratime", "sync", "async", "dirsync", "fsname=", "subtype=", "max_read=",
+	"context=", "fscontext=", "defcontext=", "rootcontext=", NULL};
+
+static int mount_option(int c, const char *arg, struct mount_args *a);
+
+/* Appends the FUSE option s (n bytes) to a->fuse_opts. */
+static void fuse_opt_add(struct mount_args *a, const char *s, size_t n)
 {
-	static const struct option lo[] = {
-		{"tp", required_argument, 0, 't'}, {"plan", required_argument, 0, 'p'},
-		{"strict", no_argument, 0, 's'},   {"pad-vocab", optional_argument, 0, 'V'},
-		{"unmatched", required_argument, 0, 'U'},
-		{"foreground", no_argument, 0, 'f'}, {"debug", no_argument, 0, 'd'},
-		{"readahead", required_argument, 0, 'R'}, {"threads", required_argument, 0, 'j'},
-		{"log", required_argument, 0, 'L'}, {"gather", required_argument, 0, 'g'},
-		{"reply", required_argument, 0, 'y'}, {"max-background", required_argument, 0, 'b'},
-		{"release-pages", required_argument, 0, 'P'}, {"cuda-min-runs", required_argument, 0, 'C'},
-		{"cuda-min-bytes", required_argument, 0, 'B'}, {"config", required_argument, 0, 'c'},
-		{"ep", optional_argument, 0, 'E'}, {"view", required_argument, 0, 'W'},
-		{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
-		{"pp", required_argument, 0, 'Q'}, {"pp-layers", required_argument, 0, 'G'},
-		{"push", required_argument, 0, 'H'},
-		{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
-	tp_model_opts mo = {.log = tp_log_model};
-	const char *ranks = NULL;
-	tp_fs_opts fo = {.readahead_kb = 4096, .threads = 16, .gather = TP_GATHER_AUTO, .release_pages = -1, .mnt_lock = -1};
-	int have_t = 0, c;
-	char fuse_opts[4096] = "";
-	uint32_t v;
-	while ((c = getopt_long(argc, argv, "fdo:h", lo, NULL)) != -1) {
-		int k = model_option(c, optarg, &mo, &have_t, usage_mount);
-		if (k == 2)
-			return 2;
-		if (k == 1)
-			continue;
-		switch (c) {
-		case 'f': fo.foreground = 1; break;
-		case 'd': fo.debug = fo.foreground = 1; tp_log_debug = 1; break;
-		case 'o': {
-			size_t l = strlen(fuse_opts);
-			snprintf(fuse_opts + l, sizeof fuse_opts - l, "%s%s", l ? "," : "", optarg);
-			break;
-		}
-		case 'R':
-			if (parse_u32(optarg, &fo.readahead_kb) < 0)
-				return die_usage(usage_mount, "--readahead: give KiB (0 leaves the kernel's default)");
-			break;
-		case 'j':
-			if (parse_u32(optarg, &fo.threads) < 0 || fo.threads < 1 || fo.threads > 1024)
-				return die_usage(usage_mount, "--threads: give 1..1024");
-			break;
-		case 'L': fo.log_path = optarg; break; /* made absolute below: the daemon leaves the folder */
-		case 'c':
-			if (strcmp(optarg, "local") && strcmp(optarg, "global"))
-				return die_usage(usage_mount, "--config: local or global");
-			mo.config_global = optarg[0] == 'g';
-			break;
-		case 'g':
-			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-				return die_usage(usage_mount, "--gather: auto, cpu or cuda");
-			fo.gather = !strcmp(optarg, "cpu") ? TP_GATHER_CPU : !strcmp(optarg, "cuda") ? TP_GATHER_CUDA : TP_GATHER_AUTO;
-			break;
-		case 'y':
-			if (strcmp(optarg, "auto") && strcmp(optarg, "iov") && strcmp(optarg, "copy"))
-				return die_usage(usage_mount, "--reply: auto, iov or copy");
-			fo.reply = optarg[0] == 'i' ? 1 : optarg[0] == 'c' ? 2 : 0;
-			break;
-		case 'b':
-			if (parse_u32(optarg, &fo.max_background) < 0 || fo.max_background < 1 || fo.max_background > 65535)
-				return die_usage(usage_mount, "--max-background: give 1..65535");
-			break;
-		case 'C':
-			if (parse_u32(optarg, &fo.cuda_min_runs) < 0)
-				return die_usage(usage_mount, "--cuda-min-runs: give a number of runs");
-			break;
-		case 'B':
-			if (parse_u32(optarg, &v) < 0)
-				return die_usage(usage_mount, "--cuda-min-bytes: give a number of bytes (below 4 GiB)");
-			fo.cuda_min_bytes = v;
-			break;
-		case 'P':
-			if (strcmp(optarg, "on") && strcmp(optarg, "off"))
-				return die_usage(usage_mount, "--release-pages: on or off");
-			fo.release_pages = optarg[1] == 'n';
-			break;
-		case 'K':
-			if (ranks)
-				return die_usage(usage_mount, "--ranks given twice: give one list, e.g. --ranks 0,1");
-			ranks = optarg;
-			break;
-		case 'I':
-			if (strcmp(optarg, "exact") && strcmp(optarg, "readahead") && strcmp(optarg, "random"))
-				return die_usage(usage_mount, "--source-io: exact, readahead or random");
-			fo.source_io = optarg[0] == 'e' ? 0 : optarg[0] == 'r' && optarg[1] == 'e' ? 1 : 2;
-			break;
-		case 'H':
-			if (parse_push(optarg, &fo.push) < 0)
-				return die_usage(usage_mount, "--push: off, auto, or a size in bytes (suffix K, M, G or T: binary)");
-			break;
-		case 'h': fputs(usage_mount, stdout); return 0;
-		default: return die_usage(usage_mount, NULL);
+	size_t l = strlen(a->fuse_opts);
+	snprintf(a->fuse_opts + l, sizeof a->fuse_opts - l, "%s%.*s", l ? "," : "", (int)n, s);
+}
+
+/* One item of -o (n bytes at s, no comma): a tpfs option as key=value (the long option's name, - or _ alike;
+ * lists in ranks and pp-layers with : for the comma, which separates the items), a FUSE option (o_fuse),
+ * or one that is dropped (o_dropped). Returns 0, or 2 after naming what is wrong. */
+static int mount_o_item(const char *s, size_t n, struct mount_args *a)
+{
+	const char *eq = memchr(s, '=', n);
+	size_t kl = eq ? (size_t)(eq - s) : n;
+	char key[64];
+	if (!n)
+		return 0;
+	for (int i = 0; o_dropped[i]; i++)
+		if (strlen(o_dropped[i]) == n && !memcmp(s, o_dropped[i], n))
+			return 0;
+	for (int i = 0; o_dropped_prefix[i]; i++)
+		if (n >= strlen(o_dropped_prefix[i]) && !memcmp(s, o_dropped_prefix[i], strlen(o_dropped_prefix[i])))
+			return 0;
+	for (int i = 0; o_fuse[i]; i++) {
+		size_t l = strlen(o_fuse[i]);
+		if (o_fuse[i][l - 1] == '=' ? (n > l && !memcmp(s, o_fuse[i], l)) : (n == l && !memcmp(s, o_fuse[i], l))) {
+			fuse_opt_add(a, s, n);
+			return 0;
 		}
 	}
+	if (kl < sizeof key) {
+		for (size_t i = 0; i < kl; i++)
+			key[i] = s[i] == '_' ? '-' : s[i];
+		key[kl] = 0;
+		for (const struct option *o = mount_lo; o->name; o++) {
+			if (strcmp(o->name, key) || o->val == 'h')
+				continue;
+			if (o->has_arg == required_argument && !eq) {
+				fprintf(stderr, "tpfs: -o %s: give %s=VALUE (as --%s VALUE)\n", key, key, o->name);
+				return 2;
+			}
+			if (o->has_arg == no_argument && eq) {
+				fprintf(stderr, "tpfs: -o %.*s: %s takes no value\n", (int)n, s, key);
+				return 2;
+			}
+			const char *val = NULL;
+			if (eq) {
+				size_t vl = n - kl - 1;
+				if (a->nvals + vl + 1 > sizeof a->vals) {
+					fprintf(stderr, "tpfs: -o: the values are too long (at most %zu characters)\n", sizeof a->vals);
+					return 2;
+				}
+				char *v = a->vals + a->nvals;
+				memcpy(v, eq + 1, vl);
+				v[vl] = 0;
+				a->nvals += vl + 1;
+				if (o->val == 'K' || o->val == 'G')
+					for (char *p = v; *p; p++)
+						*p = *p == ':' ? ',' : *p;
+				val = v;
+			}
+			return mount_option(o->val, val, a);
+		}
+	}
+	fprintf(stderr, "tpfs: -o %.*s: not an option of tpfs mount (given as key=value: tp=N, ranks=0-7, view=vllm, "
+		"...: tpfs mount --help) nor a FUSE mount option tpfs passes on\n", (int)n, s);
+	return 2;
+}
+
+/* Every option of tpfs mount, c as getopt_long gives it (mount_lo) with its argument arg (NULL where none),
+ * into a. Returns 0, 1 after --help (printed), or 2 after a usage error. */
+static int mount_option(int c, const char *arg, struct mount_args *a)
+{
+	tp_fs_opts *fo = &a->fo;
+	uint32_t v;
+	int k = model_option(c, arg, &a->mo, &a->have_t, usage_mount);
+	if (k == 2)
+		return 2;
+	if (k == 1)
+		return 0;
+	switch (c) {
+	case 'f': fo->foreground = 1; break;
+	case 'd': fo->debug = fo->foreground = 1; tp_log_debug = 1; break;
+	case 'o':
+		for (const char *s = arg, *end; *s; s = *end ? end + 1 : end) {
+			end = strchr(s, ',');
+			if (!end)
+				end = s + strlen(s);
+			if (mount_o_item(s, (size_t)(end - s), a))
+				return 2;
+		}
+		break;
+	case 'R':
+		if (parse_u32(arg, &fo->readahead_kb) < 0)
+			return die_usage(usage_mount, "--readahead: give KiB (0 leaves the kernel's default)");
+		break;
+	case 'j':
+		if (parse_u32(arg, &fo->threads) < 0 || fo->threads < 1 || fo->threads > 1024)
+			return die_usage(usage_mount, "--threads: give 1..1024");
+		break;
+	case 'L': fo->log_path = arg; break; /* made absolute by cmd_mount: the daemon leaves the folder */
+	case 'c':
+		if (strcmp(arg, "local") && strcmp(arg, "global"))
+			return die_usage(usage_mount, "--config: local or global");
+		a->mo.config_global = arg[0] == 'g';
+		break;
+	case 'g':
+		if (strcmp(arg, "auto") && strcmp(arg, "cpu") && strcmp(arg, "cuda"))
+			return die_usage(usage_mount, "--gather: auto, cpu or cuda");
+		fo->gather = !strcmp(arg, "cpu") ? TP_GATHER_CPU : !strcmp(arg, "cuda") ? TP_GATHER_CUDA : TP_GATHER_AUTO;
+		break;
+	case 'y':
+		if (strcmp(arg, "auto") && strcmp(arg, "iov") && strcmp(arg, "copy"))
+			return die_usage(usage_mount, "--reply: auto, iov or copy");
+		fo->reply = arg[0] == 'i' ? 1 : arg[0] == 'c' ? 2 : 0;
+		break;
+	case 'b':
+		if (parse_u32(arg, &fo->max_background) < 0 || fo->max_background < 1 || fo->max_background > 65535)
+			return die_usage(usage_mount, "--max-background: give 1..65535");
+		break;
+	case 'C':
+		if (parse_u32(arg, &fo->cuda_min_runs) < 0)
+			return die_usage(usage_mount, "--cuda-min-runs: give a number of runs");
+		break;
+	case 'B':
+		if (parse_u32(arg, &v) < 0)
+			return die_usage(usage_mount, "--cuda-min-bytes: give a number of bytes (below 4 GiB)");
+		fo->cuda_min_bytes = v;
+		break;
+	case 'P':
+		if (strcmp(arg, "on") && strcmp(arg, "off"))
+			return die_usage(usage_mount, "--release-pages: on or off");
+		fo->release_pages = arg[1] == 'n';
+		break;
+	case 'K':
+		if (a->ranks)
+			return die_usage(usage_mount, "--ranks given twice: give one list, e.g. --ranks 0,1");
+		a->ranks = arg;
+		break;
+	case 'I':
+		if (strcmp(arg, "exact") && strcmp(arg, "readahead") && strcmp(arg, "random"))
+			return die_usage(usage_mount, "--source-io: exact, readahead or random");
+		fo->source_io = arg[0] == 'e' ? 0 : arg[0] == 'r' && arg[1] == 'e' ? 1 : 2;
+		break;
+	case 'H':
+		if (parse_push(arg, &fo->push) < 0)
+			return die_usage(usage_mount, "--push: off, auto, or a size in bytes (suffix K, M, G or T: binary)");
+		break;
+	case 'h': fputs(usage_mount, stdout); return 1;
+	default: return die_usage(usage_mount, NULL);
+	}
+	return 0;
+}
+
+static int cmd_mount(int argc, char **argv)
+{
+	static struct mount_args a; /* static: 12 KiB of buffers, and one mount per process */
+	a = (struct mount_args){.mo = {.log = tp_log_model},
+				.fo = {.readahead_kb = 4096, .threads = 16, .gather = TP_GATHER_AUTO,
+				       .release_pages = -1, .mnt_lock = -1, .push = -1}};
+	tp_model_opts mo;
+	tp_fs_opts fo;
+	const char *ranks;
+	int c;
+	while ((c = getopt_long(argc, argv, "fdo:h", mount_lo, NULL)) != -1) {
+		int k = mount_option(c, optarg, &a);
+		if (k)
+			return k == 1 ? 0 : 2;
+	}
+	mo = a.mo;
+	fo = a.fo;
+	ranks = a.ranks;
 	if (argc - optind != 2)
 		return die_usage(usage_mount, "give SRC and MNT");
-	if (!have_t)
-		return die_usage(usage_mount, "--tp N is required");
+	if (!a.have_t)
+		return die_usage(usage_mount, "--tp N is required (-o tp=N as a mount option)");
 	if (model_options_check(&mo, usage_mount))
 		return 2;
 	uint8_t serve[TP_MAX_T];
@@ -228,6 +345,11 @@ static int cmd_mount(int argc, char **argv)
 	}
 	if (!S_ISDIR(st.st_mode)) {
 		fprintf(stderr, "tpfs: %s: not a folder (give the folder that holds config.json and the .safetensors files)\n", src);
+		return 1;
+	}
+	if (!strncmp(mnt, "/dev/fd/", 8)) { /* mount.fuse3's drop_privileges: it opened /dev/fuse and mounted it */
+		fprintf(stderr, "tpfs: %s: a FUSE file descriptor (mount.fuse3's drop_privileges): tpfs makes its own mount; "
+			"leave drop_privileges out (setuid=USER runs tpfs as USER)\n", mnt);
 		return 1;
 	}
 	if (!realpath(mnt, rmnt) || stat(rmnt, &st) < 0) {
@@ -294,7 +416,7 @@ static int cmd_mount(int argc, char **argv)
 	mo.src = rsrc;
 	mo.mnt = rmnt;
 	fo.mnt = rmnt;
-	fo.fuse_opts = fuse_opts[0] ? fuse_opts : NULL;
+	fo.fuse_opts = a.fuse_opts[0] ? a.fuse_opts : NULL;
 	if (fo.gather == TP_GATHER_CUDA) {
 		char why[512];
 		if (tp_cuda_available(why, sizeof why) < 0) {
@@ -538,6 +660,12 @@ int main(int argc, char **argv)
 		return cmd_plan(argc, argv);
 	if (!strcmp(cmd, "stats"))
 		return cmd_stats(argc, argv);
+	/* mount(8)'s form, as mount.fuse3 runs a fuse.tpfs mount (fstab, mount -t fuse.tpfs, a systemd mount
+	 * unit): tpfs SRC MNT -o tp=N,...; told from a mistyped command by a slash or an existing SRC */
+	struct stat st;
+	if (argc >= 2 && cmd[0] != '-' && (strchr(cmd, '/') || stat(cmd, &st) == 0)) {
+		return cmd_mount(argc + 1, argv - 1); /* argv[-1]: the program's name, which getopt skips */
+	}
 	char msg[256];
 	snprintf(msg, sizeof msg, "unknown command '%s'", cmd);
 	return die_usage(usage_main, msg);

@@ -202,19 +202,31 @@ static int io_need(const tp_model *m, const uint8_t *sel, uint64_t page, tp_io_n
 	*sum = (tp_io_need){0, 0};
 	*files = 0;
 	if (m->view) {
-		size_t np = m->vplan.nparts;
+		static const uint32_t none[1];
+		const uint32_t W = tp_model_ranks(m);
+		const size_t np = tp_model_view_parts(m), nf = (size_t)W * (np ? np : 1);
 		tp_io_need *per = calloc(m->nn ? m->nn : 1, sizeof *per);
-		const uint32_t **node = calloc((size_t)m->W * (np ? np : 1), sizeof *node);
-		if (!per || !node) {
+		const uint32_t **node = calloc(nf, sizeof *node);
+		tp_served *vs = calloc(nf, sizeof *vs); /* the part files' layouts (copies that only are read) */
+		if (!per || !node || !vs) {
 			free(per);
 			free(node);
+			free(vs);
 			return tp_fail(e, TP_ENOMEM, "out of memory");
 		}
-		for (uint32_t g = 0; g < m->W; g++) /* each part file's table of sources (empty slots: none read) */
-			for (size_t k = 0; k < np; k++)
-				node[(size_t)g * np + k] = m->vnode[tp_model_view_slot(m, g, k) ? m->vslot_part[(g / m->T) * np + k] : 0];
-		int rc = tp_io_need_served(m->vs, m->W, np, sel, node, m->nn, page, per, e);
+		for (uint32_t g = 0; g < W; g++) /* each part file and its table of sources (empty slots: none read) */
+			for (size_t k = 0; k < np; k++) {
+				tp_view_file vf;
+				node[(size_t)g * np + k] = none;
+				if (!tp_model_view_file(m, g, k, &vf))
+					continue;
+				vs[(size_t)g * np + k] = *vf.layout;
+				node[(size_t)g * np + k] = vf.nodes;
+				*files += sel[g] ? vf.layout->size : 0;
+			}
+		int rc = tp_io_need_served(vs, W, np, sel, node, m->nn, page, per, e);
 		free(node);
+		free(vs);
 		if (rc < 0) {
 			free(per);
 			return -1;
@@ -222,9 +234,6 @@ static int io_need(const tp_model *m, const uint8_t *sel, uint64_t page, tp_io_n
 		for (uint32_t i = 0; i < m->nn; i++)
 			sum->bytes += per[i].bytes, sum->pages += per[i].pages;
 		free(per);
-		for (uint32_t r = 0; r < m->W; r++)
-			for (size_t p = 0; sel[r] && p < np; p++)
-				*files += m->vs[(size_t)r * np + p].size;
 		return 0;
 	}
 	for (uint32_t i = 0; i < m->nn; i++) {
@@ -254,7 +263,7 @@ static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const 
 	printf("source: %s\nplan:   %s\n", m->src, m->plan_origin);
 	if (m->view)
 		printf("view:   %s (the part files each rank's loader reads)\n", m->view->origin);
-	uint32_t R = m->view ? m->W : m->T; /* view ranks: P x T with stages */
+	uint32_t R = tp_model_ranks(m); /* view ranks: P x T with stages */
 	if (m->P > 1)
 		printf("ranks:  %u (%u stages x %u; rank = stage x %u + TP rank)\npage:   %llu bytes\n\n", R, m->P, m->T, m->T,
 		       (unsigned long long)page);
@@ -298,7 +307,7 @@ static void print_view(const tp_model *m, uint32_t rank)
 	printf("source: %s\nplan:   %s\nview:   %s (%s)\n", m->src, m->plan_origin, m->view->origin,
 	       m->view->proven ? m->view->proven : "not proven");
 	if (m->P > 1) {
-		printf("ranks:  %u: %u pipeline stages x %u (showing rank %u: stage %u, TP rank %u)\nstages:", m->W, m->P, m->T,
+		printf("ranks:  %u: %u pipeline stages x %u (showing rank %u: stage %u, TP rank %u)\nstages:", tp_model_ranks(m), m->P, m->T,
 		       rank, rank / m->T, rank % m->T);
 		for (uint32_t s = 0; s < m->P; s++)
 			printf("%s %u: layers [%llu, %llu)%s%s", s ? "," : "", s, (unsigned long long)m->pp_start[s],
@@ -308,15 +317,15 @@ static void print_view(const tp_model *m, uint32_t rank)
 		printf("ranks:  %u (showing rank %u)\n\n", m->T, rank);
 	}
 	printf("%-60s %-6s %-22s %12s  %s\n", "served tensor", "dtype", "local shape", "local bytes", "made of");
-	size_t np = m->vplan.nparts, nf = 0;
+	size_t nf = 0;
 	uint64_t total = 0;
-	for (size_t k = 0; tp_model_view_slot(m, rank, k); k++, nf++) {
-		size_t p = m->vslot_part[(size_t)(rank / m->T) * np + k];
-		const tp_vpart *pt = &m->vplan.parts[p];
-		const tp_served *S = &m->vs[(size_t)rank * np + k];
+	tp_view_file vf;
+	for (size_t k = 0; tp_model_view_file(m, rank, k, &vf); k++, nf++) {
+		const tp_vpart *pt = vf.vpart;
+		const tp_served *S = vf.layout;
 		char fname[96], a[32];
 		tp_model_view_name(m, rank, k, fname, sizeof fname);
-		printf("-- %s (%s, from %s)\n", fname, human(S->size, a, sizeof a), m->n[m->vsrc_node[pt->file]].path);
+		printf("-- %s (%s, from %s)\n", fname, human(S->size, a, sizeof a), m->n[vf.own].path);
 		total += S->size;
 		for (size_t j0 = 0; j0 < S->n; j0++) {
 			const tp_stensor *t = &S->t[j0];
@@ -333,7 +342,7 @@ static void print_view(const tp_model *m, uint32_t rank)
 				w += (size_t)snprintf(made, sizeof made, "stack of %u x ", d->nstack);
 			for (uint32_t j = 0; d && !d->cbytes && j < d->npieces && w < sizeof made; j++) {
 				const tp_pdesc *pd = &d->pieces[j];
-				const st_header *h = &m->n[m->vnode[p][pd->file]].h;
+				const st_header *h = &m->n[vf.nodes[pd->file]].h;
 				w += (size_t)snprintf(made + w, sizeof made - w, "%s%s", j ? " + " : "", h->t[pd->tensor].name);
 			}
 			if (d && d->to_f32 && w < sizeof made)

@@ -271,7 +271,7 @@ static int call(P *p, const char *fn, val *out)
 		const char *name;
 		int min, max;
 	} fns[] = {{"has", 1, 1}, {"first", 1, 8}, {"cdiv", 2, 2}, {"min", 2, 2}, {"max", 2, 2},
-		   {"len", 1, 1}, {"in", 2, 2}};
+		   {"len", 1, 1}, {"in", 2, 2}, {"tensor", 1, 1}};
 	int known = 0;
 	for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
 		known |= strcmp(fn, fns[i].name) == 0 && n >= fns[i].min && n <= fns[i].max;
@@ -312,6 +312,20 @@ static int call(P *p, const char *fn, val *out)
 		if (a[0].k != V_LIST)
 			return perr(p, "%s: argument is not a list", fn);
 		out->i = cJSON_GetArraySize(a[0].list);
+	} else if (strcmp(fn, "tensor") == 0 && n == 1) { /* a view entry's "if": the source holds that tensor */
+		if (a[0].k != V_STR)
+			return perr(p, "%s: expects a 'tensor name' (a template of the entry's variables)", fn);
+		if (!p->c->tensor)
+			return perr(p, "%s() reads the checkpoint's tensors: only a view entry's \"if\" may use it", fn);
+		char nm[1024];
+		if (a[0].slen >= sizeof nm)
+			return perr(p, "%s: the name is too long", fn);
+		memcpy(nm, a[0].s, a[0].slen);
+		nm[a[0].slen] = 0;
+		int hit = p->c->tensor(p->c->tensor_arg, nm);
+		if (hit < 0)
+			return perr(p, "tensor('%s'): the name uses a variable the entry's first piece does not bind", nm);
+		out->i = hit;
 	} else if (strcmp(fn, "in") == 0 && n == 2) {
 		if (a[1].k == V_MISSING) {
 			out->i = 0;

@@ -4,7 +4,9 @@
  * name config keys (dotted for nested keys: linear_attn_config.num_heads) or bound variables
  * (the layer index i of a matched name, T, r), indexing (layer_types[i]), + - * / %, comparisons,
  * && || !, the ternary ?:, and the functions has(x), first(a, b, ...), cdiv(a, b), min, max,
- * len(list), in(x, list). Division must be exact (a plan that divides 4096 by 3 is a bug).
+ * len(list), in(x, list), tensor('name') (whether the checkpoint holds that tensor: a view entry's
+ * condition, per match, through the context's tensor callback; an error elsewhere). Division must
+ * be exact (a plan that divides 4096 by 3 is a bug).
  * A key missing from the config (or null) is a "missing" value: has() and first() test it; any
  * other use is an error that names the key (== and != excepted: missing equals only missing). An
  * index outside a list (past its end, or negative) is missing inside has() and first() and an
@@ -50,6 +52,10 @@ typedef struct tp_expr_ctx {
 	} usedk[8];
 	int nused;
 	char used[256];                      /* tp_expr_used's text */
+	/* tensor('name'): 1 where the checkpoint holds the tensor (its template filled in by the
+	 * callback), 0 where not, -1 where the name cannot be filled; NULL: tensor() is an error */
+	int (*tensor)(void *arg, const char *name);
+	void *tensor_arg;
 	char missing[96];                    /* the first key the last evaluation read and found in
 	                                      * neither config nor defaults, outside has() and first()
 	                                      * ("" when none): a caller that treats an unknown key as an

@@ -44,7 +44,7 @@ typedef struct tp_fs_opts {
 	                          * mappings, the next runs prefetched, the default), 1 the kernel's
 	                          * readahead, 2 no readahead and no prefetch (for measuring) */
 	long long push;          /* --push: bytes of served files stored into the page cache ahead of
-	                          * reads; 0 off (the default); -1 (auto) a quarter of MemAvailable at mount */
+	                          * reads; 0 off; -1 (auto, the default) a quarter of MemAvailable at mount */
 } tp_fs_opts;
 
 /* Mounts m at o->mnt and serves it until unmounted (fusermount3 -u, tpfs umount, SIGTERM,

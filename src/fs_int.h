@@ -101,6 +101,7 @@ typedef struct tp_fs {
 		TP_BACKEND_CUDA_PAST, /* CUDA for gathers past --cuda-min-runs and --cuda-min-bytes */
 	} backend;
 	char gather_note[256];
+	char oom_note[256];    /* the daemon's oom_score_adj and whether it was lowered (fs_session.c) */
 	/* --view: the engine's part files at the top (fs_names.c), read by read_file (fs_read.c) */
 	size_t vnp;            /* parts per rank; 0: the hf view (rank folders) */
 	fuse_ino_t vpart_ino;  /* rank 0's part 0; rank r's part p is vpart_ino + r * vnp + p */
@@ -115,6 +116,7 @@ typedef struct tp_fs {
 	size_t nlooked;        /* inodes looked covers */
 	_Atomic int push_stop; /* set at unmount: the push thread ends */
 	_Atomic int push_done; /* set by the push thread as it ends */
+	_Atomic uint64_t push_total; /* bytes of the files to push (set once the push has listed them) */
 	_Atomic int push_term; /* a signal asked the loop to end (on_term in fs_push.c) */
 	pthread_t loop_thread; /* the thread that runs the FUSE loop (on_term ends it) */
 	pthread_t pusher;
@@ -196,11 +198,6 @@ char *stats_text(tp_fs *fs, size_t *len);
 void fh_free(fhandle *h);
 /* MADV_RANDOM on every source mapping (exact source reads), or nothing (--source-io readahead). */
 void advise_sources(const tp_fs *fs);
-/* --view: the vplan part view rank g's part file k is cut from. */
-static inline size_t vpart_of(const tp_fs *fs, uint32_t g, size_t k)
-{
-	return fs->m->vslot_part[(size_t)(g / fs->m->T) * fs->vnp + k];
-}
 
 /* Whether rank r's folder is served (--ranks). */
 int served(const tp_fs *fs, uint32_t r);
@@ -211,7 +208,8 @@ void scratch_key_make(void);
 /* The push's bytes of served file ino (a rank folder's tensor file or a view's part file):
  * [off, off + want) made exactly as a read makes them (every source checked before and after the
  * copy, a changed one marked), into this thread's scratch (*out). want at most the scratch's
- * 1 MiB. 0, or the errno a read would fail with (ENOENT: not such a file). */
+ * 1 MiB. 0, or the errno a read would fail with (ENOENT: not such a file). The source bytes it
+ * copied count in the rank's source_bytes (the stats), as a reply's do. */
 int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uint8_t **out);
 /* After storing push_bytes's bytes of ino: as after a reply (a change seen meanwhile drops them). */
 void push_stored(tp_fs *fs, fuse_ino_t ino);
@@ -223,9 +221,14 @@ void push_stored(tp_fs *fs, fuse_ino_t ino);
 void start_push(tp_fs *fs);
 /* Tells the push thread to end and joins it, once the loop has ended. Nothing when none runs. */
 void stop_push(tp_fs *fs);
-/* The budget --push asks for: o->push bytes, or with o->push < 0 a quarter of MemAvailable,
- * never more than MemAvailable (0 where it cannot be read and no size was given). */
+/* The budget --push asks for: o->push bytes, or with o->push < 0 a quarter of MemAvailable, never
+ * more than MemAvailable; where this process's memory cgroup (or one above it) has a lower limit,
+ * that limit stands for MemAvailable (0 where neither can be read and no size was given). */
 uint64_t push_budget_of(const tp_fs_opts *o);
+/* The lowest memory limit (bytes) set on this process's memory cgroup or one above it, up to the
+ * hierarchy's root as mounted here (v1: memory.limit_in_bytes under /sys/fs/cgroup/memory; v2:
+ * memory.max under /sys/fs/cgroup), or 0 where none is set or none can be read. */
+uint64_t cgroup_memory_limit(void);
 
 /* ---- fs_watch.c ---- */
 /* Starts a thread with every signal blocked (SIGTERM and SIGINT reach the loop's thread). */

@@ -140,13 +140,15 @@ static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 		st->st_mtim = fs->m->n[fs->m->config_node].mtime;
 	} else if (fs->vnp && ino >= fs->vpart_ino) {
 		size_t p;
-		if (vdecode(fs, ino, &r, &p) == 0) { /* a part file: its own source file's owner and mode */
-			uint32_t own = fs->m->vsrc_node[fs->m->vplan.parts[vpart_of(fs, r, p)].file];
+		tp_view_file vf;
+		if (vdecode(fs, ino, &r, &p) == 0 && tp_model_view_file(fs->m, r, p, &vf)) {
+			/* a part file: its own source file's owner and mode */
+			uint32_t own = vf.own;
 			st->st_mode = S_IFREG | (atomic_load(&fs->ns[own].mode) & 0555);
 			st->st_uid = atomic_load(&fs->ns[own].uid);
 			st->st_gid = atomic_load(&fs->ns[own].gid);
 			st->st_nlink = 1;
-			st->st_size = (off_t)fs->m->vs[(size_t)r * fs->vnp + p].size;
+			st->st_size = (off_t)vf.layout->size;
 			st->st_mtim = fs->m->n[own].mtime;
 		}
 	} else if (decode(fs, ino, &r, &i) == 0) {
@@ -358,9 +360,10 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 		}
 	for (r = 0; r < fs->T && fs->vnp; r++) /* a view's part files, for the ranks served */
 		for (size_t p = 0; p < fs->vnp && served(fs, r); p++) {
-			if (!tp_model_view_slot(fs->m, r, p))
+			tp_view_file vf;
+			if (!tp_model_view_file(fs->m, r, p, &vf))
 				continue;
-			total += fs->m->vs[(size_t)r * fs->vnp + p].size;
+			total += vf.layout->size;
 			files++;
 		}
 	if (fs->cfg_ino) { /* MNT/config.json, the source's */
@@ -489,13 +492,31 @@ static int64_t storage_read(void)
 	return p && sscanf(p, "\nread_bytes: %llu", &v) == 1 ? (int64_t)v : -1;
 }
 
+/* The stats file's push line into b (at most cap bytes, NUL included): "push: off", or the bytes
+ * pushed, the budget, the state (running, done, stopped at the budget, stopped) and the bytes of the
+ * files to push. Returns what snprintf returns. */
+static size_t push_text(const tp_fs *fs, char *b, size_t cap)
+{
+	if (!fs->push_budget)
+		return (size_t)snprintf(b, cap, "push: off\n");
+	const uint64_t pushed = atomic_load(&fs->pushed), total = atomic_load(&fs->push_total);
+	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	const char *state = !atomic_load(&fs->push_done) ? "running"
+			    : pushed >= total                 ? "done"
+			    : pushed + page > fs->push_budget ? "stopped at the budget"
+							      : "stopped (the log says why)";
+	return (size_t)snprintf(b, cap, "push: pushed %llu of %llu bytes, %s; the served files hold %llu\n",
+				(unsigned long long)pushed, (unsigned long long)fs->push_budget, state,
+				(unsigned long long)total);
+}
+
 /* The stats file's size: its text is padded to it, so that stat tells exactly what a read gives
  * (tar, du and cp see the whole file) however the counters grow: a bound on the header lines
  * (the source path, the plan's origin, the readahead and gather notes, the log's place, the
  * source byte counts), 128 bytes a rank, and the failed files' lines. */
 static size_t stats_size(const tp_fs *fs)
 {
-	return 1024 + 96 /* the push line */ + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
+	return 1024 + 96 /* the push line */ + 32 + sizeof fs->oom_note /* the oom_score_adj line */ + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
 	       (size_t)(fs->o->serve ? fs->o->nserve : fs->T) * 128 + failures_text_max();
 }
 
@@ -518,7 +539,7 @@ char *stats_text(tp_fs *fs, size_t *len)
 		snprintf(fetched, sizeof fetched, "%lld", (long long)(now > base ? now - base : 0));
 	size_t w = (size_t)snprintf(b, cap,
 				    "tpfs %s\nsource: %s\ntp: %u\n%splan: %s\nreadahead: %s\ngather: %s\nlog: %.*s\n"
-				    "source_used: %llu (bytes of the source copied into replies: source_bytes below, summed)\n"
+				    "source_used: %llu (bytes of the source copied into replies and pushed pages: source_bytes below, summed)\n"
 				    "source_fetched: %s (bytes storage delivered for the daemon's reads since it began serving, the "
 				    "kernel's readahead included: read_bytes of its /proc/self/io, which counts block I/O: a lower bound, "
 				    "often 0, on network and FUSE file systems)\n"
@@ -535,10 +556,9 @@ char *stats_text(tp_fs *fs, size_t *len)
 				      (unsigned long long)atomic_load(&fs->rs[r].copied),
 				      (unsigned long long)atomic_load(&fs->rs[r].gpu));
 	if (w < cap) /* push-ahead (fs_push.c) */
-		w += (size_t)(fs->push_budget ? snprintf(b + w, cap - w, "push: pushed %llu of %llu bytes\n",
-							   (unsigned long long)atomic_load(&fs->pushed),
-							   (unsigned long long)fs->push_budget)
-					       : snprintf(b + w, cap - w, "push: off\n"));
+		w += push_text(fs, b + w, cap - w);
+	if (w < cap) /* what the kernel's OOM killer sees of the daemon (fs_session.c) */
+		w += (size_t)snprintf(b + w, cap - w, "oom_score_adj: %s\n", fs->oom_note[0] ? fs->oom_note : "not set yet");
 	if (w < cap)
 		w += failures_text(b + w, cap - w);
 	if (w > cap - 1)

@@ -11,8 +11,11 @@
  * nothing more and fails its files, as a read would; a change after a push drops the pushed pages
  * with every other cached page (fs_watch.c invalidates the served inodes).
  *
- * Bounded: at most fs->push_budget bytes in all (--push SIZE; default a quarter of MemAvailable
- * at mount); demand reads first: between chunks the thread sleeps while any read is in flight.
+ * Bounded: at most fs->push_budget bytes in all (--push SIZE; auto: a quarter of MemAvailable at
+ * mount, or of the memory cgroup's limit where that is lower: the kernel charges the pages a store
+ * makes to the daemon's cgroup, so a push sized by the machine's memory would only evict itself and
+ * the engine's pages in a container given less; issue 50); demand reads first: between chunks the
+ * thread sleeps while any read is in flight.
  *
  * The kernel stores only into an inode it knows (one it has looked up; otherwise the store fails
  * with ENOENT): a file is pushed once a lookup of it has been answered (fs_names.c counts them in
@@ -53,6 +56,63 @@ static void sleep_ms(unsigned ms)
 	nanosleep(&t, NULL);
 }
 
+/* The memory limit of the limit file name in cgroup folder dir, or 0 for none ("max", v1's
+ * "unlimited" of about 2^63, or unreadable). */
+static uint64_t limit_in(const char *dir, const char *name)
+{
+	char path[PATH_MAX + 64], v[32] = "";
+	if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+		return 0;
+	FILE *f = fopen(path, "r");
+	int ok = f && fgets(v, sizeof v, f) != NULL;
+	if (f)
+		fclose(f);
+	unsigned long long n;
+	char end;
+	if (!ok || sscanf(v, "%llu%c", &n, &end) != 2 || end != '\n' || n >= (1ull << 60))
+		return 0;
+	return n;
+}
+
+uint64_t cgroup_memory_limit(void)
+{
+	FILE *f = fopen("/proc/self/cgroup", "r");
+	char line[PATH_MAX + 128];
+	uint64_t lim = 0;
+	while (f && fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\n")] = 0;
+		char *ctl = strchr(line, ':'), *path = ctl ? strchr(ctl + 1, ':') : NULL; /* "ID:CONTROLLERS:PATH" */
+		if (!path)
+			continue;
+		*ctl++ = 0;
+		*path++ = 0;
+		const char *base = NULL, *file = NULL; /* v1's memory hierarchy, or v2's unified one */
+		for (char *c = ctl, *save = NULL, *t; !base && (t = strtok_r(c, ",", &save)); c = NULL)
+			if (!strcmp(t, "memory"))
+				base = "/sys/fs/cgroup/memory", file = "memory.limit_in_bytes";
+		if (!base && !strcmp(line, "0") && !*ctl)
+			base = "/sys/fs/cgroup", file = "memory.max";
+		if (!base)
+			continue;
+		char dir[PATH_MAX];
+		struct stat st;
+		if (snprintf(dir, sizeof dir, "%s%s", base, path) >= (int)sizeof dir || stat(dir, &st) != 0)
+			snprintf(dir, sizeof dir, "%s", base); /* the path is outside what is mounted here: the mount's root */
+		for (;;) { /* the cgroup, then each parent up to the mount's root */
+			uint64_t l = limit_in(dir, file);
+			if (l && (!lim || l < lim))
+				lim = l;
+			char *slash = strrchr(dir, '/');
+			if (strlen(dir) <= strlen(base) || !slash)
+				break;
+			*slash = 0;
+		}
+	}
+	if (f)
+		fclose(f);
+	return lim;
+}
+
 uint64_t push_budget_of(const tp_fs_opts *o)
 {
 	if (o->push == 0)
@@ -67,6 +127,9 @@ uint64_t push_budget_of(const tp_fs_opts *o)
 	}
 	if (f)
 		fclose(f);
+	uint64_t lim = cgroup_memory_limit(); /* pushed pages are charged to the daemon's cgroup */
+	if (lim && (!avail || lim < avail))
+		avail = lim;
 	if (o->push < 0)
 		return avail / 4;
 	return avail && (uint64_t)o->push > avail ? avail : (uint64_t)o->push;
@@ -148,10 +211,12 @@ static pfile *push_list(const tp_fs *fs, size_t *n)
 		return NULL;
 	if (fs->vnp) { /* part p of every served rank, then part p + 1 */
 		for (size_t p = 0; p < fs->vnp; p++)
-			for (uint32_t r = 0; r < fs->T; r++)
-				if (served(fs, r) && tp_model_view_slot(m, r, p))
+			for (uint32_t r = 0; r < fs->T; r++) {
+				tp_view_file vf;
+				if (served(fs, r) && tp_model_view_file(m, r, p, &vf))
 					l[k++] = (pfile){.ino = fs->vpart_ino + (fuse_ino_t)r * fs->vnp + p,
-							 .size = m->vs[(size_t)r * fs->vnp + p].size};
+							 .size = vf.layout->size};
+			}
 	} else { /* each tensor file in name order, every served rank's copy of it */
 		uint32_t *ord = calloc(fs->nn + 1, sizeof *ord), no = 0;
 		if (!ord) {
@@ -173,6 +238,10 @@ static pfile *push_list(const tp_fs *fs, size_t *n)
 			l[j].next = 0;
 		free(ord);
 	}
+	uint64_t total = 0;
+	for (size_t j = 0; j < k; j++)
+		total += l[j].size;
+	atomic_store(&((tp_fs *)fs)->push_total, total);
 	*n = k;
 	return l;
 }

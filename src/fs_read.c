@@ -295,12 +295,14 @@ static void rfile_tensors(tp_fs *fs, uint32_t r, uint32_t i, rfile *rf)
 	rf->node = &rf->one_node;
 }
 
-/* View rank r's part file p (slot p: vplan part vpart_of(r, p)). */
+/* View rank r's part file p (one that exists: vdecode checked it). */
 static void rfile_part(tp_fs *fs, uint32_t r, size_t p, rfile *rf)
 {
-	size_t k = (size_t)r * fs->vnp + p, vp = vpart_of(fs, r, p);
-	*rf = (rfile){.f = tp_file_of_served(&fs->m->vs[k]), .rank = r, .nsrc = fs->m->vplan.parts[vp].nsrc,
-		      .tab = fs->vtab[vp], .node = fs->m->vnode[vp], .loc = &fs->vloc[k], .win = &fs->vwin[k], .part = p, .m = fs->m};
+	size_t k = (size_t)r * fs->vnp + p;
+	tp_view_file vf;
+	tp_model_view_file(fs->m, r, p, &vf);
+	*rf = (rfile){.f = tp_file_of_served(vf.layout), .rank = r, .nsrc = vf.nsrc, .tab = fs->vtab[vf.part],
+		      .node = vf.nodes, .loc = &fs->vloc[k], .win = &fs->vwin[k], .part = p, .m = fs->m};
 }
 
 /* How messages name the file: "PATH (rank R)" or "model-rank-R-part-P.safetensors (view)". */
@@ -558,7 +560,7 @@ static int rf_begin(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, rf_
  * this thread's buffer by the chosen gather backend (only its copies of source bytes run under
  * the SIGBUS guard), every source checked again, and the reply sent: a write changes a file's
  * mtime before it changes bytes, so a reply never carries bytes of a write that began before
- * that check (the window is the copy itself, which README states). Replies without source bytes
+ * that check (the window is the copy itself, which docs/SAFETY.md states). Replies without source bytes
  * (header, constants, padding) point into the local bytes and a zero page; --reply iov points
  * replies into the source mappings too (the kernel then copies source bytes after every check: a
  * tuning option). Widened runs are always copied, by the CPU. */
@@ -761,8 +763,10 @@ int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uin
 			      &on_gpu);
 	if (!err)
 		err = rf_check(fs, &rf); /* every source again, after the copy */
-	if (!err)
+	if (!err) { /* the rank's source bytes count what its pushed pages were made of, as a reply's */
+		atomic_fetch_add_explicit(&fs->rs[rf.rank].touched, touched, memory_order_relaxed);
 		*out = m.s->buf;
+	}
 	return err;
 }
 

@@ -1,6 +1,6 @@
 /* fs_session.c: a mount's life: tp_fs_main and what it needs once (the background fork and
  * its report to the waiting parent, the FUSE session and mount, the readahead window, the ready
- * helper, the gather backend, the threads of fs_watch.c and fs_push.c).
+ * helper, the daemon's OOM score, the gather backend, the threads of fs_watch.c and fs_push.c).
  *
  * tp_fs_main acquires in order (the note page, per-node state, the background fork, the FUSE
  * session, signal handlers, the mount, the invalidation thread, the ready helper, the gather
@@ -170,6 +170,60 @@ static int wait_child(int fd, tp_err *e)
 	return tp_fail(e, TP_EIO, "the daemon did not report a ready mount%s", waited_out ? " within 120 s" : "");
 }
 
+/* The kernel's OOM killer, under a memory limit (issue 50): when the anonymous memory of a cgroup (a
+ * container holding an engine and this daemon) passes its limit, the kernel kills the process of the
+ * cgroup with the highest score: its resident and swapped pages, plus oom_score_adj thousandths of the
+ * memory the cgroup (or machine) allows. The daemon's death fails every reader of the mount at once
+ * (ENOTCONN, a bus error in an mmap loader) and frees little: its own memory is bounded (the plan,
+ * fixed at mount; per worker thread a scratch buffer of about 1 MiB and libfuse's receive buffer),
+ * and what it caches is clean page cache the kernel reclaims without killing anyone. So it lowers its
+ * score to OOM_ADJ, -999: never chosen while another process of the cgroup holds more than a
+ * thousandth of the limit, yet still killable when it alone fills the limit, so that a fault of its
+ * own cannot wedge the cgroup (-1000 would exempt it entirely, as sshd is). A value already lower
+ * (set by whoever started tpfs) is kept. Lowering needs CAP_SYS_RESOURCE: a mount without it (a
+ * user's, or root's in a container that was not given the capability, as Docker's default set)
+ * keeps its score, with an info line in the log saying so: the daemon is then chosen only where it
+ * is the largest process of the cgroup (its peak RSS: about 1 MiB a busy worker thread, the plan,
+ * its libraries; 35 MiB at most in bench/mem_pressure.py), never beside an engine's processes.
+ * Handing the scratch pages back after each reply (MADV_FREE) would make it smaller still, but
+ * costs about 40 us per MiB replied here, as much as the copy itself, and busy threads keep
+ * theirs: not done. fs->oom_note says which, for the stats file. */
+#define OOM_ADJ -999
+
+static void lower_oom_score(tp_fs *fs)
+{
+	int now = 0;
+	FILE *f = fopen("/proc/self/oom_score_adj", "r");
+	int known = f && fscanf(f, "%d", &now) == 1;
+	if (f)
+		fclose(f);
+	if (known && now <= OOM_ADJ) {
+		tp_fmt(fs->oom_note, sizeof fs->oom_note, "%d (kept: already at most %d)", now, OOM_ADJ);
+		return;
+	}
+	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	char v[16];
+	int n = snprintf(v, sizeof v, "%d", OOM_ADJ);
+	if (fd >= 0 && write(fd, v, (size_t)n) == n) {
+		close(fd);
+		tp_fmt(fs->oom_note, sizeof fs->oom_note, "%d (lowered at mount: the OOM killer picks another process "
+		       "of the cgroup first)", OOM_ADJ);
+		return;
+	}
+	int err = errno;
+	if (fd >= 0)
+		close(fd);
+	char was[16] = "unknown";
+	if (known)
+		snprintf(was, sizeof was, "%d", now);
+	const char *why = err == EACCES || err == EPERM ? "lowering it needs CAP_SYS_RESOURCE"
+							: "/proc/self/oom_score_adj cannot be written";
+	tp_fmt(fs->oom_note, sizeof fs->oom_note, "%s (not lowered to %d: %s: %s)", was, OOM_ADJ, why, strerror(err));
+	tp_log(1, "oom_score_adj left at %s, not lowered to %d (%s: %s): under a memory limit the kernel's OOM killer "
+	       "may choose this daemon, which fails every reader of %s, where it is the largest process", was, OOM_ADJ,
+	       why, strerror(err), fs->o->mnt);
+}
+
 /* Opens the gather backend o->gather asks for, in the daemon (after it forked). */
 static int open_backend(tp_fs *fs, tp_err *e)
 {
@@ -205,7 +259,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	pthread_mutex_init(&fs.fh_lock, NULL);
 	fs.o = o;
 	fs.nn = m->nn;
-	fs.T = m->view ? m->W : m->T; /* view ranks: P x T with stages */
+	fs.T = tp_model_ranks(m); /* view ranks: P x T with stages */
 	fs.stats_ino = 2 + (fuse_ino_t)fs.T * m->nn;
 	fs.cfg_ino = m->config_text ? fs.stats_ino + 1 : 0;
 	fs.ifd = fs.stop[0] = fs.stop[1] = fs.inval[0] = fs.inval[1] = -1;
@@ -222,17 +276,18 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		return tp_fail(e, TP_ENOMEM, "mmap: %s", strerror(errno));
 	snprintf(fs.ra_note, RA_NOTE, "not set yet");
 	if (m->view) { /* the part files: their inodes after config.json's, each part's table of sources */
-		fs.vnp = m->vplan.nparts;
+		fs.vnp = tp_model_view_parts(m);
 		fs.vpart_ino = fs.stats_ino + 2;
 		fs.vloc = calloc((size_t)fs.T * fs.vnp + 1, sizeof *fs.vloc);
 		fs.vtab = calloc(fs.vnp + 1, sizeof *fs.vtab);
 		fs.vwin = calloc((size_t)fs.T * fs.vnp + 1, sizeof *fs.vwin);
 		for (size_t p = 0; fs.vtab && p < fs.vnp; p++) {
-			const tp_vpart *pt = &m->vplan.parts[p];
-			if (!(fs.vtab[p] = calloc(pt->nsrc + 1, sizeof *fs.vtab[p])))
+			uint32_t nsrc;
+			const uint32_t *nodes = tp_model_view_part_nodes(m, p, &nsrc);
+			if (!(fs.vtab[p] = calloc(nsrc + 1, sizeof *fs.vtab[p])))
 				break;
-			for (uint32_t k = 0; k < pt->nsrc; k++) {
-				const tp_node *n = &m->n[m->vnode[p][k]];
+			for (uint32_t k = 0; k < nsrc; k++) {
+				const tp_node *n = &m->n[nodes[k]];
 				fs.vtab[p][k] = (tp_src){.fd = n->fd, .map = n->map, .size = n->src_size};
 			}
 		}
@@ -359,6 +414,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	}
 	if (daemon_fd >= 0) /* the helper reports readiness to the parent; the daemon's output goes to the log */
 		detach_stdio(o->log_path);
+	lower_oom_score(&fs);
 	if (open_backend(&fs, e) < 0)
 		goto out_helper;
 	advise_sources(&fs);

@@ -159,11 +159,13 @@ void after_reply(tp_fs *fs, uint32_t i)
 static void inval_parts(tp_fs *fs, uint32_t i, off_t off)
 {
 	for (uint32_t r = 0; r < fs->T && atomic_load(&fs->ready); r++)
-		for (size_t p = 0; p < fs->vnp && tp_model_view_slot(fs->m, r, p); p++) {
-			size_t vp = vpart_of(fs, r, p);
+		for (size_t p = 0; p < fs->vnp; p++) {
+			tp_view_file vf;
+			if (!tp_model_view_file(fs->m, r, p, &vf))
+				break;
 			int reads = 0;
-			for (uint32_t k = 0; k < fs->m->vplan.parts[vp].nsrc && !reads; k++)
-				reads = fs->m->vnode[vp][k] == i;
+			for (uint32_t k = 0; k < vf.nsrc && !reads; k++)
+				reads = vf.nodes[k] == i;
 			if (reads)
 				fuse_lowlevel_notify_inval_inode(fs->se, fs->vpart_ino + (fuse_ino_t)r * fs->vnp + p, off, 0);
 		}

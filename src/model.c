@@ -533,7 +533,7 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 		if (rc == 0 && o->ep && !m->ep_tensors)
 			tp_model_log(m, 0, "--ep: no tensor of %s is a routed expert of plan '%s' (its experts declarations match none)",
 			      m->src, m->plan.name);
-		for (uint32_t i = 0; i < m->nn && rc == 0; i++)
+		for (uint32_t i = 0; i < m->nn && rc == 0 && !m->view; i++) /* an engine view serves no index (fs_names.c decode) */
 			if (m->n[i].kind == TN_INDEX && idx_json[i])
 				rc = rewrite_index(m, i, idx_json[i], e);
 		if (rc == 0)

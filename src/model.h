@@ -168,6 +168,32 @@ void tp_model_view_name(const tp_model *m, uint32_t g, size_t k, char *out, size
 /* Whether view rank g has a part file k (a stage may have fewer parts than the view). */
 int tp_model_view_slot(const tp_model *m, uint32_t g, size_t k);
 
+/* ---- the served files, as the front ends (the file system, `tpfs plan`) reach them: only
+ * through these; tests/py/test_seam.py fails on a front end that reads the view's fields ---- */
+
+/* One part file of a view rank. */
+typedef struct tp_view_file {
+	const tp_served *layout; /* its bytes: size, header, the pieces of every tensor (served.h) */
+	const tp_vpart *vpart;   /* the resolved part it is cut from: its tensors as the view made them */
+	size_t part;             /* that part's number, below tp_model_view_parts() */
+	uint32_t nsrc;           /* the source files its pieces read, */
+	const uint32_t *nodes;   /* [nsrc]: as model nodes, in the order its pieces number them */
+	uint32_t own;            /* the node of the source file it is cut from (its owner, mode, mtime) */
+} tp_view_file;
+
+/* The ranks files are served for: the view's ranks (P x T: stages of T) under a view, else T. */
+uint32_t tp_model_ranks(const tp_model *m);
+
+/* The view's parts (0 without a view): rank g's file k is cut from one of them, and every rank's
+ * file cut from part p reads the same sources, tp_model_view_part_nodes(p). */
+size_t tp_model_view_parts(const tp_model *m);
+
+/* Part p's sources as model nodes, *nsrc of them. */
+const uint32_t *tp_model_view_part_nodes(const tp_model *m, size_t p, uint32_t *nsrc);
+
+/* View rank g's part file k into *f: 1, or 0 (f untouched) where g has no file k. */
+int tp_model_view_file(const tp_model *m, uint32_t g, size_t k, tp_view_file *f);
+
 /* Per-rank value of a config count the plan lists under per_rank; -1 if missing. */
 int64_t tp_model_rank_count(const tp_model *m, const tp_per_rank *pr, uint32_t r);
 

@@ -29,6 +29,33 @@ int tp_model_view_slot(const tp_model *m, uint32_t g, size_t k)
 	return m->vstage_np && g < m->W && k < m->vstage_np[g / m->T];
 }
 
+uint32_t tp_model_ranks(const tp_model *m)
+{
+	return m->view ? m->W : m->T;
+}
+
+size_t tp_model_view_parts(const tp_model *m)
+{
+	return m->view ? m->vplan.nparts : 0;
+}
+
+const uint32_t *tp_model_view_part_nodes(const tp_model *m, size_t p, uint32_t *nsrc)
+{
+	*nsrc = m->vplan.parts[p].nsrc;
+	return m->vnode[p];
+}
+
+int tp_model_view_file(const tp_model *m, uint32_t g, size_t k, tp_view_file *f)
+{
+	if (!tp_model_view_slot(m, g, k))
+		return 0;
+	const size_t np = m->vplan.nparts, p = m->vslot_part[(size_t)(g / m->T) * np + k];
+	const tp_vpart *pt = &m->vplan.parts[p];
+	*f = (tp_view_file){.layout = &m->vs[(size_t)g * np + k], .vpart = pt, .part = p, .nsrc = pt->nsrc,
+			    .nodes = m->vnode[p], .own = m->vsrc_node[pt->file]};
+	return 1;
+}
+
 /* l[0 .. n) joined by ", " into buf, or `none` where n is 0; returns buf. */
 static const char *joined(const char *const *l, uint32_t n, const char *none, char *buf, size_t cap)
 {
@@ -123,7 +150,7 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 	return 0;
 }
 
-/* Evaluates a condition of the view (an entry's "when" / "unless", a "refuse" entry's "if") in c
+/* Evaluates a condition of the view (an entry's "if" over config.json, a "refuse" entry's "if") in c
  * (config.json with the plan's prefixes, the view's defaults, T): 0 or 1, or -1 with e set, also
  * where it reads a key that neither config.json nor the view's "defaults" has outside has() and
  * first() (such a condition could never be what its writer meant). what names the entry. */
@@ -141,19 +168,27 @@ static int view_cond(const tp_model *m, tp_expr_ctx *c, const char *cond, const 
 	return hit;
 }
 
-/* Whether node f is among the files a loader of the view reads: those the root index lists
- * (when there is one), else the safetensors files at the root. */
-static int read_by_loader(const tp_model *m, const cJSON *root_index, uint32_t f)
+/* Marks in read[0 .. nn) the nodes a loader of the view reads: the files the root index lists
+ * (when there is one), else the safetensors files at the root. One pass over the index (a
+ * weight_map names each file once per tensor: consecutive repeats are resolved once). */
+static void read_by_loader(const tp_model *m, const cJSON *root_index, uint8_t *read)
 {
-	if (!root_index)
-		return m->n[f].parent == 0;
+	if (!root_index) {
+		for (uint32_t i = 0; i < m->nn; i++)
+			read[i] = m->n[i].parent == 0;
+		return;
+	}
 	const cJSON *it, *wm = cJSON_GetObjectItemCaseSensitive(root_index, "weight_map");
+	const char *last = NULL;
 	cJSON_ArrayForEach(it, wm)
 	{
-		if (cJSON_IsString(it) && tp_node_resolve(m, 0, it->valuestring) == f)
-			return 1;
+		if (!cJSON_IsString(it) || (last && !strcmp(last, it->valuestring)))
+			continue;
+		last = it->valuestring;
+		uint32_t f = tp_node_resolve(m, 0, it->valuestring);
+		if (f < m->nn)
+			read[f] = 1;
 	}
-	return 0;
 }
 
 static int build_stages(tp_model *m, tp_expr_ctx *c, tp_err *e);
@@ -164,18 +199,22 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 		return 0;
 	tp_vsource *src = calloc(m->ntensor_files ? m->ntensor_files : 1, sizeof *src);
 	m->vsrc_node = calloc(m->ntensor_files ? m->ntensor_files : 1, sizeof *m->vsrc_node);
-	if (!src || !m->vsrc_node) {
+	uint8_t *read = calloc(m->nn ? m->nn : 1, 1);
+	if (!src || !m->vsrc_node || !read) {
 		free(src);
+		free(read);
 		return tp_fail(e, TP_ENOMEM, "out of memory");
 	}
+	read_by_loader(m, root_index, read);
 	uint32_t ns = 0;
 	for (uint32_t i = 0; i < m->nn; i++) {
 		const tp_node *n = &m->n[i];
-		if (n->kind != TN_TENSORS || !n->specs || ns == m->ntensor_files || !read_by_loader(m, root_index, i))
+		if (n->kind != TN_TENSORS || !n->specs || ns == m->ntensor_files || !read[i])
 			continue;
 		src[ns] = (tp_vsource){n->path, &n->h, n->specs};
 		m->vsrc_node[ns++] = i;
 	}
+	free(read);
 	tp_expr_ctx c = m->cfg; /* the one lookup order: the plan's prefixes, the top, the view's defaults */
 	c.defaults = m->view->defaults;
 	tp_expr_bind(&c, "T", m->T);
@@ -183,25 +222,16 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 	tp_expr_bind(&c, "EP", m->o->ep != 0);
 	tp_expr_bind(&c, "EP_RR", m->o->ep == 2);
 	int rc = 0;
-	for (size_t k = 0; rc == 0 && k < m->view->ne; k++) { /* "when": the entries this config.json leaves out */
+	for (size_t k = 0; rc == 0 && k < m->view->ne; k++) { /* "if": the entries this config.json leaves out */
 		tp_ventry *x = &m->view->e[k];
-		if (!x->when)
+		if (!x->cond || x->per_match) /* tensor(): tp_view_resolve evaluates it for each match */
 			continue;
 		char what[160];
-		snprintf(what, sizeof what, "tensors[%zu] (%s) \"%s\"", k, x->name ? x->name : x->per ? x->per : "",
-			 x->negate ? "unless" : "when");
-		int hit = view_cond(m, &c, x->when, what, e);
+		snprintf(what, sizeof what, "tensors[%zu] (%s) \"if\"", k, x->name ? x->name : x->per ? x->per : "");
+		int hit = view_cond(m, &c, x->cond, what, e);
 		if (hit < 0)
 			rc = -1;
-		x->off = x->negate ? hit == 1 : hit == 0;
-	}
-	if (rc == 0 && m->view->drop_key) { /* "drop_layers": the first layer index left out, from config.json */
-		const cJSON *x = tp_config_get(&c, m->view->drop_key);
-		if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= 1e15)
-			rc = tp_fail(e, TP_EINVAL, "%s: config.json has no count '%s' (the layers it builds)", m->view->origin,
-				     m->view->drop_key);
-		else
-			m->view->drop_from = (uint64_t)x->valuedouble;
+		x->off = hit == 0;
 	}
 	const cJSON *it;
 	size_t k = 0;
@@ -223,7 +253,9 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 		free(src);
 		return -1;
 	}
+	m->view->cond_ctx = &c; /* the per-match conditions' config.json */
 	rc = tp_view_resolve(m->view, src, ns, &m->vplan, e);
+	m->view->cond_ctx = NULL;
 	free(src);
 	if (rc < 0)
 		return -1;

@@ -137,7 +137,7 @@ static int reshape(bld *b, const tp_sdesc *d, tp_stensor *st)
 			known = 0;
 	}
 	if (!known || (free_dim < 0 ? known != numel : numel % known))
-		return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': its %llu elements on rank %u do not fit the view's \"shape\"",
+		return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': its %llu elements on rank %u do not fit the view's \"reshape\"",
 			       b->fname, d->name, (unsigned long long)numel, b->S->rank);
 	st->ndim = d->rs_ndim;
 	for (uint32_t a = 0; a < d->rs_ndim; a++)

@@ -25,10 +25,13 @@ typedef struct tvars {
 	int n;
 } tvars;
 
-static int check_template(const char *t, const char *origin, size_t k, tvars *vs, tp_err *e)
+static int check_template(const char *t, const char *origin, size_t k, tvars *vs, int wild, tp_err *e)
 {
 	int prev_var = 0;
 	for (const char *c = t; *c;) {
+		if (*c == '*' && (!wild || c[1]))
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: template '%s': '*' (any rest of the name) ends a drop "
+				       "template only", origin, k, t);
 		if (*c == '{') {
 			const char *end = strchr(c, '}');
 			if (!end || end == c + 1 || prev_var)
@@ -79,10 +82,20 @@ static int const_bits(double v, st_dtype dt, uint32_t *bits)
 	return (u & exp) == exp ? -1 : 0; /* all-ones exponent: infinity (never NaN: JSON has none) */
 }
 
-static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
+static int parse_entry_body(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tvars *vs, tp_err *e)
 {
-	static const char *keys[] = {"name", "cat", "from", "stack", "optional", "const", "per", "drop", "if_missing",
-				     "when", "unless", "dtype", "shape", "transpose", "other_ranks", "comment", NULL};
+	static const char *keys[] = {"name", "cat", "from", "stack", "const", "per", "drop", "if", "dtype", "shape",
+				     "reshape", "transpose", "other_ranks", "comment", NULL};
+	/* the keywords the one condition "if" replaced (issue 47), each refused naming its replacement,
+	 * so that a view written for them is not read with another meaning */
+	static const char *const gone[][2] = {
+		{"when", "write \"if\": EXPR"},
+		{"unless", "write \"if\": \"!(EXPR)\""},
+		{"if_missing", "write \"if\": \"!tensor('NAME')\""},
+		{"optional", "write \"if\": \"tensor('PIECE') && ...\", naming the pieces a match may lack"},
+		/* and the removal keywords "drop" replaced */
+		{"remove", "write {\"drop\": {\"entry\": NAME}} (an inherited entry taken away)"},
+	};
 	const cJSON *it;
 	if (!cJSON_IsObject(o))
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: an entry is an object", origin, k);
@@ -91,35 +104,36 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 		int known = 0;
 		for (int i = 0; keys[i]; i++)
 			known |= !strcmp(it->string, keys[i]);
+		for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
+			if (!strcmp(it->string, gone[i][0]))
+				return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: '%s' is no longer a view keyword: %s", origin, k,
+					       gone[i][0], gone[i][1]);
 		if (!known)
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: unknown field '%s'", origin, k, it->string);
 	}
 	memset(x, 0, sizeof *x);
-	tvars vs = {.n = 0};
 	x->name = str_of(o, "name");
 	x->stack = str_of(o, "stack");
-	x->if_missing = str_of(o, "if_missing");
-	/* "when" / "unless": a plan expression over config.json (the view's defaults under it) and T,
-	 * parsed here, evaluated by the model (model_view.c) */
-	const cJSON *wj = cJSON_GetObjectItemCaseSensitive(o, "when"), *uj = cJSON_GetObjectItemCaseSensitive(o, "unless");
-	if (wj && uj)
-		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"when\" and \"unless\" together (write one expression)", origin,
-			       k);
-	if (wj || uj) {
-		const char *what = wj ? "when" : "unless";
-		x->when = str_of(o, what);
-		x->negate = !wj;
+	/* "if": a plan expression over config.json (the view's defaults under it) and T, and with
+	 * tensor('NAME') over the source's tensors for each match (NAME a template of the entry's
+	 * variables): parsed here, evaluated by the model (config only: model_view.c) or per match
+	 * (tensor(): view_resolve.c) */
+	const cJSON *ij = cJSON_GetObjectItemCaseSensitive(o, "if");
+	if (ij) {
+		x->cond = str_of(o, "if");
 		tp_err pe;
 		tp_err_clear(&pe);
-		if (!x->when || !*x->when)
-			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"%s\" is a plan expression over config.json and T (a "
-				       "string)", origin, k, what);
-		if (tp_expr_check(x->when, &pe) < 0)
-			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"%s\": %s", origin, k, what, pe.msg);
+		if (!x->cond || !*x->cond)
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"if\" is a plan expression over config.json and T (a "
+				       "string; tensor('NAME') tests the source for a tensor)", origin, k);
+		if (tp_expr_check(x->cond, &pe) < 0)
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"if\": %s", origin, k, pe.msg);
 	}
-	x->optional = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "optional"));
 	const cJSON *cat = cJSON_GetObjectItemCaseSensitive(o, "cat"), *cst = cJSON_GetObjectItemCaseSensitive(o, "const");
 	const char *from = str_of(o, "from"), *drop = str_of(o, "drop");
+	if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "drop")))
+		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: {\"drop\": {\"entry\": NAME}} takes away an entry this view "
+			       "inherits (\"extends\" or \"include\"), and this view inherits none", origin, k);
 	int kinds = (cat != NULL) + (from != NULL) + (cst != NULL) + (drop != NULL);
 	if (kinds != 1)
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: give exactly one of cat, from, const, drop", origin, k);
@@ -130,14 +144,20 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 	if (drop) {
 		x->kind = TP_VE_DROP;
 		x->per = drop;
-		return check_template(drop, origin, k, &vs, e);
+		return check_template(drop, origin, k, vs, 1, e);
 	}
 	if (!x->name)
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"name\" (the served name) is required", origin, k);
-	if (check_template(x->name, origin, k, &vs, e) < 0 ||
-	    (x->if_missing && check_template(x->if_missing, origin, k, &vs, e) < 0))
+	if (check_template(x->name, origin, k, vs, 0, e) < 0)
 		return -1;
-	const cJSON *shp = cJSON_GetObjectItemCaseSensitive(o, "shape");
+	/* "shape": a constant's own shape; "reshape": a cat / from entry's served shape (one meaning each) */
+	const cJSON *shp = cJSON_GetObjectItemCaseSensitive(o, "shape"), *rsh = cJSON_GetObjectItemCaseSensitive(o, "reshape");
+	if (cst && rsh)
+		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"reshape\" is for cat and from entries; a constant's shape "
+			       "is \"shape\"", origin, k);
+	if (!cst && shp)
+		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"shape\" on a cat / from entry is now \"reshape\" (the "
+			       "served tensor's shape, its bytes unchanged); \"shape\" is a constant's own shape", origin, k);
 	if (cst) {
 		x->kind = TP_VE_CONST;
 		x->per = str_of(o, "per");
@@ -171,7 +191,7 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: a constant's \"shape\" is a list of at most %d "
 				       "dimensions, each >= 1, of at most %d elements in all", origin, k, ST_MAX_DIMS,
 				       TP_VIEW_CONST_MAX);
-		return check_template(x->per, origin, k, &vs, e);
+		return check_template(x->per, origin, k, vs, 0, e);
 	}
 	x->kind = TP_VE_CAT;
 	if (cJSON_GetObjectItemCaseSensitive(o, "dtype")) { /* served as F32 where the pieces are BF16 or F16 */
@@ -198,9 +218,9 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 				       "serve zeros of the tensor's shape)", origin, k);
 		x->rank0_only = 1;
 	}
-	if (shp) { /* served reshaped: vLLM's parameter shape where the checkpoint's differs, same bytes */
-		int n = cJSON_IsArray(shp) ? cJSON_GetArraySize(shp) : 0, frees = 0;
-		cJSON_ArrayForEach(it, shp)
+	if (rsh) { /* served reshaped: vLLM's parameter shape where the checkpoint's differs, same bytes */
+		int n = cJSON_IsArray(rsh) ? cJSON_GetArraySize(rsh) : 0, frees = 0;
+		cJSON_ArrayForEach(it, rsh)
 		{
 			double d = cJSON_IsNumber(it) ? it->valuedouble : -2;
 			if (d != (double)(int64_t)d || (d < 0 && d != -1) || d > 1e15)
@@ -210,7 +230,7 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 				x->rs_shape[x->rs_ndim++] = (int64_t)d;
 		}
 		if (n < 1 || n > ST_MAX_DIMS || frees > 1)
-			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"shape\" is a list of 1 to %d dimensions, each >= 1, "
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"reshape\" is a list of 1 to %d dimensions, each >= 1, "
 				       "0 (the tensor's own at that axis) or one -1 (what the others leave)", origin, k, ST_MAX_DIMS);
 	}
 	if (from) {
@@ -227,7 +247,7 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 		}
 	}
 	for (uint32_t j = 0; j < x->ncat; j++)
-		if (check_template(x->cat[j], origin, k, &vs, e) < 0)
+		if (check_template(x->cat[j], origin, k, vs, 0, e) < 0)
 			return -1;
 	if (x->stack) {
 		char var[64];
@@ -236,6 +256,55 @@ static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *
 			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"stack\": \"%s\" must appear in the pieces and not in "
 				       "the served name", origin, k, x->stack);
 	}
+	return 0;
+}
+
+/* Whether condition c reads one of the entry's template variables (an identifier outside quotes
+ * spelled as one): such a condition is decided for each match, with the match's values bound. -1
+ * (e set) where a variable it reads is too long for an expression's variable (15 characters). */
+static int reads_var(const char *c, const tvars *vs, const char *origin, size_t k, tp_err *e)
+{
+	int hit = 0;
+	for (const char *p = c; *p;) {
+		if (*p == '\'' || *p == '"') { /* a string literal: no identifiers in it */
+			const char *q = strchr(p + 1, *p);
+			p = q ? q + 1 : p + strlen(p);
+			continue;
+		}
+		int id0 = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_';
+		if (!id0) {
+			p++;
+			continue;
+		}
+		const char *q = p;
+		while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_' ||
+		       *q == '.')
+			q++;
+		for (int j = 0; j < vs->n; j++)
+			if (strlen(vs->name[j]) == (size_t)(q - p) && !strncmp(vs->name[j], p, (size_t)(q - p))) {
+				if (q - p > 15)
+					return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"if\" reads the variable '%s': a variable "
+						       "an \"if\" reads is at most 15 characters", origin, k, vs->name[j]);
+				hit = 1;
+			}
+		p = q;
+	}
+	return hit;
+}
+
+/* One entry of "tensors" into x: 0, or -1 with e set naming origin and k. An "if" that reads
+ * tensor() or one of the entry's variables is decided per match (per_match). */
+static int parse_entry(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tp_err *e)
+{
+	tvars vs = {.n = 0};
+	if (parse_entry_body(o, k, origin, x, &vs, e) < 0)
+		return -1;
+	if (!x->cond)
+		return 0;
+	int rv = reads_var(x->cond, &vs, origin, k, e);
+	if (rv < 0)
+		return -1;
+	x->per_match = rv || strstr(x->cond, "tensor(") != NULL;
 	return 0;
 }
 
@@ -302,22 +371,51 @@ static int same_entry(const cJSON *a, const cJSON *b)
 	return (na && nb && !strcmp(na, nb)) || (!na && !nb && da && db && !strcmp(da, db));
 }
 
+/* The name an entry {"drop": {"entry": NAME}} takes away (an inherited entry), or NULL where it is
+ * not one. */
+static const char *drop_entry_of(const cJSON *it)
+{
+	const cJSON *d = cJSON_GetObjectItemCaseSensitive(it, "drop");
+	return cJSON_IsObject(d) ? str_of(d, "entry") : NULL;
+}
+
 /* Puts object over (a view file, or a fragment: fragment set) over base, as "extends" and
- * "include" say: each top-level field of a view but extends, include, tensors, refuse and defaults
- * replaces base's, null taking base's away (a fragment's other fields are its own: name,
- * description; null is refused for refuse and defaults); each entry of "tensors" replaces base's entry of the same key (same_entry) where it stands, an entry
- * {"remove": NAME} takes away base's entry making NAME, and any other entry is appended; "refuse"
- * entries are appended to base's; "defaults" are merged key by key (over's value wins). what names
- * base in messages. Returns 0, or -1 with e set (base is then the caller's to free). */
+ * "include" say: each top-level field of a view but extends, include, tensors, refuse, defaults
+ * and drop replaces base's, "drop": [FIELD, ...] taking base's fields away (a fragment's other
+ * fields are its own: name, description; null is refused: "drop" replaced it); each entry of
+ * "tensors" replaces base's entry of the same key (same_entry) where it stands, an entry
+ * {"drop": {"entry": NAME}} takes away base's entry making NAME (or dropping NAME: a drop entry's
+ * template), and any other entry is appended (over's own entries never replace one another: two
+ * of one served name are the resolver's to refuse or, where their sources never meet, to serve);
+ * "refuse" entries are appended to base's; "defaults" are merged key by key (over's value wins).
+ * what names base in messages. Returns 0, or -1 with e set (base is then the caller's to free). */
 static int merge_over(cJSON *base, const cJSON *over, int fragment, const char *origin, const char *what, tp_err *e)
 {
-	const cJSON *it;
+	const cJSON *it, *dr = fragment ? NULL : cJSON_GetObjectItemCaseSensitive(over, "drop");
 	int oom = 0;
+	static const char *const kept[] = {"tpfs_view", "engine", "name", "extends", "include", "tensors", "refuse",
+					   "defaults", "drop", "fragment", NULL};
+	if (dr && (!cJSON_IsArray(dr) || cJSON_GetArraySize(dr) < 1 || cJSON_GetArraySize(dr) > 16))
+		return tp_fail(e, TP_EINVAL, "%s: \"drop\" (view level) is a list of 1 to 16 fields of view '%s' not "
+			       "inherited", origin, what);
+	cJSON_ArrayForEach(it, dr) /* "drop": ["pp", ...]: base's fields not inherited */
+	{
+		const char *f = cJSON_IsString(it) ? it->valuestring : NULL;
+		int fixed = 0;
+		for (int i = 0; f && kept[i]; i++)
+			fixed |= !strcmp(f, kept[i]);
+		if (!f || fixed || !cJSON_GetObjectItemCaseSensitive(base, f) || cJSON_GetObjectItemCaseSensitive(over, f))
+			return tp_fail(e, TP_EINVAL, "%s: \"drop\": %s%s%s: a field of view '%s' that this view neither sets nor "
+				       "must inherit (not tensors, refuse, defaults, name, engine)", origin, f ? "'" : "",
+				       f ? f : "not a field name", f ? "'" : "", what);
+		cJSON_DeleteItemFromObjectCaseSensitive(base, f);
+	}
 	cJSON_ArrayForEach(it, over)
 	{
 		const char *k = it->string;
 		int list = !strcmp(k, "refuse") || !strcmp(k, "defaults");
-		if (!strcmp(k, "extends") || !strcmp(k, "include") || !strcmp(k, "tensors") || (fragment && !list))
+		if (!strcmp(k, "extends") || !strcmp(k, "include") || !strcmp(k, "tensors") || (!fragment && !strcmp(k, "drop")) ||
+		    (fragment && !list))
 			continue;
 		cJSON *have = cJSON_GetObjectItemCaseSensitive(base, k);
 		if (list && have && cJSON_IsArray(have) == cJSON_IsArray(it) && cJSON_IsObject(have) == cJSON_IsObject(it)) {
@@ -335,12 +433,12 @@ static int merge_over(cJSON *base, const cJSON *over, int fragment, const char *
 			}
 			continue;
 		}
-		if (cJSON_IsNull(it)) { /* "pp": null: the base's field is not inherited */
+		if (cJSON_IsNull(it)) { /* before issue 47, "pp": null took the field away: "drop" does */
 			if (list) /* the parent's refusals and defaults always hold */
 				return tp_fail(e, TP_EINVAL, "%s: \"%s\": null: a view adds to what it extends, it cannot take "
 					       "it away", origin, k);
-			cJSON_DeleteItemFromObjectCaseSensitive(base, k);
-			continue;
+			return tp_fail(e, TP_EINVAL, "%s: \"%s\": null no longer takes an inherited field away: write "
+				       "\"drop\": [\"%s\"]", origin, k, k);
 		}
 		cJSON *dup = cJSON_Duplicate(it, 1);
 		oom |= !dup;
@@ -355,28 +453,34 @@ static int merge_over(cJSON *base, const cJSON *over, int fragment, const char *
 		return tp_fail(e, TP_EINVAL, "%s: \"tensors\" is a list", origin);
 	if (!cJSON_IsArray(pt))
 		return tp_fail(e, TP_EINVAL, "%s: view '%s' has no \"tensors\" list", origin, what);
+	int nbase = cJSON_GetArraySize(pt); /* over's entries replace base's only, never each other */
 	cJSON_ArrayForEach(it, ct)
 	{
-		const char *rm = str_of(it, "remove");
-		if (cJSON_GetObjectItemCaseSensitive(it, "remove")) {
+		const char *rm = drop_entry_of(it);
+		int k = 0;
+		if (cJSON_GetObjectItemCaseSensitive(it, "remove"))
+			return tp_fail(e, TP_EINVAL, "%s: 'remove' is no longer a view keyword: write {\"drop\": {\"entry\": "
+				       "NAME}} (an inherited entry taken away)", origin);
+		if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(it, "drop"))) {
 			cJSON *x, *hit = NULL;
 			cJSON_ArrayForEach(x, pt)
 			{
-				const char *n = str_of(x, "name");
-				if (!hit && rm && n && !strcmp(n, rm))
+				const char *n = str_of(x, "name") ? str_of(x, "name") : str_of(x, "drop");
+				if (!hit && k++ < nbase && rm && n && !strcmp(n, rm))
 					hit = x;
 			}
-			if (!hit || cJSON_GetArraySize(it) != 1)
-				return tp_fail(e, TP_EINVAL, "%s: {\"remove\": NAME} takes away the entry of view '%s' making "
-					       "NAME (%s: none)", origin, what, rm ? rm : "not a name");
+			if (!hit || cJSON_GetArraySize(it) != 1 || cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(it, "drop")) != 1)
+				return tp_fail(e, TP_EINVAL, "%s: {\"drop\": {\"entry\": NAME}} takes away the entry of view '%s' "
+					       "making NAME, or dropping NAME (%s: none)", origin, what, rm ? rm : "not a name");
 			cJSON_Delete(cJSON_DetachItemViaPointer(pt, hit));
+			nbase--;
 			continue;
 		}
 		cJSON *dup = cJSON_Duplicate(it, 1), *x, *hit = NULL;
 		oom |= !dup;
 		cJSON_ArrayForEach(x, pt)
 		{
-			if (!hit && same_entry(x, it))
+			if (!hit && k++ < nbase && same_entry(x, it))
 				hit = x;
 		}
 		if (dup && hit)
@@ -385,6 +489,111 @@ static int merge_over(cJSON *base, const cJSON *over, int fragment, const char *
 			cJSON_AddItemToArray(pt, dup);
 	}
 	return oom ? tp_fail(e, TP_ENOMEM, "%s: out of memory", origin) : 0;
+}
+
+/* The string s with every ${P} of the fragment's parameters (names[k] -> vals[k], n of them)
+ * replaced, into out (cap bytes). Returns 0, 1 where out is too short, -1 where s holds a ${...}
+ * that names no parameter (*bad: where it starts). */
+static int subst_one(const char *s, const char *const *names, const char *const *vals, int n, char *out, size_t cap,
+		     const char **bad)
+{
+	size_t w = 0;
+	for (const char *c = s; *c;) {
+		const char *add = c;
+		size_t al = 1;
+		if (c[0] == '$' && c[1] == '{') {
+			const char *end = strchr(c, '}');
+			int hit = -1;
+			for (int k = 0; end && k < n && hit < 0; k++)
+				if (strlen(names[k]) == (size_t)(end - c - 2) && !strncmp(names[k], c + 2, (size_t)(end - c - 2)))
+					hit = k;
+			if (hit < 0) {
+				*bad = c;
+				return -1;
+			}
+			add = vals[hit];
+			al = strlen(add);
+			c = end + 1;
+		} else {
+			c++;
+		}
+		if (w + al >= cap)
+			return 1;
+		memcpy(out + w, add, al);
+		w += al;
+	}
+	out[w] = 0;
+	return 0;
+}
+
+/* Every string under node (values, not keys) with the parameters substituted (subst_one). */
+static int subst_tree(cJSON *node, const char *const *names, const char *const *vals, int n, const char *origin,
+		      const char *frag, tp_err *e)
+{
+	cJSON *it;
+	cJSON_ArrayForEach(it, node)
+	{
+		if (cJSON_IsString(it) && strstr(it->valuestring, "${")) {
+			char buf[1024];
+			const char *bad = NULL;
+			int rc = subst_one(it->valuestring, names, vals, n, buf, sizeof buf, &bad);
+			if (rc < 0)
+				return tp_fail(e, TP_EINVAL, "%s: fragment '%s': '%s': %.40s names no parameter of the fragment "
+					       "(its \"params\")", origin, frag, it->valuestring, bad);
+			if (rc > 0)
+				return tp_fail(e, TP_EINVAL, "%s: fragment '%s': '%s' is over 1023 characters with its parameters",
+					       origin, frag, it->valuestring);
+			if (!cJSON_SetValuestring(it, buf))
+				return tp_fail(e, TP_ENOMEM, "%s: out of memory", origin);
+		} else if ((cJSON_IsArray(it) || cJSON_IsObject(it)) &&
+			   subst_tree(it, names, vals, n, origin, frag, e) < 0) {
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* A fragment's parameters: its "params" ({NAME: default string, or null: required}, at most 8)
+ * given by `with` (an include's {"fragment": NAME, "with": {NAME: VALUE}}; NULL: none given). Where
+ * the fragment is read alone (included 0), a required parameter stands for its own name,
+ * put into every string of its tensors and refuse. A parameter `with` names that the fragment has
+ * not, a value that is not a string, and one required and not given are refused. Returns 0, or -1
+ * with e set. */
+static int frag_params(cJSON *frag, const cJSON *with, int included, const char *origin, const char *fname, tp_err *e)
+{
+	const cJSON *ps = cJSON_GetObjectItemCaseSensitive(frag, "params"), *it;
+	const char *names[8], *vals[8];
+	int n = 0;
+	if (ps && (!cJSON_IsObject(ps) || cJSON_GetArraySize(ps) > 8))
+		return tp_fail(e, TP_EINVAL, "%s: fragment '%s': \"params\" is an object of at most 8 parameter names, each "
+			       "with its default (a string) or null (required)", origin, fname);
+	if (with && !cJSON_IsObject(with))
+		return tp_fail(e, TP_EINVAL, "%s: include of fragment '%s': \"with\" is an object of its parameters' values",
+			       origin, fname);
+	cJSON_ArrayForEach(it, with)
+	{
+		if (!cJSON_GetObjectItemCaseSensitive(ps, it->string) || !cJSON_IsString(it))
+			return tp_fail(e, TP_EINVAL, "%s: include of fragment '%s': \"with\": '%s' is not one of its "
+				       "\"params\" (or its value is not a string)", origin, fname, it->string);
+	}
+	cJSON_ArrayForEach(it, ps)
+	{
+		const cJSON *v = with ? cJSON_GetObjectItemCaseSensitive(with, it->string) : NULL;
+		if (!cJSON_IsString(it) && !cJSON_IsNull(it))
+			return tp_fail(e, TP_EINVAL, "%s: fragment '%s': parameter '%s': its default is a string, or null "
+				       "(required)", origin, fname, it->string);
+		if (!v && cJSON_IsNull(it) && included)
+			return tp_fail(e, TP_EINVAL, "%s: include of fragment '%s': parameter '%s' is required (\"with\": "
+				       "{\"%s\": ...})", origin, fname, it->string, it->string);
+		names[n] = it->string;
+		vals[n++] = v ? v->valuestring : cJSON_IsString(it) ? it->valuestring : it->string;
+	}
+	cJSON *t = cJSON_GetObjectItemCaseSensitive(frag, "tensors"), *r = cJSON_GetObjectItemCaseSensitive(frag, "refuse");
+	if ((t && subst_tree(t, names, vals, n, origin, fname, e) < 0) ||
+	    (r && subst_tree(r, names, vals, n, origin, fname, e) < 0))
+		return -1;
+	cJSON_DeleteItemFromObjectCaseSensitive(frag, "params");
+	return 0;
 }
 
 static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e);
@@ -425,8 +634,8 @@ static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e)
 		return child;
 	if ((ext && !base) || depth >= 4)
 		tp_fail(e, TP_EINVAL, "%s: \"extends\" names one built-in view (at most 4 levels deep)", origin);
-	else if (inc && (!cJSON_IsArray(inc) || cJSON_GetArraySize(inc) < 1 || cJSON_GetArraySize(inc) > 8))
-		tp_fail(e, TP_EINVAL, "%s: \"include\" is a list of 1 to 8 built-in fragment names", origin);
+	else if (inc && (!cJSON_IsArray(inc) || cJSON_GetArraySize(inc) < 1 || cJSON_GetArraySize(inc) > 16))
+		tp_fail(e, TP_EINVAL, "%s: \"include\" is a list of 1 to 16 built-in fragments", origin);
 	else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(child, "fragment")))
 		tp_fail(e, TP_EINVAL, "%s: a fragment neither extends a view nor includes fragments", origin);
 	else if (ext && strchr(base, '/')) { /* ENGINE/NAME */
@@ -449,10 +658,16 @@ static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e)
 	const cJSON *incs = parent ? inc : NULL;
 	cJSON_ArrayForEach(it, incs)
 	{
-		const char *fn = cJSON_IsString(it) ? it->valuestring : NULL, *slash = fn ? strchr(fn, '/') : NULL;
+		/* NAME, or {"fragment": NAME, "with": {PARAM: VALUE}}: a fragment that takes parameters */
+		const cJSON *with = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "with") : NULL;
+		const char *fn = cJSON_IsString(it) ? it->valuestring : str_of(it, "fragment");
+		const char *slash = fn ? strchr(fn, '/') : NULL;
 		char fen[32]; /* ENGINE/NAME: another engine's fragment, as "extends" names another engine's view */
-		if (slash && (slash == fn || (size_t)(slash - fn) >= sizeof fen)) {
-			tp_fail(e, TP_EINVAL, "%s: \"include\": \"%s\" is NAME or ENGINE/NAME", origin, fn);
+		int shape_ok = cJSON_IsString(it) ||
+			       (fn && cJSON_GetArraySize(it) == 1 + (with != NULL));
+		if (!shape_ok || (slash && (slash == fn || (size_t)(slash - fn) >= sizeof fen))) {
+			tp_fail(e, TP_EINVAL, "%s: \"include\" holds fragment names (NAME or ENGINE/NAME), or {\"fragment\": "
+				"NAME, \"with\": {PARAM: VALUE, ...}}", origin);
 			cJSON_Delete(parent);
 			parent = NULL;
 			break;
@@ -461,10 +676,9 @@ static cJSON *extend(cJSON *child, const char *origin, int depth, tp_err *e)
 			memcpy(fen, fn, (size_t)(slash - fn));
 			fen[slash - fn] = 0;
 		}
-		cJSON *frag = fn ? builtin(slash ? slash + 1 : fn, slash ? fen : engine, 1, origin, depth, e) : NULL;
-		if (!cJSON_IsString(it))
-			tp_fail(e, TP_EINVAL, "%s: \"include\" holds fragment names", origin);
-		if (!frag || merge_over(parent, frag, 1, origin, it->valuestring, e) < 0) {
+		cJSON *frag = builtin(slash ? slash + 1 : fn, slash ? fen : engine, 1, origin, depth, e);
+		if (!frag || frag_params(frag, with, 1, origin, fn, e) < 0 ||
+		    merge_over(parent, frag, 1, origin, fn, e) < 0) {
 			cJSON_Delete(frag);
 			cJSON_Delete(parent);
 			parent = NULL;
@@ -517,8 +731,8 @@ int tp_view_rules_plan(const cJSON *rules, const char *name, const char *origin,
 int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, tp_err *e)
 {
 	static const char *keys[] = {"tpfs_view", "engine", "name", "proven", "plans", "model_types", "quant_methods", "pad_vocab",
-				     "keep_rest", "tensors", "description", "comment", "defaults", "drop_layers", "refuse",
-				     "fragment", "pp", "ep", "ep_round_robin", "rules", NULL};
+				     "keep_rest", "tensors", "description", "comment", "defaults", "drop_layers", "drop", "refuse",
+				     "fragment", "pp", "ep", "ep_round_robin", "rules", "rename", NULL};
 	static const char *fkeys[] = {"tpfs_view", "engine", "name", "fragment", "description", "comment", "tensors",
 				      "refuse", "defaults", NULL};
 	memset(v, 0, sizeof *v);
@@ -532,6 +746,9 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 	}
 	if (!(v->json = extend(v->json, origin, 0, e)))
 		return -1;
+	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v->json, "fragment")) &&
+	    frag_params(v->json, NULL, 0, origin, str_of(v->json, "name") ? str_of(v->json, "name") : "(this)", e) < 0)
+		goto bad;
 	const cJSON *o = v->json, *it;
 	v->fragment = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "fragment"));
 	const char *const *ks = v->fragment ? fkeys : keys;
@@ -588,17 +805,15 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 	v->pad_vocab = pv ? (uint64_t)pv->valuedouble : 0;
 	const cJSON *kr = cJSON_GetObjectItemCaseSensitive(o, "keep_rest");
 	v->keep_rest = !kr || cJSON_IsTrue(kr);
-	v->drop_from = UINT64_MAX;
-	const cJSON *dl = cJSON_GetObjectItemCaseSensitive(o, "drop_layers");
-	if (dl) {
-		v->drop_prefix = str_of(dl, "prefix");
-		v->drop_key = str_of(dl, "from");
-		if (!cJSON_IsObject(dl) || !v->drop_prefix || !v->drop_prefix[0] || !v->drop_key || !v->drop_key[0] ||
-		    cJSON_GetArraySize(dl) != 2) {
-			tp_fail(e, TP_EINVAL, "%s: \"drop_layers\" is {\"prefix\": \"model.layers.\", \"from\": a config.json "
-				"key}: layers from that index on are not served", origin);
-			goto bad;
-		}
+	if (cJSON_GetObjectItemCaseSensitive(o, "drop_layers")) { /* replaced by a drop entry (issue 47) */
+		tp_fail(e, TP_EINVAL, "%s: 'drop_layers' is no longer a view keyword: write the tensors entry {\"drop\": "
+			"\"PREFIX{n}.*\", \"if\": \"n >= KEY\"}", origin);
+		goto bad;
+	}
+	if (cJSON_GetObjectItemCaseSensitive(o, "drop")) { /* merge_over consumed a view's that inherits */
+		tp_fail(e, TP_EINVAL, "%s: \"drop\" (view level) takes away fields a view inherits, and this view extends "
+			"none", origin);
+		goto bad;
 	}
 	if (parse_pp(cJSON_GetObjectItemCaseSensitive(o, "pp"), origin, v, e) < 0)
 		goto bad;
@@ -612,6 +827,39 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 		tp_fail(e, TP_EINVAL, "%s: \"ep_round_robin\": the model types whose round_robin expert placement is "
 			"proven (1 to 32 names)", origin);
 		goto bad;
+	}
+	const cJSON *rn = cJSON_GetObjectItemCaseSensitive(o, "rename");
+	if (rn) { /* [{"from": P, "to": Q, "names": [TEMPLATE...]}]: the prefix of tensors no entry uses */
+		int okn = cJSON_IsArray(rn) && cJSON_GetArraySize(rn) >= 1 && cJSON_GetArraySize(rn) <= TP_VIEW_RENAMES;
+		size_t k = 0;
+		cJSON_ArrayForEach(it, rn)
+		{
+			const char *f = str_of(it, "from"), *t = str_of(it, "to");
+			const cJSON *ns = cJSON_GetObjectItemCaseSensitive(it, "names"), *x;
+			int nk = cJSON_GetArraySize(it) - 2 - (ns != NULL);
+			okn = okn && cJSON_IsObject(it) && f && t && f[0] && !nk && !strchr(f, '{') && !strchr(t, '{') &&
+			      (!ns || (cJSON_IsArray(ns) && cJSON_GetArraySize(ns) > 0));
+			const cJSON *nsl = okn ? ns : (const cJSON *)NULL;
+			cJSON_ArrayForEach(x, nsl)
+			{
+				tvars vs = {.n = 0};
+				tp_err te;
+				tp_err_clear(&te);
+				okn = okn && cJSON_IsString(x) && x->valuestring[0] && check_template(x->valuestring, origin, k, &vs, 0, &te) == 0;
+			}
+			if (okn) {
+				v->ren_from[v->nren] = f;
+				v->ren_to[v->nren] = t;
+				v->ren_names[v->nren++] = ns;
+			}
+			k++;
+		}
+		if (!okn) {
+			tp_fail(e, TP_EINVAL, "%s: \"rename\": a list of 1 to %d {\"from\": PREFIX, \"to\": PREFIX, \"names\": "
+				"[TEMPLATE, ...]} (prefixes plain text, FROM not empty; names optional: the rest of each name "
+				"renamed, {var} binding digits)", origin, TP_VIEW_RENAMES);
+			goto bad;
+		}
 	}
 	v->refuse = cJSON_GetObjectItemCaseSensitive(o, "refuse");
 	if (v->refuse) {
@@ -662,8 +910,8 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 	}
 	cJSON_ArrayForEach(it, ts)
 	{
-		/* a fragment's {"remove": NAME}: applied, and checked, where a view includes it (merge_over) */
-		if (v->fragment && cJSON_IsObject(it) && cJSON_GetArraySize(it) == 1 && str_of(it, "remove"))
+		/* a fragment's {"drop": {"entry": NAME}}: applied, and checked, where a view includes it (merge_over) */
+		if (v->fragment && cJSON_IsObject(it) && cJSON_GetArraySize(it) == 1 && drop_entry_of(it))
 			continue;
 		if (parse_entry(it, v->ne, origin, &v->e[v->ne], e) < 0)
 			goto bad;

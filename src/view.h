@@ -6,7 +6,9 @@
  * templates (`{i}` binds a run of digits): `cat` (the pieces' local cuts concatenated along the
  * first axis: q, k, v as qkv_proj), `stack` over a variable (every expert's cat as one [E, ...]
  * tensor), `from` (a rename), `const` (a scalar per match of `per`, such as an attention scale
- * 1.0), `drop`. Source tensors no entry uses keep their names (`keep_rest`).
+ * 1.0), `drop` (source tensors not served: applied before every other entry, so that the others
+ * never see them; a drop template may end in `*`, any rest). Source tensors no entry uses keep
+ * their names (`keep_rest`), or take a new prefix (`rename`).
  *
  * tp_view_resolve turns a view and the planned source files into the served tensors of every part
  * (one part per source file: a tensor goes to the part of its first piece's file), each a list
@@ -29,6 +31,7 @@ struct cJSON;
 
 #define TP_VIEW_VARS 4 /* template variables in one entry */
 #define TP_VIEW_CONST_MAX 4096 /* elements of one constant ("const" with "shape") */
+#define TP_VIEW_RENAMES 16 /* "rename" prefix pairs */
 
 typedef enum tp_ventry_kind { TP_VE_CAT, TP_VE_CONST, TP_VE_DROP } tp_ventry_kind;
 
@@ -38,19 +41,22 @@ typedef struct tp_ventry {
 	const char *cat[8];    /* piece templates, in order (CAT: `cat`, or `from` as one) */
 	uint32_t ncat;
 	const char *stack;     /* the variable stacked over, or NULL */
-	const char *per;       /* CONST: made once per source tensor matching this; DROP: what is dropped */
-	const char *if_missing;/* the entry applies only where this source tensor (expanded) is absent */
-	int optional;          /* a binding whose other pieces are missing is skipped, not refused */
+	const char *per;       /* CONST: made once per source tensor matching this; DROP: what is dropped
+	                        * (a template that may end in '*': any rest of the name) */
 	int to_f32;            /* "dtype": "F32": BF16 / F16 pieces served widened to F32 */
 	int transpose;         /* "transpose": true: the last two axes swapped (tp_sdesc.transpose) */
 	int rank0_only;        /* "other_ranks": "zeros": zeros on ranks other than 0 (tp_sdesc.rank0_only) */
-	uint32_t rs_ndim;      /* "shape": [d, ...] (one d may be -1): the served shape, same bytes;
+	uint32_t rs_ndim;      /* "reshape": [d, ...] (one d may be -1): the served shape, same bytes;
 	                        * CONST: the constant's shape (0: a scalar) */
 	int64_t rs_shape[ST_MAX_DIMS];
-	const char *when;      /* a plan expression over config.json and T ("when"): the entry applies only
-	                        * where it is true (the caller evaluates it, setting off) */
-	int negate;            /* it came as "unless": the entry applies where the expression is false */
-	int off;               /* set by the caller from when: the entry is left out */
+	const char *cond;      /* "if": a plan expression over config.json and T: the entry applies only
+	                        * where it is true; with tensor('NAME') or the entry's variables (its
+	                        * first piece's, per's or drop's: `n >= num_hidden_layers`), for each
+	                        * match (per_match) */
+	int per_match;         /* cond reads the source's tensors or the match's variables: evaluated by
+	                        * tp_view_resolve, per match, with the variables bound,
+	                        * over cond_ctx; otherwise by the caller, once, setting off */
+	int off;               /* set by the caller from a cond that is not per_match: the entry is left out */
 	st_dtype cdtype;       /* CONST: F32 or BF16 */
 	uint32_t cbits;        /* CONST: the element's bits in cdtype (BF16: the low 16), finite: view.c
 	                        * refuses a value that rounds to infinity */
@@ -74,11 +80,6 @@ typedef struct tp_view {
 	 * than the view makes (a plan expression over config.json and T; the caller evaluates them and
 	 * refuses the mount with the reason where one is true), or NULL */
 	const struct cJSON *refuse;
-	/* "drop_layers": {"prefix": P, "from": KEY}: source tensors named P<N>.<...> with N >=
-	 * config.json's KEY are not served (layers the engine does not build: DeepSeek's MTP layer).
-	 * The caller sets drop_from from KEY before resolving (UINT64_MAX: none). */
-	const char *drop_prefix, *drop_key;
-	uint64_t drop_from;
 	/* "pp": pipeline stages (view_pp.c): served tensors named pp_layers<N>.<...> lie in the stage
 	 * of layer N (N < config.json's pp_count); those starting with one of pp_first in the first
 	 * stage, with one of pp_last in the last, with one of pp_every in every stage (vLLM's
@@ -99,6 +100,16 @@ typedef struct tp_view {
 	 * vLLM). NULL: the plan's cuts only. A child view's list replaces its parent's. */
 	const struct cJSON *rules;
 	int keep_rest;
+	/* the config.json context (the plan's prefixes, the view's defaults, T...) per-match conditions
+	 * read, set by the caller before tp_view_resolve; NULL: every config key is missing */
+	const struct tp_expr_ctx *cond_ctx;
+	/* "rename": [{"from": P, "to": Q, "names": [TEMPLATE...]}]: a source tensor no entry uses whose
+	 * name is P followed by one of the names (templates: {x} binds digits; no names: anything) is
+	 * served as Q and that rest (the first pair that takes it, in order), keep_rest or not; a
+	 * tensor no pair takes is kept or refused by keep_rest */
+	const char *ren_from[TP_VIEW_RENAMES], *ren_to[TP_VIEW_RENAMES];
+	const struct cJSON *ren_names[TP_VIEW_RENAMES]; /* NULL: every name under the prefix */
+	uint32_t nren;
 	int fragment;          /* "fragment": true: entries other views include ("include"), never chosen */
 	tp_ventry *e;
 	size_t ne;

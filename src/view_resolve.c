@@ -1,12 +1,16 @@
 /* view_resolve.c: a parsed view and the planned source files turned into the served tensors of
  * every part (tp_view_resolve, see view.h): templates matched against the source tensors, the
- * pieces of each served tensor found and cut as the plan cuts them, constants made, the rest kept,
- * the layers drop_layers leaves out skipped, and every served name checked to be made once. */
+ * source tensors the drop entries take left out first, the pieces of each served tensor found and
+ * cut as the plan cuts them, constants made, the rest kept, and every served name checked to be
+ * made once. */
 #include "view.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "expr.h"
 
 /* ---- templates ---- */
 
@@ -25,10 +29,13 @@ static int find_var(const vbind *b, const char *name, size_t nl)
 	return -1;
 }
 
-/* Whether s matches template t; binds (or checks) its variables in b. */
+/* Whether s matches template t; binds (or checks) its variables in b. A '*' ending t (a drop
+ * template's: view.c allows it nowhere else) matches any rest of s. */
 static int tmatch(const char *t, const char *s, vbind *b)
 {
 	while (*t) {
+		if (t[0] == '*' && !t[1])
+			return 1;
 		if (*t != '{') {
 			if (*t++ != *s++)
 				return 0;
@@ -196,6 +203,54 @@ static int find_pieces(vres *c, const char *const *tm, uint32_t nt, const vbind 
 	return 1;
 }
 
+/* tensor('NAME') of a per-match condition: NAME filled in with the match's binding, then looked up
+ * among the source tensors (a drop entry's condition: all of them; any other's: those the drop
+ * entries leave). */
+typedef struct mcond {
+	vres *c;
+	const vbind *b;
+} mcond;
+
+static int has_tensor(void *arg, const char *t)
+{
+	const mcond *m = arg;
+	char name[ST_MAX_NAME + 1];
+	if (expand(t, m->b, name, sizeof name) < 0)
+		return -1;
+	return lookup(m->c, name) >= 0;
+}
+
+/* Entry k's per-match "if" for binding b (its variables bound to their values, as integers): 1 (it
+ * applies), 0 (not), -1 (e set: the expression fails, or reads a config key neither config.json
+ * nor the view's defaults has). */
+static int match_cond(vres *c, size_t k, const vbind *b)
+{
+	const tp_ventry *x = &c->v->e[k];
+	tp_expr_ctx ctx = {0};
+	if (c->v->cond_ctx)
+		ctx = *c->v->cond_ctx;
+	for (int j = 0; j < b->n; j++) {
+		if (strlen(b->var[j]) > 15) /* one an "if" cannot read (view.c): not bound */
+			continue;
+		int64_t val = 0;
+		for (size_t d = 0; d < b->len[j]; d++) /* digits; past int64, the largest */
+			val = val > (INT64_MAX - 9) / 10 ? INT64_MAX : val * 10 + (b->txt[j][d] - '0');
+		tp_expr_bind(&ctx, b->var[j], val);
+	}
+	mcond m = {c, b};
+	ctx.tensor = has_tensor;
+	ctx.tensor_arg = &m;
+	tp_err pe;
+	tp_err_clear(&pe);
+	int hit = tp_expr_cond(&ctx, x->cond, &pe);
+	if (hit < 0)
+		return tp_fail(c->e, TP_EINVAL, "%s: tensors[%zu] \"if\": %s", c->v->origin, k, pe.msg);
+	if (ctx.missing[0])
+		return tp_fail(c->e, TP_EINVAL, "%s: tensors[%zu] \"if\": '%s' reads config key '%s', which config.json does "
+			       "not have and the view gives no default for", c->v->origin, k, x->cond, ctx.missing);
+	return hit;
+}
+
 typedef struct vmatch {
 	char name[ST_MAX_NAME + 1]; /* the served name */
 	uint64_t sval;              /* the stacked variable's value */
@@ -242,9 +297,13 @@ static int resolve_cat(vres *c, size_t k)
 				     "not bind", c->v->origin, k, x->name);
 			break;
 		}
-		if (x->if_missing) {
-			char other[ST_MAX_NAME + 1];
-			if (expand(x->if_missing, &b, other, sizeof other) == 0 && lookup(c, other) >= 0)
+		if (x->per_match) { /* "if" with tensor(): this match's */
+			int hit = match_cond(c, k, &b);
+			if (hit < 0) {
+				rc = -1;
+				break;
+			}
+			if (!hit)
 				continue;
 		}
 		if (c->used[i]) {
@@ -287,7 +346,7 @@ static int resolve_cat(vres *c, size_t k)
 			if (found < 0)
 				rc = -1;
 		}
-		if (rc == 0 && found == 0 && !x->optional)
+		if (rc == 0 && found == 0)
 			rc = tp_fail(c->e, TP_EINVAL, "%s: tensors[%zu] ('%s'): source tensor '%s' is missing (the entry matched "
 				     "'%s')", c->v->origin, k, ms[g].name, missing, ms[g].key);
 		if (rc == 0 && found == 1) {
@@ -319,6 +378,11 @@ static int resolve_const(vres *c, size_t k)
 	for (size_t i = 0; i < c->nall; i++) {
 		vbind b = {.n = 0};
 		if (!tmatch(x->per, c->all[i].name, &b))
+			continue;
+		int hit = x->per_match ? match_cond(c, k, &b) : 1;
+		if (hit < 0)
+			return -1;
+		if (!hit)
 			continue;
 		char name[ST_MAX_NAME + 1];
 		if (expand(x->name, &b, name, sizeof name) < 0)
@@ -392,19 +456,57 @@ static int localize(vres *c, tp_vpart *pt)
 	return 0;
 }
 
-/* Whether source tensor `name` lies in a layer the view's drop_layers leaves out. */
-static int dropped_layer(const tp_view *v, const char *name)
+/* Whether the view's rename pair r takes source tensor `name`: its prefix, then one of its names
+ * (templates) or, where it lists none, anything. */
+static int renames(const tp_view *v, uint32_t r, const char *name)
 {
-	size_t pl = v->drop_prefix ? strlen(v->drop_prefix) : 0;
-	if (!pl || v->drop_from == UINT64_MAX || strncmp(name, v->drop_prefix, pl))
+	size_t fl = strlen(v->ren_from[r]);
+	if (strncmp(name, v->ren_from[r], fl))
 		return 0;
-	const char *p = name + pl;
-	uint64_t n = 0;
-	if (*p < '0' || *p > '9')
-		return 0;
-	for (; *p >= '0' && *p <= '9'; p++)
-		n = n > UINT64_MAX / 10 ? UINT64_MAX : n * 10 + (uint64_t)(*p - '0');
-	return *p == '.' && n >= v->drop_from;
+	if (!v->ren_names[r])
+		return 1;
+	const cJSON *x;
+	cJSON_ArrayForEach(x, v->ren_names[r])
+	{
+		vbind b = {.n = 0};
+		if (tmatch(x->valuestring, name + fl, &b))
+			return 1;
+	}
+	return 0;
+}
+
+/* The drop entries, before every other: the source tensors they take (each entry's "if" decided per
+ * match where it reads tensor() or the match's variables, over every source tensor) taken out of
+ * c->all, so that no other entry, tensor() of another entry, "rename" or keep_rest sees them. c->all
+ * stays sorted. Returns 0, or -1 with e set. */
+static int apply_drops(vres *c)
+{
+	uint8_t *gone = calloc(c->nall ? c->nall : 1, 1);
+	if (!gone)
+		return tp_fail(c->e, TP_ENOMEM, "out of memory");
+	int rc = 0;
+	for (size_t k = 0; k < c->v->ne && rc == 0; k++) {
+		const tp_ventry *x = &c->v->e[k];
+		if (x->kind != TP_VE_DROP || x->off)
+			continue;
+		for (size_t i = 0; i < c->nall && rc == 0; i++) {
+			vbind b = {.n = 0};
+			if (gone[i] || !tmatch(x->per, c->all[i].name, &b))
+				continue;
+			int hit = x->per_match ? match_cond(c, k, &b) : 1;
+			if (hit < 0)
+				rc = -1;
+			else
+				gone[i] = (uint8_t)hit;
+		}
+	}
+	size_t w = 0;
+	for (size_t i = 0; i < c->nall; i++)
+		if (!gone[i])
+			c->all[w++] = c->all[i];
+	c->nall = w;
+	free(gone);
+	return rc;
 }
 
 int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_vplan *out, tp_err *e)
@@ -422,11 +524,12 @@ int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_v
 	size_t w = 0;
 	for (uint32_t f = 0; f < nsrc && rc == 0; f++)
 		for (size_t t = 0; t < src[f].h->n; t++)
-			if (!dropped_layer(v, src[f].h->t[t].name))
-				c.all[w++] = (vname){src[f].h->t[t].name, f, (uint32_t)t};
-	c.nall = w;
+			c.all[w++] = (vname){src[f].h->t[t].name, f, (uint32_t)t};
 	if (rc == 0) {
 		qsort(c.all, c.nall, sizeof *c.all, cmp_vname);
+		rc = apply_drops(&c);
+	}
+	if (rc == 0) {
 		for (size_t i = 1; i < c.nall; i++)
 			if (!strcmp(c.all[i].name, c.all[i - 1].name)) {
 				rc = tp_fail(e, TP_EINVAL, "%s and %s both hold tensor '%s': a view needs one tensor of each name",
@@ -438,31 +541,44 @@ int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_v
 		const tp_ventry *x = &v->e[k];
 		if (x->off)
 			continue;
-		if (x->kind == TP_VE_CAT) {
+		if (x->kind == TP_VE_CAT)
 			rc = resolve_cat(&c, k);
-		} else if (x->kind == TP_VE_CONST) {
+		else if (x->kind == TP_VE_CONST)
 			rc = resolve_const(&c, k);
-		} else {
-			for (size_t i = 0; i < c.nall; i++) {
-				vbind b = {.n = 0};
-				if (tmatch(x->per, c.all[i].name, &b))
-					c.used[i] = 1;
-			}
-		}
+		/* TP_VE_DROP: applied already (apply_drops) */
 	}
 	for (size_t i = 0; i < c.nall && rc == 0; i++) {
 		if (c.used[i])
 			continue;
-		if (!v->keep_rest) {
-			rc = tp_fail(e, TP_EPLAN, "%s: tensor '%s': view %s names no place for it (keep_rest is off)",
-				     src[c.all[i].f].path, c.all[i].name, v->origin);
+		const char *name = c.all[i].name;
+		uint32_t r = 0; /* "rename": the first pair that takes it */
+		while (r < v->nren && !renames(v, r, name))
+			r++;
+		if (r == v->nren && !v->keep_rest) {
+			rc = tp_fail(e, TP_EPLAN, "%s: tensor '%s': view %s names no place for it (keep_rest is off, and no "
+				     "\"rename\" takes it)", src[c.all[i].f].path, name, v->origin);
 			break;
+		}
+		if (r < v->nren) {
+			char nn[ST_MAX_NAME + 1];
+			size_t fl = strlen(v->ren_from[r]), tl = strlen(v->ren_to[r]);
+			if (tl + strlen(name + fl) >= sizeof nn) {
+				rc = tp_fail(e, TP_EINVAL, "%s: tensor '%s' renamed by \"rename\" is over %d characters",
+					     v->origin, name, ST_MAX_NAME);
+				break;
+			}
+			memcpy(nn, v->ren_to[r], tl);
+			memcpy(nn + tl, name + fl, strlen(name + fl) + 1);
+			if (!(name = keep_name(&c, nn))) {
+				rc = tp_fail(e, TP_ENOMEM, "out of memory");
+				break;
+			}
 		}
 		tp_pdesc *pd = malloc(sizeof *pd);
 		if ((rc = keep_block(&c, pd)) < 0)
 			break;
 		*pd = (tp_pdesc){c.all[i].f, c.all[i].t, src[c.all[i].f].specs[c.all[i].t]};
-		tp_sdesc d = {.name = c.all[i].name, .pieces = pd, .npieces = 1};
+		tp_sdesc d = {.name = name, .pieces = pd, .npieces = 1};
 		rc = add_desc(&c, c.all[i].f, &d);
 	}
 	/* served names are unique across parts too (a loader reads every part into one dict) */

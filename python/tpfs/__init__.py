@@ -6,7 +6,8 @@
         ...  # mnt holds model-rank-{r}-part-{p}.safetensors
 
 The engine plugins build on this: tpfs.node (one mount per node, shared by the engine's workers, removed when the
-last of them exits) and tpfs.vllm_plugin (vLLM's --load-format tpfs). This module imports no engine.
+last of them exits), tpfs.vllm_plugin (vLLM's --load-format tpfs) and tpfs.sglang_plugin (SGLang's). This module
+imports no engine.
 """
 import contextlib
 import os
@@ -67,8 +68,10 @@ def start(src, mnt, tp, view=None, ranks=None, pp=None, extra=()):
                            timeout=MOUNT_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
         raise TpfsError("tpfs mount %s %s did not return within %d s" % (src, mnt, MOUNT_TIMEOUT_S)) from e
-    if p.returncode != 0:
-        raise TpfsError(p.stderr.strip() or "tpfs mount exited %d with no message" % p.returncode)
+    if p.returncode != 0:  # tpfs's message, less its info lines (the view it chose, ...)
+        lines = [ln for ln in p.stderr.strip().splitlines() if not ln.startswith(("tpfs: info: ", "tpfs: debug: "))]
+        raise TpfsError("\n".join(lines).strip() or p.stderr.strip() or "tpfs mount exited %d with no message"
+                        % p.returncode)
 
 
 def _mountinfo():

@@ -1,5 +1,5 @@
 """vLLM's --load-format tpfs: `vllm serve SRC --load-format tpfs -tp N [-pp P]` serves the HF checkpoint SRC through
-a tpfs mount that the engine makes and removes itself (README.md, "One flag").
+a tpfs mount that the engine makes and removes itself (docs/VLLM.md, "One flag").
 
 register() is the package's entry point in the group vllm.general_plugins (pyproject.toml), which vLLM runs in
 every process, its workers included (vllm/plugins/__init__.py load_general_plugins); it registers TpfsLoader under

@@ -2,7 +2,7 @@
  * view file. Where it parses, it is resolved over a fixed checkpoint of two files with real names
  * and shapes (a dense layer with q/k/v and its biases, MLA projections, experts with a router and
  * a shared expert, an MTP layer, tied embeddings), each tensor split on its first axis, once with
- * every entry on and once with the "when" entries off, with and without the MTP layer dropped.
+ * every entry on and once with the conditional ("if") entries off.
  * Nothing may crash or leak; every served tensor's pieces must name a source tensor of a source
  * the part reads. */
 #include <stdint.h>
@@ -85,8 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	for (int pass = 0; pass < 2; pass++) {
 		for (size_t k = 0; k < v.ne; k++)
-			v.e[k].off = pass && v.e[k].when; /* the second pass: every conditional entry off */
-		v.drop_from = pass ? 2 : UINT64_MAX;
+			v.e[k].off = pass && v.e[k].cond && !v.e[k].per_match; /* the second pass: every conditional entry off */
 		tp_vplan p;
 		if (tp_view_resolve(&v, src, 2, &p, &e) < 0)
 			continue;

@@ -3,7 +3,8 @@
 python sglang_check.py JOBS.json RESULT.json    (PYTHONPATH=tests/py/sglang_site: the stand-in sgl_kernel and
                                                  the loader hook, sitecustomize.py)
   JOBS:   [{"name", "model", "load_format": "auto" | "sharded_state", "tp", "keys": DIR, "prompts": [[ids]] or
-           [] (load only), "max_tokens", "engine_args": {more sglang.Engine arguments, none touching weights}}]
+           [] (load only), "max_tokens", "engine_args": {more sglang.Engine arguments, none touching weights},
+           "mounts_under": DIR (optional: the mount points under DIR while the engine is up, as "mounts")}]
   RESULT: {name: {"tokens": [[ids]], "logprobs": [[[[id, logprob] top-5] per step]], "seconds": s} or
            {"error": text}}
 
@@ -38,6 +39,9 @@ def run(job):
                         max_total_tokens=256, log_level="error", random_seed=0, **job.get("engine_args", {}))
     try:
         out = {"tokens": [], "logprobs": []}
+        if job.get("mounts_under"):  # the mounts under that folder while the engine is up (the tpfs plugin's)
+            with open("/proc/self/mountinfo") as f:
+                out["mounts"] = sorted(ln.split()[4] for ln in f if ln.split()[4].startswith(job["mounts_under"] + "/"))
         for p in job.get("prompts") or []:
             r = eng.generate(input_ids=[p], sampling_params={"max_new_tokens": job.get("max_tokens", 6),
                                                              "temperature": 0, "ignore_eos": True},

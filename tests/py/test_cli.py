@@ -130,7 +130,7 @@ F.check(p.returncode == 0 and not tt.is_mounted(mnt), "tpfs umount: %s" % p.stde
 p = tt.tpfs("umount", mnt)
 F.check(p.returncode == 1 and "not a mount point" in p.stderr, "umount of a non-mount refuses")
 p = tt.tpfs("mount", src, mnt, "--tp", 2, "-o", "no_such_option_xyz")
-F.check(p.returncode == 1 and not tt.is_mounted(mnt), "background mount with a bad -o fails: %s" % p.stderr)
+F.check(p.returncode == 2 and not tt.is_mounted(mnt), "background mount with a bad -o fails: %s" % p.stderr)
 
 def holders(path):
     """The processes with their working directory or an open file under PATH (what keeps a mount busy)."""
@@ -223,8 +223,9 @@ F.check(p.returncode == 1 and "maximum read size" in p.stderr and "Connection re
         "background mount with -o max_read=1: the daemon's reason (exit %d, %r)" % (p.returncode, p.stderr.strip()))
 F.check(not tt.is_mounted(mnt), "max_read=1: nothing left mounted")
 p = tt.tpfs("mount", src, mnt, "--tp", "2", "-o", "no_such_option")
-F.check(p.returncode == 1 and "no_such_option" in p.stderr and p.stderr.count("\n") == 1,
-        "background mount with an unknown option: one line naming it (%r)" % p.stderr)
+F.check(p.returncode == 2 and "no_such_option" in p.stderr and p.stderr.count("\n") == 1,
+        "background mount with an unknown option: one line naming it, a usage error, before any planning (%r)"
+        % p.stderr)
 if tt.is_mounted(mnt):
     subprocess.run(["fusermount3", "-u", "-z", mnt])
 

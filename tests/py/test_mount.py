@@ -22,6 +22,8 @@ import fixtures
 import reference as R
 import tpfs_test as tt
 
+tt.Mount.pin = ("--push", "off")  # this test measures the stats' per-rank counters of the read path: no push-ahead
+
 tt.require_fuse()
 F = tt.Failures()
 work = tempfile.mkdtemp(prefix="tpfs-test-")

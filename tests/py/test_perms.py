@@ -256,7 +256,7 @@ F.check("cannot watch" in log, "watch swap: the unwatched folder is logged (%r)"
 os.remove(os.path.join(src5, "private"))
 os.rename(os.path.join(src5, "private.old"), os.path.join(src5, "private"))
 os.rmdir(mnt)
-# what the README's safety section says: only SRC's own mode and what is under it are copied; a
+# what docs/SAFETY.md says: only SRC's own mode and what is under it are copied; a
 # 0700 folder above SRC does not protect a 0644 file in it from other users under -o allow_other,
 # and a restrictive mode on SRC itself does
 above = os.path.join(work, "above")
@@ -266,7 +266,7 @@ os.chmod(above, 0o700)
 os.chmod(src6, 0o755)
 F.check(as_nobody("cat", os.path.join(src6, "public.txt")).returncode != 0, "0700 folder above SRC keeps others out of SRC")
 with tt.Mount(src6, 2, "-o", "allow_other") as m:
-    allowed(os.path.join(m.rank(0), "public.txt"), "anyone\n", "0644 file in SRC under a 0700 folder above SRC (README)")
+    allowed(os.path.join(m.rank(0), "public.txt"), "anyone\n", "0644 file in SRC under a 0700 folder above SRC (docs/SAFETY.md)")
 os.chmod(src6, 0o700)
 with tt.Mount(src6, 2, "-o", "allow_other") as m:
     p = as_nobody("cat", os.path.join(m.rank(0), "public.txt"))

@@ -3,8 +3,8 @@
 1. `pip install --no-deps .` of this checkout into a fresh venv layered on the vLLM venv (scripts/setup.sh --vllm;
    a .pth appends its site-packages, as setup_sglang layers SGLang's), timed: meson-python and its build
    requirements come from the package index into pip's isolated build, which builds tpfs with this repository's
-   Meson build (-Dpackage=true). The wheel's tpfs runs, tpfs.binary() is it, and the vllm.general_plugins entry
-   point is installed.
+   Meson build (-Dpackage=true). The wheel's tpfs runs, tpfs.binary() is it, the vllm.general_plugins entry
+   point is installed, and `man tpfs` finds the wheel's tpfs.1 with the venv's bin/ on PATH.
 2. The Python API: tpfs.mount(src, tp=2, view="vllm", ranks="0-1") mounts (both ranks' part files), unmounts and
    removes its folder; a checkpoint tpfs refuses (an extra tensor no rule of llama's plan matches) raises
    tpfs.TpfsError with tpfs's message, and leaves nothing mounted. The plugin's parts that need no engine: a model
@@ -314,6 +314,12 @@ def main():
                             "print([e.value for e in entry_points(group='vllm.general_plugins') if e.name == 'tpfs'])",
                         env)
     fails.check(rc == 0 and "tpfs.vllm_plugin:register" in so, "the vllm.general_plugins entry point: %r" % (so + se))
+    # the wheel's man page, where man finds it with the venv's bin/ on PATH (share/man beside it)
+    if shutil.which("man"):
+        pm = subprocess.run(["man", "-w", "tpfs"], capture_output=True, text=True,
+                            env=dict(env, PATH=os.path.dirname(py) + os.pathsep + "/usr/bin:/bin", MANPATH=""))
+        fails.check(pm.stdout.strip() == os.path.join(os.path.dirname(os.path.dirname(py)), "share", "man", "man1",
+                                                       "tpfs.1"), "man -w tpfs with the venv on PATH: %r" % (pm.stdout + pm.stderr))
     print("pip install --no-deps .: %.0f s (venv %.0f s); tpfs %s" % (times["pip install"], times["venv"],
                                                                       p.stdout.strip()))
 

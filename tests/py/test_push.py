@@ -12,8 +12,9 @@ Checked here, on the hf view (rank folders) and on --view vllm, at T=2 and 4:
   from the page cache (at most a tenth of the bytes by the daemon, for the reason above);
 - a source rewritten after a push gives EIO, never the pushed bytes;
 - the budget holds: with `--push 64K`, pushed <= 64 KiB, and the files still read whole and right;
-- `--push off` and no --push (the default is off) push nothing (no page cached before a read, the stats
-  say "push: off"); `--push lots` is refused;
+- `--push off` pushes nothing (no page cached before a read, the stats say "push: off"); no --push (the
+  default, auto since issue 46's second round) pushes every served byte and the stats say "done";
+  `--push lots` is refused;
 - reads racing the push over the same ranges (a larger checkpoint: 128 MiB of embedding) give the same
   bytes as a `--push off` mount;
 - an unmount while the push runs is clean: the daemon exits 0, with nothing unexpected on stderr; so is a
@@ -43,13 +44,18 @@ work = tempfile.mkdtemp(prefix="tpfs-push-")
 CHANGED = [r"^tpfs: error: .*: the source changed since it was mounted"]
 
 
+def push_line(mnt):
+    """The stats file's push line."""
+    for line in open(os.path.join(mnt, ".tpfs-stats")).read().splitlines():
+        if line.startswith("push:"):
+            return line
+    raise AssertionError("no push line in the stats")
+
+
 def stats(mnt):
     """(pushed, budget) from the stats file; (None, None) with the push off."""
-    for line in open(os.path.join(mnt, ".tpfs-stats")).read().splitlines():
-        w = line.split()
-        if w[:1] == ["push:"]:
-            return (None, None) if w[1] == "off" else (int(w[2]), int(w[4]))
-    raise AssertionError("no push line in the stats")
+    w = push_line(mnt).split()
+    return (None, None) if w[1] == "off" else (int(w[2]), int(w[4]))
 
 
 def served_bytes(mnt):
@@ -183,7 +189,7 @@ for view in ([], ["--view", "vllm"]):
         reads = {}
         t0 = time.time()
         # the watcher notices within 100 ms and the invalidation follows (a cached read in between may
-        # still see the old bytes, as README says of any cached page): wait until every such file fails
+        # still see the old bytes, as docs/SAFETY.md says of any cached page): wait until every such file fails
         while time.time() < t0 + 5:
             reads = {}
             for fn in files:
@@ -214,15 +220,24 @@ with tt.Mount(src, 2, "--push", "64K") as m:
     cached = sum(tt.resident(f) for f in files)
     F.check(0 < cached <= budget, "--push 64K: %d bytes cached before any read, at most the budget" % cached)
     F.check(raw(m.path) == off_bytes, "--push 64K: every file equals a --push off mount's")
+    tt.wait_for(lambda: "stopped at the budget" in push_line(m.path), timeout=30, what="the push's end at the budget")
 
-# 4. --push off, and no --push (the default, off): nothing pushed
-for extra in (["--push", "off"], []):
-    with tt.Mount(src, 2, *extra) as m:
-        time.sleep(0.3)
-        files = tensor_files(m.path)
-        F.check(stats(m.path) == (None, None), "%s: the stats say push: off" % (extra or "no --push"))
-        F.check(all(tt.resident(f) == 0 for f in files), "%s: no page cached before a read: %s"
-                % (extra or "no --push", [tt.resident(f) for f in files]))
+# 4. --push off: nothing pushed; no --push (the default, auto): every served byte, then "done"
+with tt.Mount(src, 2, "--push", "off") as m:
+    time.sleep(0.3)
+    files = tensor_files(m.path)
+    F.check(stats(m.path) == (None, None), "--push off: the stats say push: off")
+    F.check(all(tt.resident(f) == 0 for f in files), "--push off: no page cached before a read: %s"
+            % [tt.resident(f) for f in files])
+with tt.Mount(src, 2) as m:
+    files = tensor_files(m.path)
+    total = sum(os.path.getsize(f) for f in files)
+    wait_pushed(m.path, total, "the default push")
+    tt.wait_for(lambda: ", done;" in push_line(m.path), timeout=30, what="the default push's end")
+    line = push_line(m.path)
+    F.check(stats(m.path)[0] == total and line.endswith(" %d" % total),
+            "no --push: the default pushes every served byte (%d) and says done: %s" % (total, line))
+    F.check(sum(tt.resident(f) for f in files) >= 0.9 * total, "no --push: the served files are cached before a read")
 bad = tt.tpfs("mount", src, work, "--tp", "2", "--push", "lots")
 F.check(bad.returncode == 2 and "--push" in bad.stderr, "--push lots is refused: %s" % bad.stderr.strip()[:200])
 

@@ -24,6 +24,8 @@ import numpy as np
 import reference as R
 import tpfs_test as tt
 
+tt.Mount.pin = ("--push", "off")  # this test counts the storage bytes a rank's reads fetch: no push-ahead
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import llama_gen  # noqa: E402
 

@@ -26,6 +26,8 @@ from safetensors.numpy import save_file
 
 import tpfs_test as tt
 
+tt.Mount.pin = ("--push", "off")  # this test measures the source pages reads touch: no push-ahead
+
 tt.require_fuse()
 F = tt.Failures()
 work = tempfile.mkdtemp(prefix="tpfs-srcpages-")

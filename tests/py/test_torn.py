@@ -24,6 +24,8 @@ import time
 import fixtures
 import tpfs_test as tt
 
+tt.Mount.pin = ("--push", "off")  # this test measures a source that changes or a disk that fails under reads that reach the daemon: no push-ahead
+
 tt.require_fuse()
 F = tt.Failures()
 work = tempfile.mkdtemp(prefix="tpfs-torn-")

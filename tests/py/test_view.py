@@ -27,6 +27,8 @@ import fixtures
 import reference
 import tpfs_test as tt
 
+tt.Mount.pin = ("--push", "off")  # this test measures the source pages each read fetches: no push-ahead
+
 tt.require_fuse()
 F = tt.Failures()
 work = tempfile.mkdtemp(prefix="tpfs-view-")
@@ -215,10 +217,10 @@ for T in (2, 4):
             "tpfs plan --io --view vllm at T=%d: part_files are the sizes the mount shows (%s)" % (T, sizes))
 
 # 5. a wrong view (k and v swapped in qkv_proj) is caught by the same check
+# (llama's qkv_proj comes from fragments/qkv.json: an entry of the same served name in the file replaces it)
 view = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "views", "vllm", "llama.json")))
-for e in view["tensors"]:
-    if e.get("name", "").endswith("qkv_proj.weight"):
-        e["cat"] = [e["cat"][0], e["cat"][2], e["cat"][1]]
+view["tensors"].append({"name": "model.layers.{i}.self_attn.qkv_proj.weight",
+                        "cat": ["model.layers.{i}.self_attn.%s_proj.weight" % x for x in "qvk"]})
 wrong = os.path.join(work, "wrong-view.json")
 json.dump(view, open(wrong, "w"))
 quiet = tt.Failures(quiet=True)
@@ -325,36 +327,48 @@ F.check(fetched["vllm"] <= fetched["hf"],
         "gpt-oss at T=4: rank 0's vLLM view fetched no more source than its rank folder (%d KiB, %d KiB)"
         % (fetched["vllm"] >> 10, fetched["hf"] >> 10))
 
-# 5b. one condition language (issue 31): "when" is a plan expression over config.json and T (an
+# 5b. one condition language (issues 31, 47): "if" is a plan expression over config.json and T (an
 # entry dropping model.norm.weight at T=4 only), and one that reads a key neither config.json nor the
 # view's defaults has is refused with the view, the entry and the key
 cond = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "views", "vllm", "llama.json")))
-cond["tensors"].append({"drop": "model.norm.weight", "when": "T == 4 && !tie_word_embeddings && hidden_size > 1"})
+cond["tensors"].append({"drop": "model.norm.weight", "if": "T == 4 && !tie_word_embeddings && hidden_size > 1"})
 cview = os.path.join(work, "cond-view.json")
 json.dump(cond, open(cview, "w"))
 for T in (2, 4):
     with tt.Mount(src, T, "--view", cview) as m:
         got = served(m.path, 0)
     F.check(("model.norm.weight" in got) == (T == 2),
-            "a \"when\" expression over T and config.json drops model.norm.weight at T=4 only (T=%d: %s)"
+            "an \"if\" expression over T and config.json drops model.norm.weight at T=4 only (T=%d: %s)"
             % (T, "served" if "model.norm.weight" in got else "dropped"))
 typo = json.loads(json.dumps(cond))
-typo["tensors"][-1]["when"] = "tie_word_embedding"
+typo["tensors"][-1]["if"] = "tie_word_embedding"
 json.dump(typo, open(cview, "w"))
 p = tt.tpfs("plan", src, "--tp", "2", "--view", cview)
 F.check(p.returncode == 1 and "'tie_word_embedding'" in p.stderr and "no default" in p.stderr and
-        "(model.norm.weight) \"when\"" in p.stderr and cview in p.stderr,
+        "(model.norm.weight) \"if\"" in p.stderr and cview in p.stderr,
         "a condition on a key config.json lacks (a typo) is refused, naming the view, the entry and the key (%s)"
         % p.stderr.strip()[-300:])
-typo["tensors"][-1]["when"] = "has(tie_word_embedding) && tie_word_embedding"
+typo["tensors"][-1]["if"] = "has(tie_word_embedding) && tie_word_embedding"
 json.dump(typo, open(cview, "w"))
 p = tt.tpfs("plan", src, "--tp", "2", "--view", cview)
 F.check(p.returncode == 0, "has() guards a key config.json may lack (%s)" % p.stderr.strip()[-200:])
-typo["tensors"][-1]["when"] = "T >"
+typo["tensors"][-1]["if"] = "T >"
 json.dump(typo, open(cview, "w"))
 p = tt.tpfs("plan", src, "--tp", "2", "--view", cview)
-F.check(p.returncode == 1 and "\"when\": expression 'T >'" in p.stderr,
+F.check(p.returncode == 1 and "\"if\": expression 'T >'" in p.stderr,
         "a condition that does not parse is refused when the view is read (%s)" % p.stderr.strip()[-200:])
+
+# the condition keywords "if" replaced: refused when the view is read, naming the replacement (a view in the
+# old language is not served with another meaning)
+for old, new in (("when", '"if": EXPR'), ("unless", '"if": "!(EXPR)"'), ("if_missing", '"if": "!tensor(\'NAME\')"'),
+                 ("optional", '"if": "tensor(\'PIECE\') && ..."')):
+    typo = json.loads(json.dumps(cond))
+    del typo["tensors"][-1]["if"]
+    typo["tensors"][-1][old] = True if old == "optional" else "tie_word_embeddings"
+    json.dump(typo, open(cview, "w"))
+    p = tt.tpfs("plan", src, "--tp", "2", "--view", cview)
+    F.check(p.returncode == 1 and "'%s' is no longer a view keyword: write %s" % (old, new) in p.stderr,
+            "the old keyword %r is refused naming %s (%s)" % (old, new, p.stderr.strip()[-200:]))
 
 # 5c. a refusal names the config values its condition read, each as it is (issue 51: a boolean was
 # printed "tie_word_embeddings=?"): a boolean, a string, a list

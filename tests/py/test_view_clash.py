@@ -47,8 +47,8 @@ cases = [  # (what, the extra view, refused?)
     ("a quantized view claiming llama_fp8's form", {"extends": "llama", "model_types": ["llama"],
                                                      "quant_methods": ["fp8"]}, True),
     ("a view inheriting llama's model types through extends", {"extends": "llama"}, True),
-    # "model_types": null takes the parent's away (merge_over): the view then matches every model type
-    ("a view of the llama plan for every model type", {"extends": "llama", "model_types": None}, True),
+    # "drop": ["model_types"] takes the parent's away (merge_over): the view then matches every model type
+    ("a view of the llama plan for every model type", {"extends": "llama", "drop": ["model_types"]}, True),
 ]
 for i, (what, fields, refused) in enumerate(cases):
     v = dict({"tpfs_view": 1, "engine": "vllm", "name": "clash%d" % i, "tensors": []}, **fields)

@@ -70,6 +70,14 @@ FAMILIES = {
     "hy_v3": ("hy_v3", None, {}, None), "exaone_moe": ("exaone_moe", None, {}, None),
     "cohere2_moe": ("cohere2_moe", None, {}, None), "axk1": ("axk1", None, {}, None),
     "mimo_v2_flash": ("mimo_v2_flash", None, {}, None),
+    "granitemoeshared": ("granitemoe", None, {}, None), "granitemoe_swa": ("granitemoe_swa", None, {}, None),
+    "nemotron": ("llama", None, {}, None), "olmo2": ("olmo2", None, {}, None), "olmo3": ("olmo2", None, {}, None),
+    "glm": ("glm", None, {}, None),
+    "gemma4_text": ("gemma4_text", None, {}, None),
+    # EXAONE 3 / 3.5, InternLM3, IQuestCoder: their configuration class from the checkpoint (vllm_models.py REMOTE)
+    **{f: (v, None, {"trust_remote_code": True}, None)
+       for f, v in (("exaone", "exaone"), ("exaone_tied", "exaone"), ("internlm3", "llama"), ("iquestcoder", "llama"))},
+    "flex_olmo": ("flex_olmo", None, {}, None), "hunyuan_v1_moe": ("hunyuan_v1_moe", None, {}, None),
     "granite": ("llama", None, {}, None), "exaone4": ("llama", None, {}, None), "glm4": ("llama", None, {}, None),
     "apertus": ("llama", None, {}, None), "ernie4_5": ("llama", None, {}, None), "cohere": ("cohere", None, {}, None),
     "ministral3": ("llama", None, {}, None), "cohere2": ("cohere", None, {}, None),
@@ -178,7 +186,9 @@ WRONG = "llama"  # the family whose view is broken on purpose (T=2)
 # Likewise a checkpoint's norm weights stored F32 beside BF16 matrices (qwen3_f32norm, issue 51): served as stored,
 # cast by vLLM's copy as by its default loader's; narrowing them in the view would be right for --dtype bfloat16
 # only, and would lose the F32 bits a --dtype float32 engine keeps
-CASTS = {"olmo_hybrid": (r"\.linear_attn\.A_log$",), "qwen3_f32norm": (r"norm\.weight$",)}
+# HunYuan MoE's router (mlp.gate.wg), F32 in its checkpoints (transformers keeps it so), the model's dtype in vLLM's
+CASTS = {"olmo_hybrid": (r"\.linear_attn\.A_log$",), "qwen3_f32norm": (r"norm\.weight$",),
+         "hunyuan_v1_moe": (r"\.mlp\.gate\.wg\.weight$",)}
 # broken views the probe must refuse, each in its own way: name -> (what it breaks, the failure it must show)
 # (the family whose view each breaks, at T=2; the FP8 one swaps two block-scale rows of a fused qkv scale:
 # same names, shapes and dtypes)
@@ -446,9 +456,12 @@ REFUSED_EDITS = {
     # OLMoE: vLLM's OlmoeForCausalLM never ties its head; its k_norm spans the KV heads (not their replicas)
     "olmoe": (("tied", {"tie_word_embeddings": True}, "never ties lm_head"),
               ("fewer KV heads than ranks", {"num_key_value_heads": 1}, "with fewer KV heads than ranks")),
+    # Gemma 4: the forms vLLM builds per layer (KV-shared layers, K as V) and its MoE block, not proven
+    "gemma4_text": (("KV-shared layers", {"num_kv_shared_layers": 1}, "KV-shared layers hold q_proj alone"),
+                    ("K as V", {"attention_k_eq_v": True}, "into both the K and the V part"),
+                    ("MoE block", {"num_experts": 4}, "with its MoE block")),
     # Granite MoE: vLLM's attention derives head_dim from hidden_size / num_attention_heads
     "granitemoe": (("head_dim", {"head_dim": 32}, "takes head_dim as hidden_size / num_attention_heads"),),
-    # MiniMax-M2: vLLM reads config.rotary_dim and config.scoring_func, which transformers' MiniMaxM2Config does not declare
     # AFMoE: vLLM reads config.score_func and config.route_norm (transformers' AfmoeConfig declares neither)
     "afmoe": (("no score_func", {"score_func": None}, "reads config.score_func and config.route_norm"),),
     # HY V3: vLLM reads config.expert_hidden_dim (transformers' HYV3Config says moe_intermediate_size)
@@ -457,8 +470,29 @@ REFUSED_EDITS = {
     "axk1": (("a dense layer", {"first_k_dense_replace": 1}, "builds post_mlp_layernorm in every layer"),),
     # MiMo-V2-Flash: vLLM reads the published config's hybrid_layer_pattern (transformers' config says layer_types)
     "mimo_v2_flash": (("no hybrid_layer_pattern", {"hybrid_layer_pattern": None}, "reads the published config.json's"),),
+    # MiniMax-M2: vLLM reads config.rotary_dim and config.scoring_func, which transformers' MiniMaxM2Config does not declare
     "minimax_m2": (("no rotary_dim", {"rotary_dim": None}, "reads config.rotary_dim and config.scoring_func"),),
 }
+
+# families vLLM registers whose view refuses every checkpoint, with the reason's words (views/vllm/README.md):
+# Phi, whose lm_head.bias vLLM's Transformers backend creates only while its default loader reads it; Nemotron-H
+# and Falcon-H1, whose Mamba2 A vLLM computes from A_log while loading; Llama 4, whose q / k rows vLLM permutes per
+# head while loading; LongCat-Flash, whose MLA LoRA norms vLLM scales while loading
+REFUSED = {"phi": "auto_load_lm_head_bias", "nemotron_h": "holds A = -exp(A_log)", "falcon_h1": "holds A = -exp(A_log)",
+           "llama4_text": "permutes the rows of q_proj and k_proj", "longcat_flash": "multiplies the MLA q_a_layernorm"}
+if os.environ.get("TPFS_VLLM_CASES"):
+    REFUSED = {f: v for f, v in REFUSED.items() if f in os.environ["TPFS_VLLM_CASES"].split(",")}
+
+
+def family_refusals(fails, work):
+    """Each family of REFUSED, its tiny checkpoint made, is refused by --view vllm with its reason."""
+    import tpfs_test
+    import vllm_models
+    for fam, want in REFUSED.items():
+        src = vllm_models.make(fam, os.path.join(work, "refused", fam))
+        p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "vllm")
+        fails.check(p.returncode == 1 and want in p.stderr and "refuses this checkpoint" in p.stderr,
+                    "%s: refused by its view with %r, got %d %r" % (fam, want, p.returncode, p.stderr[-300:]))
 
 
 def config_refusals(fails, fam, src, work):
@@ -523,6 +557,7 @@ def main():
         for fam in REFUSED_EDITS:
             if (fam, 2) in srcs:
                 config_refusals(fails, fam, srcs[fam, 2], work)
+        family_refusals(fails, work)
         if ("olmo_hybrid", 2) in srcs:
             olmo_hybrid_names(fails, stack, srcs["olmo_hybrid", 2], served["olmo_hybrid", 2], work)
         if ("hy_v4", 2) in srcs:

@@ -18,7 +18,8 @@ one vLLM run across two nodes, each node a mount namespace with its own tpfs ser
    (unshare -m) with `tpfs mount SRC MNT --view vllm --ranks R` at the same MNT; TP=2 (rank 0 | rank 1) and
    PP=2 x TP=1 (stage 0 | stage 1). Greedy tokens and top-5 logprobs over HTTP equal to a one-node run of
    the default loader on SRC with the same split; each node saw only its ranks' part files, and its stats
-   show only its ranks, having read exactly the source bytes `tpfs plan --io --ranks R` computes for them.
+   show only its ranks, having read the source bytes `tpfs plan --io --ranks R` computes for them (with the
+   default push-ahead, plus at most what its demand reads served: pages read again through the daemon).
    Every process ended and no mount left.
 Expert parallelism (--ep under the view, vLLM's enable_expert_parallel) by the probe only, at TP=2: linear placement
 for every MoE view family, round_robin where vLLM uses it (several expert groups; the same files loaded by a
@@ -419,8 +420,13 @@ def two_nodes(fails, work):
             fails.check(parts == want, "%s node %d saw part files %s, not only its own %s" % (split, r, parts, want))
             fails.check(sorted(node["stats"]) == [r], "%s node %d's stats list ranks %s" % (split, r, sorted(node["stats"])))
             got = node["stats"].get(r, {}).get("source", -1)
+            demand = node["stats"].get(r, {}).get("served", 0)
             runs = io_runs(src, split, r)
-            fails.check(got == runs, "%s node %d read %d source bytes; its ranks' runs are %d" % (split, r, got, runs))
+            # push-ahead (on by default) reads the runs once; a page the loader then reads through the daemon
+            # (the kernel dropped it, or read it before the push came) is read again: at most what the demand
+            # reads served
+            fails.check(runs <= got <= runs + demand, "%s node %d read %d source bytes; its ranks' runs are %d, its "
+                        "demand reads served %d bytes" % (split, r, got, runs, demand))
             per.append("%d: %d B" % (r, got))
         print("%-12s %-8s %-13s %-15s %-40s %.0f / %.0f (one node %.0f / %.0f)" % (
             split, "2", tok, lp, ", ".join(per), two.get("start_s", 0), two["seconds"], base.get("start_s", 0),

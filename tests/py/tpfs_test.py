@@ -122,7 +122,13 @@ class Mount:
 
     with Mount(src, tp=2) as m: m.path is the mount point. On exit the mount is removed and the
     daemon reaped; unexpected stderr lines or a non-zero exit fail the test, unless allowed by
-    allow_stderr (regexes)."""
+    allow_stderr (regexes).
+
+    Mount.pin: options added unless the call names the same option itself; a test of the read
+    path sets it to ("--push", "off"): push-ahead, on by default, would answer its reads from
+    the page cache before they reach the daemon."""
+
+    pin = ()
 
     def __init__(self, src, tp, *extra, allow_stderr=(), mnt=None):
         self.src, self.tp, self.extra = src, tp, [str(x) for x in extra]
@@ -135,7 +141,8 @@ class Mount:
 
     def __enter__(self):
         self.errfile = tempfile.TemporaryFile(mode="w+")
-        cmd = self.wrap + [TPFS, "mount", self.src, self.path, "--tp", str(self.tp), "-f"] + self.extra
+        pin = [str(x) for x in self.pin] if self.pin and self.pin[0] not in self.extra else []
+        cmd = self.wrap + [TPFS, "mount", self.src, self.path, "--tp", str(self.tp), "-f"] + self.extra + pin
         self.proc = subprocess.Popen(cmd, stderr=self.errfile, stdout=subprocess.DEVNULL)
         try:
             wait_for(lambda: is_mounted(self.path) or self.proc.poll() is not None, what="the mount")

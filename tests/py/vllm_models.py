@@ -127,6 +127,58 @@ FAMILIES = {
     "vaultgemma": lambda: tf.VaultGemmaConfig(num_key_value_heads=1, intermediate_size=256, pad_token_id=0,
                                               bos_token_id=2, eos_token_id=1, query_pre_attn_scalar=64,
                                               sliding_window=16, **COMMON),
+    # Nemotron (vLLM's models/nemotron.py): llama's names, up_proj alone (ReLU^2), LayerNorm1P with biases, partial
+    # rotary
+    "nemotron": lambda: tf.NemotronConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                          pad_token_id=0, bos_token_id=1, eos_token_id=2, norm_eps=1e-5,
+                                          **{k: v for k, v in COMMON.items() if k != "rms_norm_eps"}),
+    # OLMo 2 / 3 (vLLM's Transformers backend): q_norm [H * hd] and k_norm [KV * hd] over all heads, kept whole by
+    # vLLM (q, k, v colwise_gather_output in the model's base_model_tp_plan); OLMo 3 with sliding and full layers
+    "olmo2": lambda: tf.Olmo2Config(num_key_value_heads=2, intermediate_size=256, tie_word_embeddings=False,
+                                    pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                    **{k: v for k, v in COMMON.items() if k != "head_dim"}),
+    "olmo3": lambda: tf.Olmo3Config(num_key_value_heads=2, intermediate_size=256, tie_word_embeddings=False,
+                                    sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                    pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                    **{k: v for k, v in COMMON.items() if k != "head_dim"}),
+    # GLM (vLLM's Transformers backend): the checkpoint's fused gate_up_proj (colwise_gather_output: one column block),
+    # q/k/v biases, partial rotary
+    "glm": lambda: tf.GlmConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    # Phi (vLLM's Transformers backend): q/k/v with biases, self_attn.dense, mlp.fc1 / fc2 with biases, LayerNorms,
+    # lm_head with a bias, partial rotary
+    "phi": lambda: tf.PhiConfig(num_key_value_heads=2, intermediate_size=256, tie_word_embeddings=False,
+                                pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                **{k: v for k, v in COMMON.items() if k != "rms_norm_eps"}),
+    # Gemma 4 (dense text model, vLLM's models/gemma4.py): a sliding and a full layer (the full layer's heads
+    # global_head_dim wide), per-layer embeddings, tied
+    "gemma4_text": lambda: tf.Gemma4TextConfig(num_key_value_heads=1, intermediate_size=256, global_head_dim=128,
+                                               sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                               vocab_size_per_layer_input=1000, hidden_size_per_layer_input=16,
+                                               tie_word_embeddings=True, pad_token_id=0, bos_token_id=2,
+                                               eos_token_id=1, **COMMON),
+    # EXAONE 3 / 3.5, InternLM3, IQuestCoder: natively registered by vLLM (exaone.py ExaoneForCausalLM; InternLM3
+    # and IQuestCoder map to llama.py's LlamaForCausalLM), but the vLLM venv's transformers (5.19) has no
+    # configuration class for them: their published checkpoints carry one (trust_remote_code). Made as Llama, then
+    # retyped (REMOTE)
+    "exaone": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False, **COMMON),
+    # EXAONE 3.5 2.4B's form: tied
+    "exaone_tied": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=True,
+                                          **COMMON),
+    "internlm3": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                        **COMMON),
+    "iquestcoder": lambda: tf.LlamaConfig(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
+                                          **COMMON),
+    # Nemotron-H and Falcon-H1 (plan mamba2): refused under --view vllm (test_vllm.py REFUSED); a Mamba2 layer and an
+    # attention layer each
+    "nemotron_h": lambda: tf.NemotronHConfig(hidden_size=128, layers_block_type=["mamba", "attention"],
+                                             num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                                             intermediate_size=256, mamba_num_heads=4, mamba_head_dim=32, n_groups=2,
+                                             ssm_state_size=16, vocab_size=1000, tie_word_embeddings=False),
+    "falcon_h1": lambda: tf.FalconH1Config(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                           num_key_value_heads=1, head_dim=64, intermediate_size=256, mamba_d_ssm=128,
+                                           mamba_n_heads=4, mamba_d_head=32, mamba_n_groups=1, mamba_d_state=16,
+                                           vocab_size=1000, tie_word_embeddings=False),
     # Ministral 3: vLLM's registry maps Ministral3ForCausalLM to MistralForCausalLM (models/llama.py): llama's names
     "ministral3": lambda: tf.Ministral3Config(num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=False,
                                               pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
@@ -161,6 +213,28 @@ FAMILIES = {
                                               num_experts_per_tok=2, embedding_multiplier=2.0, residual_multiplier=0.5,
                                               attention_multiplier=0.1, logits_scaling=4.0, tie_word_embeddings=True,
                                               pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    # Granite MoE with shared experts (vLLM: models/granitemoeshared.py): granitemoe's fused experts plus the shared
+    # MLP's fused input_linear [2S, D] (MergedColumnParallelLinear, loaded whole: [gate_r | up_r]) and output_linear;
+    # and its SWA form (GraniteMoeSWAForCausalLM -> the same class): a sliding and a full layer, one sink per head
+    "granitemoeshared": lambda: tf.GraniteMoeSharedConfig(
+        num_key_value_heads=1, intermediate_size=64, shared_intermediate_size=128, num_local_experts=4,
+        num_experts_per_tok=2, embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.1,
+        logits_scaling=4.0, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    "granitemoe_swa": lambda: tf.GraniteMoeSWAConfig(
+        num_key_value_heads=1, intermediate_size=64, shared_intermediate_size=128, num_local_experts=4,
+        num_experts_per_tok=2, embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.1,
+        logits_scaling=4.0, tie_word_embeddings=True, sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"], layer_rope_theta=[10000.0, 10000.0],
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    # FlexOlmo (vLLM's Transformers MoE backend): OLMo 2's q_norm / k_norm over all heads, routed experts, no shared
+    # one; HunYuan MoE (the same backend): q/k norms (query_layernorm, key_layernorm), routed and shared experts
+    "flex_olmo": lambda: tf.FlexOlmoConfig(num_key_value_heads=2, intermediate_size=64, num_experts=4,
+                                           num_experts_per_tok=2, tie_word_embeddings=False, pad_token_id=0,
+                                           bos_token_id=1, eos_token_id=2,
+                                           **{k: v for k, v in COMMON.items() if k != "head_dim"}),
+    "hunyuan_v1_moe": lambda: tf.HunYuanMoEV1Config(num_key_value_heads=1, intermediate_size=64, num_experts=4,
+                                                    moe_topk=2, tie_word_embeddings=False, pad_token_id=0,
+                                                    bos_token_id=1, eos_token_id=2, **COMMON),
     # DeepSeek-V2-Lite: no q-LoRA (q_proj), topk_method greedy (no correction bias)
     "deepseek_v2": lambda: tf.DeepseekV2Config(**dict(_MLA, q_lora_rank=None, topk_method="greedy")),
     # DeepSeek-V2: q-LoRA, topk_method group_limited_greedy over expert groups (no correction bias)
@@ -271,6 +345,16 @@ FAMILIES = {
                                                   mlp_layer_types=["dense", "sparse"], sliding_window=16,
                                                   tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
                                                   eos_token_id=2, **dict(COMMON, num_attention_heads=8)),
+    # refused by their views (test_vllm.py REFUSED): Llama 4 (vLLM permutes q / k rows per head while loading),
+    # LongCat-Flash (vLLM scales the MLA LoRA norms while loading)
+    "llama4_text": lambda: tf.Llama4TextConfig(num_key_value_heads=1, intermediate_size=64, intermediate_size_mlp=256,
+                                               num_local_experts=4, num_experts_per_tok=1, tie_word_embeddings=False,
+                                               pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    "longcat_flash": lambda: tf.LongcatFlashConfig(**dict({k: v for k, v in _MLA.items() if k in (
+        "hidden_size", "num_hidden_layers", "vocab_size", "max_position_embeddings", "num_attention_heads",
+        "initializer_range", "rms_norm_eps", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+        "v_head_dim", "tie_word_embeddings", "pad_token_id", "bos_token_id", "eos_token_id")}, ffn_hidden_size=256,
+        expert_ffn_hidden_size=64, n_routed_experts=4, zero_expert_num=2, moe_topk=2)),
     # GLM-5.3 (Glm5NextForConditionalGeneration, as published): one KDA layer (linear head dim 128) and one
     # MLA layer with the DSA indexer (NoPE: qk_rope_head_dim 0; kv_lora_rank 512, indexer head dim 128, as
     # vLLM's kernels assume), a dense then a MoE layer (shared expert, noaux_tc router bias),
@@ -408,6 +492,50 @@ F32 = {"qwen3_f32norm": r"norm\.weight$"}
 PUBLISHED = {"mimo_v2_flash": lambda out: edit_config(out, mimo_published), "qwen3_next": lambda out: qwen3_next_mtp(out), "qwen3_5": lambda out: qwen3_next_mtp(out),
              "qwen3_5_moe": lambda out: qwen3_next_mtp(out)}
 
+# families whose configuration class the vLLM venv's transformers lacks, as their published checkpoints hold them
+# (trust_remote_code): family -> (model_type, architecture, configuration class, its attribute_map, tensor renames).
+# config.json gets the type, the architecture and an auto_map to configuration_<type>.py, written beside it: a
+# PretrainedConfig keeping config.json's keys. EXAONE 3.5's published config.json names num_layers,
+# layer_norm_epsilon and activation_function (its class maps num_hidden_layers, rms_norm_eps, hidden_act to them),
+# and its tensors transformer.h.N.attn.attention.{q,k,v,out}_proj, mlp.c_fc_0 / c_fc_1 / c_proj, ln_1 / ln_2,
+# transformer.wte / ln_f (what transformers 5.24's save_pretrained writes too)
+_EXAONE_NAMES = ((r"^model\.embed_tokens\.", "transformer.wte."), (r"^model\.norm\.", "transformer.ln_f."),
+                 (r"^model\.layers\.", "transformer.h."), (r"\.self_attn\.o_proj\.", ".attn.attention.out_proj."),
+                 (r"\.self_attn\.", ".attn.attention."), (r"\.mlp\.gate_proj\.", ".mlp.c_fc_0."),
+                 (r"\.mlp\.up_proj\.", ".mlp.c_fc_1."), (r"\.mlp\.down_proj\.", ".mlp.c_proj."),
+                 (r"\.input_layernorm\.", ".ln_1."), (r"\.post_attention_layernorm\.", ".ln_2."))
+REMOTE = {"exaone": ("exaone", "ExaoneForCausalLM", "ExaoneConfig",
+                     {"num_hidden_layers": "num_layers", "rms_norm_eps": "layer_norm_epsilon",
+                      "hidden_act": "activation_function"}, _EXAONE_NAMES),
+          "internlm3": ("internlm3", "InternLM3ForCausalLM", "InternLM3Config", {}, ()),
+          "exaone_tied": ("exaone", "ExaoneForCausalLM", "ExaoneConfig",
+                          {"num_hidden_layers": "num_layers", "rms_norm_eps": "layer_norm_epsilon",
+                           "hidden_act": "activation_function"}, _EXAONE_NAMES),
+          "iquestcoder": ("iquestcoder", "IQuestCoderForCausalLM", "IQuestCoderConfig", {}, ())}
+
+
+def remote_config(out, family):
+    """Retypes OUT (saved as Llama) as REMOTE[family]'s published form: config.json, its configuration file,
+    the tensor names."""
+    mt, arch, cls, amap, names = REMOTE[family]
+
+    def retype(c):
+        for new, old in amap.items():
+            c[old] = c.pop(new)
+        c.update(model_type=mt, architectures=[arch], auto_map={"AutoConfig": "configuration_%s.%s" % (mt, cls)})
+    edit_config(out, retype)
+    with open(os.path.join(out, "configuration_%s.py" % mt), "w") as f:
+        f.write("from transformers import PretrainedConfig\n\n\nclass %s(PretrainedConfig):\n"
+                "    model_type = %r\n    attribute_map = %r\n" % (cls, mt, amap))
+
+    def rename(k):
+        for a, b in names:
+            k = re.sub(a, b, k)
+        return k
+    if names:
+        edit_tensors(out, lambda t: {rename(k): v for k, v in t.items()})
+
+
 # config.json keys rewritten after save_pretrained (families transformers knows under another type)
 RETYPE = {"kimi_k2": {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}}
 # tensors saved in bf16 where transformers writes float32 (its keep-in-fp32 router): the published DeepSeek-V3.2
@@ -440,7 +568,7 @@ def add_mtp(out, n_layers, prefix="model.", extras=DS_MTP):
     checkpoint's MTP layer is quantized alike) plus the EXTRAS (MTP: eh_proj [H, 2H], enorm, hnorm,
     shared_head.norm [H], shared_head.head and embed_tokens [V, H]), in a second file with an index. vLLM's and
     SGLang's default loaders skip it (their speculative-decoding models read it); the views must not serve it
-    (drop_layers)."""
+    (fragments/extra_layers.json: a drop entry)."""
     from safetensors.torch import load_file, save_file
     main = load_file(os.path.join(out, "model.safetensors"))
     last, new = prefix + "layers.%d." % (n_layers - 1), prefix + "layers.%d." % n_layers
@@ -788,6 +916,8 @@ def make(family, out, seed=0, tp=2, layers=None, config=None):
                                      for k, v in t.items()})
     if family in RETYPE:
         edit_config(out, lambda c: c.update(RETYPE[family]))
+    if family in REMOTE:
+        remote_config(out, family)
     if family in POSTSAVE:
         POSTSAVE[family](out)
     if family in MTP:

@@ -9,8 +9,9 @@ builds, with torch and safetensors only, what vLLM's sharded_state loader must r
    block of columns, q heads split evenly, KV heads in replicated groups when fewer than T
    (QKVParallelLinear: shard tp_rank // (T / kv_heads)), the vocabulary padded with zero rows to a
    multiple of the view's pad_vocab and then divided (VocabParallelEmbedding), the rest whole;
-2. the view's entries (cat, stack, from, const, drop, when/unless, if_missing, dtype, shape, transpose,
-   other_ranks, keep_rest, drop_layers) are applied to those
+2. the view's entries (drop first (a template, maybe ending in *), then cat, stack, from, const; if (tensor() and the
+   entry's variables per match), dtype, reshape, shape (a const's), transpose, other_ranks, keep_rest, rename; include
+   with a fragment's params; view-level drop and {"drop": {"entry": NAME}} in extends) are applied to those
    cuts, with the semantics written in views/vllm/README.md;
 3. the served tensors are written, grouped into parts by the source file of each tensor's first
    piece (constants go with their `per` tensor), the parts numbered 0, 1, ... in source-file name
@@ -184,9 +185,15 @@ CUTS = {
     # by FusedMoE per expert: [E, 2I, D] chunked in two on dim -2, each half's rows cut (w13: [gate_r | up_r]),
     # [E, D, I] input columns cut (w2); GateLinear router replicated
     "granitemoe": EMBED + ATTN + [
-        (L + r"block_sparse_moe\.input_linear\.weight", "experts_halves"),
-        (L + r"block_sparse_moe\.output_linear\.weight", "experts_row"),
-        (L + r"block_sparse_moe\.router\.layer\.weight", "whole"),
+        (L + r"block_sparse_moe\.(input_linear\.weight|experts\.gate_up_proj)", "experts_halves"),
+        (L + r"block_sparse_moe\.(output_linear\.weight|experts\.down_proj)", "experts_row"),
+        (L + r"block_sparse_moe\.router\.(layer\.)?weight", "whole"),
+        # models/granitemoeshared.py (granitemoeshared, granitemoe_swa): the shared MLP's fused input_linear a
+        # MergedColumnParallelLinear loaded whole (loaded_shard_id None: each half's rows cut), output_linear
+        # RowParallelLinear; granitemoe_swa's sinks one per head (sharded_weight_loader(0))
+        (L + r"shared_mlp\.input_linear\.weight", "halves"),
+        (L + r"shared_mlp\.output_linear\.weight", "row"),
+        (L + r"self_attn\.sinks", "column"),
     ] + NORMS,
     "deepseek_v32": EMBED + MLA + [
         (L + r"self_attn\.indexer\.wq_b\.weight", "whole"),  # ReplicatedLinear
@@ -316,6 +323,9 @@ CUTS = {
         (L + r"self_attn\.(query|key)_layernorm\.weight", "whole"),  # hunyuan_v1_dense
         (L + r"mlp\.(gate|up)_proj\.bias", "column"),  # jais2's MLP biases
         (L + r"mlp\.down_proj\.bias", "whole"),
+        # glm: the checkpoint's fused gate_up_proj is one ColumnParallelLinear ("colwise_gather_output" in GlmConfig's
+        # base_model_tp_plan): a contiguous block of rows, not [gate_r | up_r]
+        (L + r"mlp\.gate_up_proj\.weight", "column"),
     ],
     # models/gpt_oss.py (GptOssModel.load_weights, _load_weights_other for BF16 experts, _load_weights_mxfp4): q / k /
     # v heads cut evenly (OAIAttention: num_key_value_heads // T, no replication), sinks narrowed by heads, o_proj
@@ -337,6 +347,46 @@ CUTS = {
         (L + r"mlp\.experts\.(gate_up_proj_bias|down_proj|gate_up_proj_blocks|gate_up_proj_scales)", "axis1"),
         (L + r"mlp\.experts\.down_proj_(blocks|scales)", "axis2"),
         (L + r"mlp\.experts\.down_proj_bias", "rank0"),
+    ],
+    # Gemma 4 (models/gemma4.py): llama's cuts (q heads of either width, KV heads replicated), the per-layer
+    # embeddings a VocabParallelEmbedding (padded, cut by rows), their projection a ColumnParallelLinear, the
+    # per-layer gate and projection ReplicatedLinear, the norms and layer_scalar whole
+    "gemma4": EMBED + ATTN + DENSE + NORMS + [
+        (r"model\.embed_tokens_per_layer\.weight", "vocab"),
+        (r"model\.per_layer_model_projection\.weight", "column"),
+        (r"model\.per_layer_projection_norm\.weight", "whole"),
+        (L + r"(per_layer_input_gate|per_layer_projection|post_per_layer_input_norm)\.weight", "whole"),
+        (L + r"layer_scalar", "whole"),
+    ],
+    # Phi through vLLM's Transformers backend: q, k, v (weights and biases) as QKVParallelLinear, dense and fc2
+    # RowParallelLinear (their biases whole), fc1 ColumnParallelLinear with its bias, LayerNorms whole, lm_head's
+    # bias with its rows
+    "phi": EMBED + ATTN + [
+        (r"lm_head\.bias", "vocab"),
+        (L + r"self_attn\.dense\.weight", "row"),
+        (L + r"self_attn\.dense\.bias", "whole"),
+        (L + r"mlp\.fc1\.(weight|bias)", "column"),
+        (L + r"mlp\.fc2\.weight", "row"),
+        (L + r"mlp\.fc2\.bias", "whole"),
+        (L + r"input_layernorm\.(weight|bias)", "whole"),
+        (r"model\.final_layernorm\.(weight|bias)", "whole"),
+    ],
+    # HunYuan MoE through vLLM's Transformers MoE backend: llama's attention with query_layernorm / key_layernorm
+    # (RMSNorm(head_dim)) whole, FusedMoE experts, the router (gate.wg) replicated, the shared MLP column / row
+    "hunyuan_moe": EMBED + ATTN + experts(r"experts\.\d+|shared_mlp") + [
+        (L + r"mlp\.gate\.wg\.weight", "whole"),
+        (L + r"self_attn\.(query|key)_layernorm\.weight", "whole"),
+    ] + NORMS,
+    # EXAONE 3 (models/exaone.py): llama's cuts under EXAONE's names (QKVParallelLinear q, k, v; out_proj and c_proj
+    # RowParallelLinear; c_fc_0 / c_fc_1 into the MergedColumnParallelLinear gate_up_proj; wte vocab-parallel)
+    "exaone": [
+        (r"(lm_head|transformer\.wte)\.weight", "vocab"),
+        (r"transformer\.h\.\d+\.attn\.attention\.q_proj\.weight", "column"),
+        (r"transformer\.h\.\d+\.attn\.attention\.[kv]_proj\.weight", "kv"),
+        (r"transformer\.h\.\d+\.attn\.attention\.out_proj\.weight", "row"),
+        (r"transformer\.h\.\d+\.mlp\.c_fc_[01]\.weight", "column"),
+        (r"transformer\.h\.\d+\.mlp\.c_proj\.weight", "row"),
+        (r"transformer\.(h\.\d+\.ln_[12]|ln_f)\.weight", "whole"),
     ],
     "phi3": EMBED + [  # models/phi3.py (llama.py): fused checkpoint tensors loaded with loaded_shard_id None
         (L + r"self_attn\.qkv_proj\.weight", "qkv_fused"),
@@ -426,7 +476,11 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           "glm5_next": "glm5_next", "kimi_linear": "kimi_linear", "lfm2": "lfm2",
           "lfm2_moe": "lfm2", "olmo_hybrid": "olmo_hybrid", "gpt_oss": "gpt_oss", "hy_v4": "hy_v4", "gptj": "gptj",
           **{mt: "transformers" for mt in ("arcee", "seed_oss", "smollm3", "starcoder2", "cwm", "hunyuan_v1_dense",
-                                           "jais2", "olmo", "vaultgemma")}}
+                                           "jais2", "olmo", "vaultgemma", "olmo2", "olmo3", "glm")},
+          # Nemotron (models/nemotron.py): llama's attention, up_proj alone, LayerNorm1P weights and biases whole
+          "nemotron": "transformers", "gemma4_text": "gemma4", "phi": "phi", "flex_olmo": "moe",
+          "hunyuan_v1_moe": "hunyuan_moe", "exaone": "exaone", "internlm3": "llama",
+          "iquestcoder": "llama", "granitemoeshared": "granitemoe", "granitemoe_swa": "granitemoe"}
 
 
 def cut(family, cfg, name, x, T, r, pad):
@@ -494,9 +548,9 @@ def cut(family, cfg, name, x, T, r, pad):
 # ---- step 2: the view ----
 
 def template(t):
-    """A template "a.{i}.b" as (regex, variables in order)."""
-    names, out = [], ""
-    for part in re.split(r"(\{[a-z_]+\})", t):
+    """A template "a.{i}.b" as (regex, variables in order); a drop template's ending "*": any rest."""
+    names, out, rest = [], "", t.endswith("*")
+    for part in re.split(r"(\{[a-z_]+\})", t[:-1] if rest else t):
         if part.startswith("{") and part.endswith("}"):
             v = part[1:-1]
             out += "(?P=%s)" % v if v in names else "(?P<%s>\\d+)" % v
@@ -504,7 +558,7 @@ def template(t):
                 names.append(v)
         else:
             out += re.escape(part)
-    return re.compile(out), names
+    return re.compile(out + (".*" if rest else "")), names
 
 
 def fill(t, b):
@@ -525,25 +579,33 @@ class _Missing(Exception):
     pass
 
 
-def condition(expr, cfg, defaults, T):
-    """A view condition (`when`, `unless`, `refuse.if`: a plan expression) evaluated here by Python: the
+def condition(expr, cfg, defaults, T, tensor=None, b=None):
+    """A view condition (an entry's `if`, `refuse.if`: a plan expression) evaluated here by Python: the
     operators rewritten (&& || ! to and or not), every name looked up by config_value, T bound (P 1, EP and
-    EP_RR 0: the reference makes TP files only), has(k)
-    testing a key. A key neither config.json nor the view's defaults has, outside has(), raises: tpfs
-    refuses such a condition by name."""
+    EP_RR 0: the reference makes TP files only), has(k) testing a key, tensor('NAME') asking `tensor` (an
+    entry's match: whether the source holds NAME filled in; None: an error), the match's variables (b) bound
+    to their values as integers. A key neither config.json nor the
+    view's defaults has, outside has(), raises: tpfs refuses such a condition by name."""
     py = re.sub(r"has\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\)", r'_has("\1")', expr)
+    py = re.sub(r"\btensor\(", "_tensor(", py)
     py = py.replace("&&", " and ").replace("||", " or ")
     py = re.sub(r"!(?!=)", " not ", py)
     py = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", py))
 
     class Names(dict):
         def __missing__(self, name):
+            if b and name in b:
+                return int(b[name])
             if name == "T":
                 return T
             if name in ("P", "EP", "EP_RR"):  # the reference writes TP files only: one stage, no --ep
                 return 1 if name == "P" else 0
             if name == "_has":
                 return lambda k: config_value(cfg, k, defaults=defaults) is not None
+            if name == "_tensor":
+                if tensor is None:
+                    raise ViewError("tensor() is only for a view entry's if: %r" % expr)
+                return tensor
             v = config_value(cfg, name, defaults=defaults)
             if v is None:
                 raise _Missing("condition %r reads %r, which neither config.json nor the view's defaults has"
@@ -552,13 +614,40 @@ def condition(expr, cfg, defaults, T):
     return bool(eval(py, {"__builtins__": {}}, Names()))
 
 
-def applies(entry, cfg, defaults=None, T=1):
-    """Whether a view entry applies under config.json cfg at T: its `when` true, its `unless` false."""
-    if "when" in entry and not condition(entry["when"], cfg, defaults, T):
-        return False
-    if "unless" in entry and condition(entry["unless"], cfg, defaults, T):
-        return False
-    return True
+GONE = {"when": 'write "if": EXPR', "unless": 'write "if": "!(EXPR)"', "if_missing": 'write "if": "!tensor(\'NAME\')"',
+        "optional": 'write "if": "tensor(\'PIECE\') && ...", naming the pieces a match may lack',
+        "remove": 'write {"drop": {"entry": NAME}} (an inherited entry taken away)'}
+
+
+def entry_vars(entry):
+    """The variables an entry's first piece (or per, or drop template) binds."""
+    first = entry.get("drop") or (entry.get("cat") or [entry.get("from") or entry.get("per")])[0]
+    return template(first)[1] if isinstance(first, str) else []
+
+
+def per_match(entry):
+    """Whether an entry's `if` is decided for each match: it reads tensor() or one of the entry's variables (an
+    identifier outside quotes)."""
+    c = entry.get("if", "")
+    bare = re.sub(r"'[^']*'|\"[^\"]*\"", "", c)
+    return "tensor(" in c or any(re.search(r"(?<![\w.])%s(?![\w.])" % v, bare) for v in entry_vars(entry))
+
+
+def applies(entry, cfg, defaults=None, T=1, names=None, b=None):
+    """Whether a view entry applies under config.json cfg at T: its `if` true. An `if` that reads tensor() is
+    decided for each match (b: its binding, names: the source's tensors); before the matches (b None) it
+    applies. An `if` reading the entry's variables is decided for each match too, with them bound. The keywords
+    `if` and `drop` replaced are refused, naming the replacement."""
+    for k, how in GONE.items():
+        if k in entry:
+            raise ViewError("%r is no longer a view keyword: %s" % (k, how))
+    if "if" not in entry:
+        return True
+    pm = per_match(entry)
+    if pm != (b is not None):
+        return True
+    return condition(entry["if"], cfg, defaults, T, tensor=(lambda t: fill(t, b) in names) if pm else None,
+                     b=b if pm else None)
 
 
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
@@ -572,19 +661,20 @@ def plan_view(view, cfg, names, T=1):
     scalar); and the
     source names used."""
     used, served = set(), []
-    dl = view.get("drop_layers")
-    if dl:  # layers from config[dl["from"]] on are not served
-        n0 = config_value(cfg, dl["from"], defaults=view.get("defaults"))
-        def dropped(n):
-            i = n[len(dl["prefix"]):].split(".")[0] if n.startswith(dl["prefix"]) else ""
-            return i.isdigit() and int(i) >= n0
-        names = {n for n in names if not dropped(n)}
+    if "drop_layers" in view:
+        raise ViewError("'drop_layers' is no longer a view keyword: write the tensors entry "
+                        '{"drop": "PREFIX{n}.*", "if": "n >= KEY"}')
+    dropped = set()  # the drop entries first, each over every source tensor: no other entry sees what they take
     for entry in view["tensors"]:
-        if not applies(entry, cfg, view.get("defaults"), T):
-            continue
-        if "drop" in entry:
+        if "drop" in entry and applies(entry, cfg, view.get("defaults"), T):
+            if not isinstance(entry["drop"], str):
+                raise ViewError("%r takes away an inherited entry, and this view inherits none" % entry)
             rx, _ = template(entry["drop"])
-            used |= {n for n in names if rx.fullmatch(n)}
+            dropped |= {n for n in names if rx.fullmatch(n) and
+                        applies(entry, cfg, view.get("defaults"), T, names, rx.fullmatch(n).groupdict())}
+    names = set(names) - dropped
+    for entry in view["tensors"]:
+        if "drop" in entry or not applies(entry, cfg, view.get("defaults"), T):
             continue
         pieces = entry.get("cat") or ([entry["from"]] if "from" in entry else None)
         first = pieces[0] if pieces else entry["per"]
@@ -602,8 +692,8 @@ def plan_view(view, cfg, names, T=1):
             seen.add(key)
             bindings.append(b)
         for b in bindings:
-            if "if_missing" in entry and fill(entry["if_missing"], b) in names:
-                continue  # the entry applies only where that source tensor is absent
+            if not applies(entry, cfg, view.get("defaults"), T, names, b):
+                continue  # a per-match "if" (tensor()) false for this match
             sname = fill(entry["name"], b)
             if "const" in entry:
                 served.append((sname, ("const", entry["const"]["dtype"], entry["const"]["value"],
@@ -619,19 +709,28 @@ def plan_view(view, cfg, names, T=1):
                 groups = [[fill(p, b) for p in pieces]]
             missing = [p for g in groups for p in g if p not in names]
             if missing:
-                if entry.get("optional"):
-                    continue
                 raise ViewError("%s: piece %s is missing" % (sname, missing[0]))
             twice = used & {p for g in groups for p in g}
             if twice:
                 raise ViewError("%s: source tensor %s is used by two entries" % (sname, sorted(twice)[0]))
             used |= {p for g in groups for p in g}
             dt = entry.get("dtype")  # "F32": the pieces' values widened, as torch converts them
-            shape = entry.get("shape")  # the served shape (one -1, a 0 the tensor's own), as torch reshapes
+            if "shape" in entry:
+                raise ViewError("%s: \"shape\" on a cat / from entry is now \"reshape\"" % sname)
+            shape = entry.get("reshape")  # the served shape (one -1, a 0 the tensor's own), as torch reshapes
             tail = (entry.get("transpose", False), entry.get("other_ranks") == "zeros")
             served.append((sname, (("stack", groups, dt, shape) if stack else ("cat", groups[0], dt, shape)) + tail,
                            groups[0][0]))
     rest = [n for n in sorted(names) if n not in used]
+
+    def renamed(n):  # "rename": [{from, to, names}], the first pair that takes n; None: none does
+        for rn in view.get("rename", []):
+            a, b = rn["from"], rn["to"]
+            if n.startswith(a) and ("names" not in rn or any(template(t)[0].fullmatch(n[len(a):]) for t in rn["names"])):
+                return b + n[len(a):]
+        return None
+    served += [(renamed(n), ("cat", [n], None, None, False, False), n) for n in rest if renamed(n) is not None]
+    rest = [n for n in rest if renamed(n) is None]
     if view.get("keep_rest", True):
         served += [(n, ("cat", [n], None, None, False, False), n) for n in rest]
     elif rest:
@@ -713,38 +812,78 @@ def merge_over(base, over, path, what, fragment=False):
     """Puts view (or fragment) OVER over BASE in place, as views/vllm/README.md says: each top-level
     field of a view but extends / include / tensors / refuse / defaults replacing base's (a fragment
     adds only its tensors, refuse and defaults), each "tensors" entry replacing base's of the same
-    name (a drop entry: of the same drop template) where it stands, {"remove": NAME} taking base's
-    entry making NAME away, any other appended; refuse entries appended; defaults merged by key; a
-    top-level null taking base's field away (refused for refuse and defaults)."""
+    name (a drop entry: of the same drop template) where it stands, {"drop": {"entry": NAME}} taking base's
+    entry making (or dropping) NAME away, any other appended; refuse entries appended; defaults merged by key; a
+    view-level "drop": [FIELD, ...] taking base's fields away ({"remove": NAME} and a top-level null, which
+    "drop" replaced, refused)."""
     tensors = base.setdefault("tensors", [])
 
     def key(e):
         return ("name", e["name"]) if "name" in e else ("drop", e.get("drop"))
+    nbase = len(tensors)  # over's entries replace base's only, never each other
     for e in over.get("tensors", []):
         if "remove" in e:
-            hit = [x for x in tensors if x.get("name") == e["remove"]]
-            if len(e) != 1 or not hit:
-                raise ViewError("%s: remove %r: no entry of %s makes it" % (path, e["remove"], what))
+            raise ViewError("%s: 'remove' is no longer a view keyword: write {\"drop\": {\"entry\": NAME}}" % path)
+        if isinstance(e.get("drop"), dict):
+            rm = e["drop"].get("entry")
+            hit = [x for x in tensors[:nbase] if (x.get("name") or x.get("drop")) == rm]
+            if len(e) != 1 or list(e["drop"]) != ["entry"] or not hit:
+                raise ViewError("%s: drop entry %r: no entry of %s makes or drops it" % (path, rm, what))
             tensors.remove(hit[0])
+            nbase -= 1
             continue
-        at = [i for i, x in enumerate(tensors) if key(x) == key(e)]
+        at = [i for i, x in enumerate(tensors[:nbase]) if key(x) == key(e)]
         if at:
             tensors[at[0]] = e
         else:
             tensors.append(e)
+    for k in ([] if fragment else over.get("drop", [])):  # "drop": [FIELD, ...]: base's fields not inherited
+        if k in ("tpfs_view", "engine", "name", "extends", "include", "tensors", "refuse", "defaults", "drop",
+                 "fragment") or k not in base or k in over:
+            raise ViewError("%s: \"drop\": %r: not a field of %s this view may take away" % (path, k, what))
+        del base[k]
     for k, x in over.items():
-        if k in ("extends", "include", "tensors"):
+        if k in ("extends", "include", "tensors", "drop"):
             continue
         if k in ("refuse", "defaults") and x is None:
             raise ViewError("%s: %r: null: a view adds to what it extends, it cannot take it away" % (path, k))
+        if x is None and not fragment:
+            raise ViewError('%s: "%s": null no longer takes an inherited field away: write "drop": ["%s"]' % (path, k, k))
         if k == "refuse":
             base["refuse"] = base.get("refuse", []) + x
         elif k == "defaults":
             base["defaults"] = dict(base.get("defaults", {}), **x)
-        elif not fragment and x is None:
-            base.pop(k, None)
         elif not fragment:
             base[k] = x
+
+
+def with_params(frag, given, path, name):
+    """The fragment with its parameters put in: "params" {NAME: default, or None: required}; every ${NAME} in
+    the strings of its tensors and refuse replaced by the include's "with" value, else the default. A value
+    for no parameter, a required one not given and a ${X} that names no parameter are errors."""
+    params = frag.get("params", {})
+    for k in given:
+        if k not in params:
+            raise ViewError("%s: include %r: %r is not one of its params" % (path, name, k))
+    vals = {}
+    for k, d in params.items():
+        if k not in given and d is None:
+            raise ViewError("%s: include %r: parameter %r is required" % (path, name, k))
+        vals[k] = given.get(k, d)
+
+    def put(x):
+        if isinstance(x, str):
+            def one(m):
+                if m.group(1) not in vals:
+                    raise ViewError("%s: fragment %r: ${%s} is not one of its params" % (path, name, m.group(1)))
+                return vals[m.group(1)]
+            return re.sub(r"\$\{([^}]*)\}", one, x)
+        if isinstance(x, list):
+            return [put(y) for y in x]
+        if isinstance(x, dict):
+            return {k: put(y) for k, y in x.items()}
+        return x
+    return {k: put(x) if k in ("tensors", "refuse") else x for k, x in frag.items() if k != "params"}
 
 
 def load_view(path):
@@ -772,13 +911,15 @@ def load_view(path):
         if out is None:
             raise ViewError("%s: extends %r, which no view beside it is" % (path, base))
     folder = os.path.dirname(path) or "."  # the view's own fragments
-    for name in inc:  # NAME: the view's engine's fragment; ENGINE/NAME: another engine's
+    for item in inc:  # NAME: the view's engine's fragment; ENGINE/NAME: another engine's; or {"fragment": NAME,
+        # "with": {PARAM: VALUE}}: a fragment that takes parameters
+        name, given = (item, {}) if isinstance(item, str) else (item["fragment"], item.get("with", {}))
         fdir = os.path.join(os.path.dirname(folder), name.split("/")[0]) if "/" in name else folder
         frag = os.path.join(fdir, "fragments", name.split("/")[-1] + ".json")
         if not os.path.isfile(frag):
             raise ViewError("%s: includes %r, which no fragment in fragments/ is" % (path, name))
         with open(frag) as fh:
-            merge_over(out, json.load(fh), path, name, fragment=True)
+            merge_over(out, with_params(json.load(fh), given, path, name), path, name, fragment=True)
     merge_over(out, view, path, base or "(included)")
     return out
 

@@ -1659,7 +1659,7 @@ static void test_multi_source_refusals(void **state)
 		rs.rs_ndim = k == 0 ? 1 : k + 1;
 		memcpy(rs.rs_shape, wrong[k], sizeof wrong[k]);
 		assert_int_equal(tp_served_build(hs, 1, &rs, 1, NULL, 0, NULL, 0, 2, 1, "rank.safetensors", &S, &e), -1);
-		assert_non_null(strstr(e.msg, "tensor 'A_log': its 12 elements on rank 1 do not fit the view's \"shape\""));
+		assert_non_null(strstr(e.msg, "tensor 'A_log': its 12 elements on rank 1 do not fit the view's \"reshape\""));
 	}
 	st_header_free(&f.h);
 	free(f.bytes);

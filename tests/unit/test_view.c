@@ -1,5 +1,5 @@
 /* test_view.c: engine view files (view.c): parsing, template matching, cat / stack / const /
- * rename / drop / if_missing, the parts and their source tables, and every refusal, on small
+ * rename / drop / if, the parts and their source tables, and every refusal, on small
  * header-only checkpoints. The bytes of served files are test_map's (multi_source) and
  * tests/py/test_view.py's. */
 #include <setjmp.h>
@@ -13,6 +13,7 @@
 #include <cmocka.h>
 #include <cJSON.h>
 
+#include "expr.h"
 #include "view.h"
 
 /* A header of F32 tensors "name:rows" (each [rows, 4]) from a space-separated list. */
@@ -107,7 +108,7 @@ static void test_cat_const_rename(void **state)
 	tp_err e;
 	int rc = resolve(&f, "[{\"name\": \"L.{i}.qkv\", \"cat\": [\"L.{i}.q\", \"L.{i}.k\", \"L.{i}.v\"]},"
 			 " {\"name\": \"L.{i}.scale\", \"const\": {\"dtype\": \"F32\", \"value\": 1.0}, \"per\": \"L.{i}.o\"},"
-			 " {\"name\": \"head\", \"from\": \"embed\", \"if_missing\": \"head\"}]", NULL, &p, &e);
+			 " {\"name\": \"head\", \"from\": \"embed\", \"if\": \"!tensor('head')\"}]", NULL, &p, &e);
 	if (rc < 0)
 		fail_msg("%s", e.msg);
 	size_t part;
@@ -135,36 +136,173 @@ static void test_cat_const_rename(void **state)
 	fx_free(&f);
 }
 
-static void test_if_missing_present(void **state)
+/* "if" with tensor('NAME'): evaluated per match by tp_view_resolve (NAME filled in from the match):
+ * the head made from the embedding only where the source has none; a piece's presence required
+ * for a cat (the match skipped otherwise, where a missing piece is refused without "if"). */
+static void test_if_tensor(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "embed:16 head:16 L.0.q:8 L.0.k:4 L.1.q:8");
+	tp_vplan p;
+	tp_err e;
+	assert_int_equal(resolve(&f, "[{\"name\": \"head\", \"from\": \"embed\", \"if\": \"!tensor('head')\"}]", NULL, &p, &e), 0);
+	const tp_sdesc *d = find(&p, "head", NULL), *m = find(&p, "embed", NULL);
+	assert_non_null(d);
+	assert_non_null(m); /* untied: both keep their names */
+	assert_string_equal(f.h[0].t[d->pieces[0].tensor].name, "head");
+	tp_vplan_free(&p);
+	const char *qk = "[{\"name\": \"L.{i}.qk\", \"cat\": [\"L.{i}.q\", \"L.{i}.k\"]%s}]";
+	char t[512];
+	snprintf(t, sizeof t, qk, "");
+	assert_int_equal(resolve(&f, t, NULL, &p, &e), -1); /* L.1 has no k: refused */
+	assert_non_null(strstr(e.msg, "source tensor 'L.1.k' is missing"));
+	snprintf(t, sizeof t, qk, ", \"if\": \"tensor('L.{i}.k')\"");
+	if (resolve(&f, t, NULL, &p, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_non_null(find(&p, "L.0.qk", NULL));
+	assert_null(find(&p, "L.1.qk", NULL));
+	assert_non_null(find(&p, "L.1.q", NULL)); /* kept: the entry does not apply to this match */
+	tp_vplan_free(&p);
+	/* per match, with config.json: T from the caller's context; without one, T is a missing key */
+	snprintf(t, sizeof t, qk, ", \"if\": \"tensor('L.{i}.k') && T > 1\"");
+	tp_expr_ctx c = {0};
+	tp_expr_bind(&c, "T", 2);
+	char text[1024];
+	snprintf(text, sizeof text, "%s\"tensors\": %s}", VIEW_HEAD, t);
+	tp_view v;
+	assert_int_equal(tp_view_parse(text, strlen(text), "t.json", &v, &e), 0);
+	assert_true(v.e[0].per_match);
+	v.cond_ctx = &c;
+	if (tp_view_resolve(&v, f.src, f.n, &p, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_non_null(find(&p, "L.0.qk", NULL));
+	tp_vplan_free(&p);
+	v.cond_ctx = NULL;
+	assert_int_equal(tp_view_resolve(&v, f.src, f.n, &p, &e), -1);
+	if (!strstr(e.msg, "tensors[0] \"if\"") || !strstr(e.msg, "'T'"))
+		fail_msg("%s", e.msg);
+	tp_view_free(&v);
+	/* a name with a variable the first piece does not bind, and tensor() of a non-string */
+	snprintf(t, sizeof t, qk, ", \"if\": \"tensor('L.{j}.k')\"");
+	assert_int_equal(resolve(&f, t, NULL, &p, &e), -1);
+	assert_non_null(strstr(e.msg, "does not bind"));
+	snprintf(t, sizeof t, qk, ", \"if\": \"tensor(3)\"");
+	assert_int_equal(resolve(&f, t, NULL, &p, &e), -1);
+	assert_non_null(strstr(e.msg, "expects a 'tensor name'"));
+	fx_free(&f);
+}
+
+/* The condition keywords "if" replaced are refused, each naming its replacement, so that a view
+ * written in the old language is not read with another meaning. */
+static void test_old_keywords(void **state)
 {
 	(void)state;
 	fixture f = {0};
 	fx_add(&f, "embed:16 head:16");
 	tp_vplan p;
 	tp_err e;
-	assert_int_equal(resolve(&f, "[{\"name\": \"head\", \"from\": \"embed\", \"if_missing\": \"head\"}]", NULL, &p, &e), 0);
-	const tp_sdesc *d = find(&p, "head", NULL), *m = find(&p, "embed", NULL);
-	assert_non_null(d);
-	assert_non_null(m); /* untied: both keep their names */
-	tp_vplan_free(&p);
+	const char *old[] = {"\"when\": \"tie_word_embeddings\"", "\"unless\": \"tie_word_embeddings\"",
+			     "\"if_missing\": \"head\"", "\"optional\": true"};
+	const char *why[] = {"'when' is no longer a view keyword: write \"if\": EXPR",
+			     "'unless' is no longer a view keyword: write \"if\": \"!(EXPR)\"",
+			     "'if_missing' is no longer a view keyword: write \"if\": \"!tensor('NAME')\"",
+			     "'optional' is no longer a view keyword: write \"if\": \"tensor('PIECE') && ...\""};
+	for (int k = 0; k < 4; k++) {
+		char t[256];
+		snprintf(t, sizeof t, "[{\"name\": \"head\", \"from\": \"embed\", %s}]", old[k]);
+		assert_int_equal(resolve(&f, t, NULL, &p, &e), -2);
+		if (!strstr(e.msg, why[k]))
+			fail_msg("%d: %s", k, e.msg);
+	}
+	/* tensor() outside a view entry's "if" (a plan's or a refusal's condition): an error */
+	tp_expr_ctx c = {0};
+	assert_int_equal(tp_expr_cond(&c, "tensor('head')", &e), -1);
+	assert_non_null(strstr(e.msg, "only a view entry's \"if\" may use it"));
 	fx_free(&f);
 }
 
-/* "when": the caller sets off from config.json; an entry left off makes nothing. */
-static void test_when(void **state)
+/* One removal keyword, "drop": a drop entry whose template ends in '*' and whose "if" reads the
+ * variable it binds (the layers past config.json's count: DeepSeek's MTP layer) takes its tensors
+ * out before every other entry, so that no other entry sees them (tensor() false, a cat whose first
+ * piece is dropped makes nothing, keep_rest keeps nothing of them); a config.json without the key
+ * is refused at resolution, naming it. '*' elsewhere than the end of a drop template, and a variable
+ * an "if" reads of 16 characters or more, are refused. */
+static void test_drop(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "L.0.q:8 L.0.k:4 L.1.q:8 L.1.k:4 L.2.q:8 L.2.k:4 L.2.eh:4 L.10.q:8 L.10.k:4 embed:16");
+	const char *text = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"t\", \"plans\": [\"llama\"], \"tensors\": ["
+			   "{\"name\": \"L.{i}.qk\", \"cat\": [\"L.{i}.q\", \"L.{i}.k\"]},"
+			   "{\"name\": \"L.{i}.mark\", \"const\": {\"dtype\": \"F32\", \"value\": 1.0}, \"per\": \"L.{i}.q\","
+			   " \"if\": \"tensor('L.{i}.k')\"},"
+			   "{\"drop\": \"L.{n}.*\", \"if\": \"n >= num_hidden_layers\"}]}";
+	tp_view v;
+	tp_vplan p;
+	tp_err e;
+	assert_int_equal(tp_view_parse(text, strlen(text), "t.json", &v, &e), 0);
+	assert_true(v.e[2].per_match); /* reads its variable n: decided per match */
+	assert_false(v.e[0].per_match);
+	cJSON *cfg = cJSON_Parse("{\"num_hidden_layers\": 2}");
+	tp_expr_ctx c = {0};
+	c.config = cfg;
+	v.cond_ctx = &c;
+	if (tp_view_resolve(&v, f.src, f.n, &p, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_non_null(find(&p, "L.1.qk", NULL));
+	assert_non_null(find(&p, "L.1.mark", NULL));
+	assert_null(find(&p, "L.2.qk", NULL)); /* layer 2 and 10 (>= 2, as numbers) dropped first: nothing made, */
+	assert_null(find(&p, "L.10.qk", NULL));
+	assert_null(find(&p, "L.2.mark", NULL)); /* nothing matched, */
+	assert_null(find(&p, "L.2.eh", NULL)); /* nothing kept */
+	assert_null(find(&p, "L.2.q", NULL));
+	assert_non_null(find(&p, "embed", NULL));
+	assert_int_equal(p.ntensors, 2 + 2 + 1); /* qk x2, mark x2, embed */
+	tp_vplan_free(&p);
+	cJSON_Delete(cfg); /* no count: refused, naming the key */
+	cfg = cJSON_Parse("{\"hidden_size\": 2}");
+	c.config = cfg;
+	assert_int_equal(tp_view_resolve(&v, f.src, f.n, &p, &e), -1);
+	if (!strstr(e.msg, "tensors[2] \"if\"") || !strstr(e.msg, "'num_hidden_layers'"))
+		fail_msg("%s", e.msg);
+	cJSON_Delete(cfg);
+	tp_view_free(&v);
+	/* a plain drop (no "if") of one tensor: the other entries' tensor() does not see it */
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.m\", \"const\": {\"dtype\": \"F32\", \"value\": 1.0}, "
+				 "\"per\": \"L.{i}.q\", \"if\": \"tensor('L.{i}.k')\"}, {\"drop\": \"L.1.k\"}]", NULL, &p, &e), 0);
+	assert_non_null(find(&p, "L.0.m", NULL));
+	assert_null(find(&p, "L.1.m", NULL));
+	assert_null(find(&p, "L.1.k", NULL));
+	tp_vplan_free(&p);
+	const char *bad[] = {"[{\"drop\": \"L.*.q\"}]", "[{\"name\": \"x*\", \"from\": \"embed\"}]",
+			     "[{\"drop\": \"L.{abcdefghijklmnop}.*\", \"if\": \"abcdefghijklmnop > 1\"}]"};
+	const char *why[] = {"'*' (any rest of the name) ends a drop template only", "'*' (any rest",
+			     "a variable an \"if\" reads is at most 15 characters"};
+	for (int k = 0; k < 3; k++) {
+		assert_int_equal(resolve(&f, bad[k], NULL, &p, &e), -2);
+		if (!strstr(e.msg, why[k]))
+			fail_msg("%d: %s", k, e.msg);
+	}
+	fx_free(&f);
+}
+
+/* "if" over config.json: the caller sets off; an entry left off makes nothing. */
+static void test_if(void **state)
 {
 	(void)state;
 	fixture f = {0};
 	fx_add(&f, "embed:16 head:16");
 	const char *text = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"t\", \"plans\": [\"llama\"], \"tensors\": ["
-			   "{\"name\": \"head\", \"from\": \"embed\", \"when\": \"tie_word_embeddings\"},"
-			   "{\"drop\": \"head\", \"when\": \"tie_word_embeddings\"}]}";
+			   "{\"name\": \"head\", \"from\": \"embed\", \"if\": \"tie_word_embeddings\"},"
+			   "{\"drop\": \"head\", \"if\": \"tie_word_embeddings\"}]}";
 	for (int tied = 0; tied < 2; tied++) {
 		tp_view v;
 		tp_vplan p;
 		tp_err e;
 		assert_int_equal(tp_view_parse(text, strlen(text), "t.json", &v, &e), 0);
-		assert_string_equal(v.e[0].when, "tie_word_embeddings");
+		assert_string_equal(v.e[0].cond, "tie_word_embeddings");
+		assert_false(v.e[0].per_match);
 		v.e[0].off = v.e[1].off = !tied;
 		if (tp_view_resolve(&v, f.src, f.n, &p, &e) < 0)
 			fail_msg("%s", e.msg);
@@ -248,8 +386,9 @@ static void test_rules(void **state)
 }
 
 /* "extends": the built-in llama view under a file: fields replaced, an entry replaced where it
- * stands (same name; a drop by a drop of the same template), one removed, one appended; and the
- * refusals (no such view, a remove that takes nothing, extends not a string). */
+ * stands (same name; a drop by a drop of the same template), one removed ({"drop": {"entry": NAME}}),
+ * one appended; and the refusals (no such view, an entry removal that takes nothing or holds more,
+ * extends not a string, the old {"remove": NAME} naming its replacement). */
 static void test_extends(void **state)
 {
 	(void)state;
@@ -265,7 +404,7 @@ static void test_extends(void **state)
 	assert_non_null(lt);
 	assert_int_equal(tp_view_parse(lt, l, "llama", &base, &e), 0);
 	const char *text = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"child\", \"extends\": \"llama\", "
-			   "\"model_types\": [\"x\"], \"tensors\": [{\"remove\": \"lm_head.weight\"}, "
+			   "\"model_types\": [\"x\"], \"tensors\": [{\"drop\": {\"entry\": \"lm_head.weight\"}}, "
 			   "{\"drop\": \"lm_head.weight\"}, {\"name\": \"model.layers.{i}.mlp.gate_up_proj.weight\", "
 			   "\"cat\": [\"model.layers.{i}.mlp.up_proj.weight\", \"model.layers.{i}.mlp.gate_proj.weight\"]}, "
 			   "{\"name\": \"extra\", \"from\": \"model.norm.weight\"}]}";
@@ -287,7 +426,7 @@ static void test_extends(void **state)
 			lm = (int)k;
 	}
 	assert_true(gate_up >= 0 && !strcmp(v.e[gate_up].cat[0], "model.layers.{i}.mlp.up_proj.weight"));
-	assert_true(drop >= 0 && v.e[drop].when == NULL); /* the parent's conditional drop replaced */
+	assert_true(drop >= 0 && v.e[drop].cond == NULL); /* the parent's conditional drop replaced */
 	assert_int_equal(extra, (int)v.ne - 1);           /* appended */
 	assert_int_equal(lm, -1);                         /* removed */
 	for (size_t k = 0; k < base.ne; k++) /* replaced where it stood (the removed entry stood after it) */
@@ -296,12 +435,17 @@ static void test_extends(void **state)
 	tp_view_free(&v);
 	tp_view_free(&base);
 	const char *bad[] = {"\"extends\": \"nope\", \"tensors\": []", "\"extends\": 3, \"tensors\": []",
-			     "\"extends\": \"llama\", \"tensors\": [{\"remove\": \"none\"}]",
-			     "\"extends\": \"llama\", \"tensors\": [{\"remove\": \"lm_head.weight\", \"x\": 1}]"};
+			     "\"extends\": \"llama\", \"tensors\": [{\"drop\": {\"entry\": \"none\"}}]",
+			     "\"extends\": \"llama\", \"tensors\": [{\"drop\": {\"entry\": \"lm_head.weight\"}, \"x\": 1}]",
+			     "\"extends\": \"llama\", \"tensors\": [{\"drop\": {\"entry\": \"lm_head.weight\", \"x\": 1}}]",
+			     "\"extends\": \"llama\", \"tensors\": [{\"remove\": \"lm_head.weight\"}]",
+			     "\"plans\": [\"llama\"], \"tensors\": [{\"drop\": {\"entry\": \"lm_head.weight\"}}]"};
 	const char *why[] = {"no built-in vllm view 'nope'", "names one built-in view", "takes away the entry",
-			     "takes away the entry"};
+			     "takes away the entry", "takes away the entry",
+			     "'remove' is no longer a view keyword: write {\"drop\": {\"entry\": NAME}}",
+			     "and this view inherits none"};
 	char t2[512];
-	for (int k = 0; k < 4; k++) {
+	for (int k = 0; k < 7; k++) {
 		snprintf(t2, sizeof t2, "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"c\", %s}", bad[k]);
 		assert_int_equal(tp_view_parse(t2, strlen(t2), "c.json", &v, &e), -1);
 		assert_non_null(strstr(e.msg, why[k]));
@@ -309,16 +453,17 @@ static void test_extends(void **state)
 }
 
 /* "extends": "ENGINE/NAME": another engine's built-in view (SGLang's views over vLLM's), its entries
- * and fields inherited, this view's engine its own; a top-level null takes the parent's field away
- * ("pp": null: no stages); and the refusals (no such view of that engine, an empty engine, null for
- * the parent's refusals or defaults). */
+ * and fields inherited, this view's engine its own; a view-level "drop" takes the parent's fields
+ * away ("drop": ["pp"]: no stages); and the refusals (no such view of that engine, an empty engine,
+ * null for the parent's refusals or defaults, null for any other field (naming "drop"), a "drop" of
+ * a field the parent lacks, of one the file sets, of tensors, and in a view that extends none). */
 static void test_extends_engine(void **state)
 {
 	(void)state;
 	tp_view v;
 	tp_err e;
 	const char *text = "{\"tpfs_view\": 1, \"engine\": \"other\", \"name\": \"c\", \"extends\": \"vllm/llama\", "
-			   "\"pp\": null, \"tensors\": [{\"remove\": \"model.layers.{i}.self_attn.attn._k_scale\"}]}";
+			   "\"drop\": [\"pp\"], \"tensors\": [{\"drop\": {\"entry\": \"model.layers.{i}.self_attn.attn._k_scale\"}}]}";
 	assert_int_equal(tp_view_parse(text, strlen(text), "c.json", &v, &e), 0);
 	assert_string_equal(v.engine, "other");
 	assert_int_equal(v.pad_vocab, 64);  /* vLLM's llama view's */
@@ -334,16 +479,25 @@ static void test_extends_engine(void **state)
 	assert_int_equal(v_scale, 1);
 	tp_view_free(&v);
 	const char *bad[] = {"\"vllm/nope\"", "\"/llama\"", "\"nope/llama\"", "\"vllm/llama\", \"refuse\": null",
-			     "\"vllm/llama\", \"defaults\": null"};
+			     "\"vllm/llama\", \"defaults\": null", "\"vllm/llama\", \"pp\": null",
+			     "\"vllm/llama\", \"drop\": [\"ep\"]", "\"vllm/llama\", \"drop\": [\"pp\"], \"pp\": {}",
+			     "\"vllm/llama\", \"drop\": [\"tensors\"]", "\"vllm/llama\", \"drop\": \"pp\""};
 	const char *why[] = {"no built-in vllm view 'nope'", "is NAME or ENGINE/NAME", "no built-in nope view 'llama'",
-			     "\"refuse\": null: a view adds", "\"defaults\": null: a view adds"};
+			     "\"refuse\": null: a view adds", "\"defaults\": null: a view adds",
+			     "\"pp\": null no longer takes an inherited field away: write \"drop\": [\"pp\"]", "\"drop\": 'ep'",
+			     "\"drop\": 'pp'", "\"drop\": 'tensors'", "a list of 1 to 16 fields"};
 	char t2[512];
-	for (int k = 0; k < 5; k++) {
+	for (int k = 0; k < 10; k++) {
 		snprintf(t2, sizeof t2, "{\"tpfs_view\": 1, \"engine\": \"other\", \"name\": \"c\", \"extends\": %s, "
 			 "\"tensors\": []}", bad[k]);
 		assert_int_equal(tp_view_parse(t2, strlen(t2), "c.json", &v, &e), -1);
-		assert_non_null(strstr(e.msg, why[k]));
+		if (!strstr(e.msg, why[k]))
+			fail_msg("%d: %s", k, e.msg);
 	}
+	text = "{\"tpfs_view\": 1, \"engine\": \"other\", \"name\": \"c\", \"plans\": [\"llama\"], \"drop\": [\"pp\"], "
+	       "\"tensors\": []}";
+	assert_int_equal(tp_view_parse(text, strlen(text), "c.json", &v, &e), -1);
+	assert_non_null(strstr(e.msg, "this view extends none"));
 }
 
 /* A constant with "shape": every element the value, in the dtype (BF16 rounded to nearest); shapes
@@ -603,7 +757,7 @@ static void test_include(void **state)
 	assert_int_equal(tp_view_choose("vllm", NULL, 0, "llama", "llama", "fp8", &v, &e), 0);
 	assert_string_equal(v.name, "llama_fp8");
 	tp_view_free(&v);
-	/* a fragment's {"remove": NAME} takes the parent's entry away where it is included (SGLang's
+	/* a fragment's {"drop": {"entry": NAME}} takes the parent's entry away where it is included (SGLang's
 	 * attention fragment: vLLM's four scale buffers), and one that takes nothing is refused there */
 	text = "{\"tpfs_view\": 1, \"engine\": \"sglang\", \"name\": \"s\", \"extends\": \"vllm/llama\", "
 	       "\"include\": [\"attention\"], \"tensors\": []}";
@@ -619,7 +773,7 @@ static void test_include(void **state)
 			     "\"include\": []", "\"include\": [3]", "\"fragment\": true, \"plans\": [\"llama\"]",
 			     "\"fragment\": true, \"include\": [\"fp8_block\"]"};
 	const char *why[] = {"no built-in vllm fragment 'nope'", "no built-in vllm fragment 'llama'",
-			     "a list of 1 to 8", "a list of 1 to 8", "holds fragment names", "not the field 'plans'",
+			     "a list of 1 to 16", "a list of 1 to 16", "holds fragment names", "not the field 'plans'",
 			     "neither extends"};
 	char t2[512];
 	for (int k = 0; k < 7; k++) {
@@ -632,6 +786,119 @@ static void test_include(void **state)
 		if (!strstr(e.msg, why[k]))
 			fail_msg("%d: %s", k, e.msg);
 	}
+}
+
+/* Fragments that take parameters: "params" (a default, or null: required), given by an include's
+ * {"fragment": NAME, "with": {...}} and put into every string of the fragment's entries. */
+static void test_fragment_params(void **state)
+{
+	(void)state;
+	tp_view v;
+	tp_err e;
+	char t[1024];
+	const char *head = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"p\", \"plans\": [\"llama\"], ";
+	snprintf(t, sizeof t, "%s\"include\": [{\"fragment\": \"attention_scales\", \"with\": {\"attn\": \"L.{i}.a\", "
+		 "\"per\": \"L.{i}.o\"}}, {\"fragment\": \"experts\", \"with\": {\"w\": \"weight_scale_inv\"}}, \"mlp\", "
+		 "{\"fragment\": \"mlp\", \"with\": {\"src\": \"S.{i}\", \"dst\": \"D.{i}\"}}], \"tensors\": []}", head);
+	if (tp_view_parse(t, strlen(t), "p.json", &v, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_int_equal(v.ne, 4 + 2 + 2 + 2); /* four scales, a stack pair, two mlps of two entries */
+	assert_string_equal(v.e[0].name, "L.{i}.a._k_scale");
+	assert_string_equal(v.e[3].name, "L.{i}.a._prob_scale");
+	assert_string_equal(v.e[3].per, "L.{i}.o");
+	assert_string_equal(v.e[4].name, "model.layers.{i}.mlp.experts.routed_experts.w13_weight_scale_inv"); /* defaults */
+	assert_string_equal(v.e[4].cat[1], "model.layers.{i}.mlp.experts.{e}.up_proj.weight_scale_inv");
+	assert_string_equal(v.e[6].name, "model.layers.{i}.mlp.gate_up_proj.weight");
+	assert_string_equal(v.e[8].name, "D.{i}.gate_up_proj.weight"); /* the same fragment again, other params */
+	assert_string_equal(v.e[9].cat[0], "S.{i}.down_proj.weight");
+	tp_view_free(&v);
+	const char *bad[] = {"\"attention_scales\"", "{\"fragment\": \"attention_scales\", \"with\": {\"attn\": \"a\"}}",
+			     "{\"fragment\": \"mlp\", \"with\": {\"src\": \"a\", \"zz\": \"b\"}}",
+			     "{\"fragment\": \"mlp\", \"with\": {\"src\": 3}}", "{\"fragment\": \"mlp\", \"w\": \"x\"}",
+			     "{\"with\": {}}"};
+	const char *why[] = {"parameter 'attn' is required", "parameter 'per' is required", "'zz' is not one of its",
+			     "'src' is not one of its", "or {\"fragment\"", "or {\"fragment\""};
+	for (int k = 0; k < 6; k++) {
+		snprintf(t, sizeof t, "%s\"include\": [%s], \"tensors\": []}", head, bad[k]);
+		assert_int_equal(tp_view_parse(t, strlen(t), "p.json", &v, &e), -1);
+		if (!strstr(e.msg, why[k]))
+			fail_msg("%d: %s", k, e.msg);
+	}
+	/* a fragment read alone: its required parameters stand for their names; a ${X} that names no
+	 * parameter, and params that are not an object of strings and nulls, are refused */
+	const char *frag = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"f\", \"fragment\": true, %s \"tensors\": "
+			   "[{\"name\": \"${a}.x\", \"from\": \"${b}.y\"}]}";
+	const char *fp[] = {"\"params\": {\"a\": null, \"b\": \"B\"},", "\"params\": {\"a\": null},",
+			    "\"params\": {\"a\": 1, \"b\": null},", "\"params\": [\"a\", \"b\"],"};
+	for (int k = 0; k < 4; k++) {
+		snprintf(t, sizeof t, frag, fp[k]);
+		int rc = tp_view_parse(t, strlen(t), "f.json", &v, &e);
+		if (k == 0) {
+			assert_int_equal(rc, 0);
+			assert_string_equal(v.e[0].name, "a.x");
+			assert_string_equal(v.e[0].cat[0], "B.y");
+			tp_view_free(&v);
+			continue;
+		}
+		assert_int_equal(rc, -1);
+		if (!strstr(e.msg, k == 1 ? "${b}.y names no parameter" : k == 2 ? "its default is a string" : "\"params\" is an object"))
+			fail_msg("%d: %s", k, e.msg);
+	}
+}
+
+/* "rename": the tensors no entry uses under a prefix (those its names take, or every one) served
+ * under another prefix, keep_rest or not; the rest kept or refused by keep_rest. */
+static void test_rename(void **state)
+{
+	(void)state;
+	fixture f = {0};
+	fx_add(&f, "P.0.a P.0.b P.1.a P.1.c Q.x");
+	tp_vplan p;
+	tp_err e;
+	const char *ren = "\"rename\": [{\"from\": \"P.\", \"to\": \"R.\", \"names\": [\"{i}.a\", \"1.c\"]}], ";
+	char extra[512];
+	snprintf(extra, sizeof extra, "%s\"keep_rest\": false, ", ren);
+	assert_int_equal(resolve(&f, "[{\"name\": \"Q\", \"from\": \"Q.x\"}]", extra, &p, &e), -1);
+	assert_non_null(strstr(e.msg, "tensor 'P.0.b'")); /* not among the names: refused, keep_rest off */
+	assert_non_null(strstr(e.msg, "no \"rename\" takes it"));
+	snprintf(extra, sizeof extra, "%s", ren);
+	if (resolve(&f, "[{\"name\": \"X\", \"from\": \"P.1.a\"}]", extra, &p, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_non_null(find(&p, "R.0.a", NULL));
+	assert_non_null(find(&p, "R.1.c", NULL));
+	assert_non_null(find(&p, "P.0.b", NULL)); /* kept under its own name */
+	assert_non_null(find(&p, "X", NULL));     /* an entry's piece is the entry's, not renamed */
+	assert_null(find(&p, "R.1.a", NULL));
+	assert_null(find(&p, "P.0.a", NULL));
+	assert_int_equal(p.ntensors, 5);
+	tp_vplan_free(&p);
+	/* no names: every tensor under the prefix; the first pair that takes a name wins */
+	if (resolve(&f, "[]", "\"rename\": [{\"from\": \"P.1.\", \"to\": \"S.\"}, {\"from\": \"P.\", \"to\": \"\"}], "
+		    "\"keep_rest\": false, \"tensors_unused\": 0, ", &p, &e) != -2)
+		fail_msg("an unknown field is refused");
+	if (resolve(&f, "[{\"name\": \"Q\", \"from\": \"Q.x\"}]",
+		    "\"rename\": [{\"from\": \"P.1.\", \"to\": \"S.\"}, {\"from\": \"P.\", \"to\": \"\"}], \"keep_rest\": false, ",
+		    &p, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_non_null(find(&p, "S.a", NULL));
+	assert_non_null(find(&p, "S.c", NULL));
+	assert_non_null(find(&p, "0.a", NULL));
+	assert_non_null(find(&p, "0.b", NULL));
+	tp_vplan_free(&p);
+	/* a renamed tensor that meets another served name is refused as any served name made twice */
+	assert_int_equal(resolve(&f, "[{\"name\": \"R.0.b\", \"from\": \"Q.x\"}]",
+				 "\"rename\": [{\"from\": \"P.\", \"to\": \"R.\"}], ", &p, &e), -1);
+	assert_non_null(strstr(e.msg, "'R.0.b' is made twice"));
+	const char *bad[] = {"[[\"P.\", \"R.\"]]", "[{\"from\": \"\", \"to\": \"R.\"}]", "[{\"from\": \"P.{i}\", \"to\": \"R.\"}]",
+			     "[{\"from\": \"P.\", \"to\": \"R.\", \"names\": []}]", "[{\"from\": \"P.\", \"to\": \"R.\", \"x\": 1}]",
+			     "[{\"from\": \"P.\", \"to\": \"R.\", \"names\": [\"{i\"]}]", "[]"};
+	for (int k = 0; k < 7; k++) {
+		snprintf(extra, sizeof extra, "\"rename\": %s, ", bad[k]);
+		assert_int_equal(resolve(&f, "[]", extra, &p, &e), -2);
+		if (!strstr(e.msg, "\"rename\": a list of 1 to 16"))
+			fail_msg("%d: %s", k, e.msg);
+	}
+	fx_free(&f);
 }
 
 static void test_stack(void **state)
@@ -703,8 +970,8 @@ static void test_refusals(void **state)
 	const char *cat = "[{\"name\": \"L.{i}.qkv\", \"cat\": [\"L.{i}.q\", \"L.{i}.k\", \"L.{i}.v\"]}]";
 	assert_int_equal(resolve(&f, cat, NULL, &p, &e), -1);
 	assert_non_null(strstr(e.msg, "source tensor 'L.0.v' is missing"));
-	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.qkv\", \"optional\": true, \"cat\": [\"L.{i}.q\", \"L.{i}.k\", \"L.{i}.v\"]}]",
-				 NULL, &p, &e), 0);
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.qkv\", \"if\": \"tensor('L.{i}.k') && tensor('L.{i}.v')\", "
+				 "\"cat\": [\"L.{i}.q\", \"L.{i}.k\", \"L.{i}.v\"]}]", NULL, &p, &e), 0);
 	assert_null(find(&p, "L.0.qkv", NULL));
 	assert_non_null(find(&p, "L.0.q", NULL)); /* skipped entries leave their tensors to keep_rest */
 	tp_vplan_free(&p);
@@ -730,19 +997,18 @@ static void test_refusals(void **state)
 				 &p, &e), -2);
 	assert_int_equal(resolve(&f, "[{\"name\": \"L.{x}.w\", \"stack\": \"x\", \"cat\": [\"L.{x}.q\"]}]", NULL, &p, &e), -2);
 	assert_non_null(strstr(e.msg, "not in the served name"));
-	/* conditions are plan expressions, parsed with the view: a syntax error, an empty one, "when" with
-	 * "unless" are refused; a variable name past 31 characters, five variables: refused (each would
+	/* conditions are plan expressions, parsed with the view: a syntax error and an empty one are
+	 * refused; a variable name past 31 characters, five variables: refused (each would
 	 * have left its entry silently off or never matching) */
-	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"when\": \"model_type == 'x'\"}]", NULL,
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"if\": \"model_type == 'x'\"}]", NULL,
 				 &p, &e), 0);
 	tp_vplan_free(&p);
-	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"unless\": \"tie word\"}]", NULL, &p, &e), -2);
-	assert_non_null(strstr(e.msg, "\"unless\": expression 'tie word': unexpected text at 'word'"));
-	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"when\": \"\"}]", NULL, &p, &e), -2);
-	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"when\": \"x\", \"unless\": \"y\"}]", NULL,
-				 &p, &e), -2);
-	assert_non_null(strstr(e.msg, "together"));
-	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"when\": \"!tie_2 && T > 1\"}]", NULL, &p, &e),
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"if\": \"!(tie word)\"}]", NULL, &p, &e), -2);
+	assert_non_null(strstr(e.msg, "\"if\": expression '!(tie word)'"));
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"if\": \"\"}]", NULL, &p, &e), -2);
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"if\": 3}]", NULL, &p, &e), -2);
+	assert_non_null(strstr(e.msg, "\"if\" is a plan expression"));
+	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\", \"if\": \"!tie_2 && T > 1\"}]", NULL, &p, &e),
 			 0);
 	tp_vplan_free(&p);
 	assert_int_equal(resolve(&f, "[{\"name\": \"L.{abcdefghijabcdefghijabcdefghij12}.w\", "
@@ -755,17 +1021,17 @@ static void test_refusals(void **state)
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"defaults\": {\"tie\": \"yes\"}, ", &p, &e), -2);
 	assert_non_null(strstr(e.msg, "\"defaults\""));
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"defaults\": [true], ", &p, &e), -2);
-	/* "drop_layers": a prefix and a config key, nothing else */
-	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"drop_layers\": {\"prefix\": \"L.\"}, ", &p, &e), -2);
-	assert_non_null(strstr(e.msg, "\"drop_layers\""));
+	/* "drop_layers" is refused, naming the drop entry that replaced it */
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]",
-				 "\"drop_layers\": {\"prefix\": \"L.\", \"from\": \"n\", \"x\": 1}, ", &p, &e), -2);
+				 "\"drop_layers\": {\"prefix\": \"L.\", \"from\": \"n\"}, ", &p, &e), -2);
+	assert_non_null(strstr(e.msg, "'drop_layers' is no longer a view keyword: write the tensors entry {\"drop\": "
+				      "\"PREFIX{n}.*\", \"if\": \"n >= KEY\"}"));
 	assert_int_equal(resolve(&f, "[{\"name\": \"a\", \"from\": \"embed\"}]", "\"defaults\": {\"tie\": true}, ", &p, &e), 0);
 	tp_vplan_free(&p);
 	fx_free(&f);
 }
 
-/* "shape": parsed into the entry's served descriptions (served.c applies it: test_map), and its
+/* "reshape": parsed into the entry's served descriptions (served.c applies it: test_map), and its
  * refusals: not a list, a dimension below 0 other than -1, two -1, a fraction, more than
  * ST_MAX_DIMS. A 0 is kept (the tensor's own dimension at that axis, served.c). */
 static void test_shape(void **state)
@@ -775,7 +1041,7 @@ static void test_shape(void **state)
 	fx_add(&f, "L.0.a:8 L.1.a:8");
 	tp_vplan p;
 	tp_err e;
-	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"shape\": [1, 1, -1, 1]}]", NULL, &p, &e),
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"reshape\": [1, 1, -1, 1]}]", NULL, &p, &e),
 			 0);
 	const tp_sdesc *d = find(&p, "L.1.A", NULL);
 	assert_non_null(d);
@@ -785,19 +1051,26 @@ static void test_shape(void **state)
 	assert_int_equal(d->rs_shape[3], 1);
 	tp_vplan_free(&p);
 	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\"}]", NULL, &p, &e), 0);
-	assert_int_equal(find(&p, "L.0.A", NULL)->rs_ndim, 0); /* no "shape": the pieces' */
+	assert_int_equal(find(&p, "L.0.A", NULL)->rs_ndim, 0); /* no "reshape": the pieces' */
 	tp_vplan_free(&p);
-	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"shape\": [0, -1]}]", NULL, &p, &e), 0);
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"reshape\": [0, -1]}]", NULL, &p, &e), 0);
 	assert_int_equal(find(&p, "L.0.A", NULL)->rs_shape[0], 0);
 	tp_vplan_free(&p);
 	const char *bad[] = {"2", "[]", "[-3, 4]", "[-2, 4]", "[-1, -1]", "[1.5, 2]", "[\"4\"]", "[1, 1, 1, 1, 1, 1, 1, 1, 1]"};
 	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
 		char t[256];
-		snprintf(t, sizeof t, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"shape\": %s}]", bad[k]);
+		snprintf(t, sizeof t, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"reshape\": %s}]", bad[k]);
 		assert_int_equal(resolve(&f, t, NULL, &p, &e), -2);
-		if (!strstr(e.msg, "\"shape\" is a list of 1 to 8 dimensions"))
+		if (!strstr(e.msg, "\"reshape\" is a list of 1 to 8 dimensions"))
 			fail_msg("shape %s: '%s'", bad[k], e.msg);
 	}
+	/* "shape" is a constant's own shape only: on a from entry it is refused, naming "reshape";
+	 * "reshape" on a constant is refused, naming "shape" */
+	assert_int_equal(resolve(&f, "[{\"name\": \"L.{i}.A\", \"from\": \"L.{i}.a\", \"shape\": [-1]}]", NULL, &p, &e), -2);
+	assert_non_null(strstr(e.msg, "\"shape\" on a cat / from entry is now \"reshape\""));
+	assert_int_equal(resolve(&f, "[{\"name\": \"c\", \"const\": {\"dtype\": \"F32\", \"value\": 1}, \"reshape\": [1], "
+				 "\"per\": \"L.{i}.a\"}]", NULL, &p, &e), -2);
+	assert_non_null(strstr(e.msg, "a constant's shape is \"shape\""));
 	fx_free(&f);
 }
 
@@ -837,11 +1110,12 @@ static void test_choose(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_missing_present), cmocka_unit_test(test_when), cmocka_unit_test(test_refuse_proven_parse), cmocka_unit_test(test_extends), cmocka_unit_test(test_extends_engine),
+		cmocka_unit_test(test_cat_const_rename), cmocka_unit_test(test_if_tensor), cmocka_unit_test(test_if), cmocka_unit_test(test_old_keywords), cmocka_unit_test(test_drop), cmocka_unit_test(test_refuse_proven_parse), cmocka_unit_test(test_extends), cmocka_unit_test(test_extends_engine),
 		cmocka_unit_test(test_stack),            cmocka_unit_test(test_parts_and_sources),
 		cmocka_unit_test(test_refusals),         cmocka_unit_test(test_choose),
 		cmocka_unit_test(test_shape),            cmocka_unit_test(test_const_shape), cmocka_unit_test(test_const_range),
 		cmocka_unit_test(test_include),          cmocka_unit_test(test_rules),
+		cmocka_unit_test(test_fragment_params),  cmocka_unit_test(test_rename),
 		cmocka_unit_test(test_pp_partition),
 		cmocka_unit_test(test_transpose_rank0),
 		cmocka_unit_test(test_pp_stage),
