@@ -7,27 +7,16 @@ here: the repository's views compile; a view that extends llama and claims one o
 naming both files; the same view under another quant_method, or for model types of its own, is not; a view that
 inherits its parent's model types through "extends" (and a parent that claims every model type) is refused too.
 Needs only python3 (no venv)."""
-import glob
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.join(HERE, "..", "..")
-EMBED = os.path.join(ROOT, "plans", "embed.py")
-VIEWS = sorted(glob.glob(os.path.join(ROOT, "views", "*", "*.json")) +
-               glob.glob(os.path.join(ROOT, "views", "*", "fragments", "*.json")))
-checks = failed = 0
+import plain_check
 
-
-def check(ok, what):
-    global checks, failed
-    checks += 1
-    if not ok:
-        failed += 1
-        print("FAIL: " + what)
+from plain_check import EMBED, VIEWS
+from plain_check import check
 
 
 def embed(extra, work):
@@ -61,5 +50,4 @@ for i, (what, fields, refused) in enumerate(cases):
               "match the same checkpoints" in p.stderr, "%s: refused by name, got %d %r" % (what, p.returncode, p.stderr))
     else:
         check(p.returncode == 0, "%s: not a clash, got %d %r" % (what, p.returncode, p.stderr))
-print("test_view_clash: %d checks, %d failed" % (checks, failed))
-sys.exit(1 if failed else 0)
+plain_check.done("test_view_clash")

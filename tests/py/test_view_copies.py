@@ -6,27 +6,16 @@ fragment's (keys in another order), and an attention scale written out by hand i
 name; the same entry under another served name is not; {"drop": {"entry": NAME}} repeated is not (it names an
 inherited entry, it makes none), while a drop of source tensors repeated is.
 Needs only python3 (no venv)."""
-import glob
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.join(HERE, "..", "..")
-EMBED = os.path.join(ROOT, "plans", "embed.py")
-VIEWS = sorted(glob.glob(os.path.join(ROOT, "views", "*", "*.json")) +
-               glob.glob(os.path.join(ROOT, "views", "*", "fragments", "*.json")))
-checks = failed = 0
+import plain_check
 
-
-def check(ok, what):
-    global checks, failed
-    checks += 1
-    if not ok:
-        failed += 1
-        print("FAIL: " + what)
+from plain_check import EMBED, ROOT, VIEWS
+from plain_check import check
 
 
 def embed(extra, work):
@@ -68,5 +57,4 @@ for i, (what, lists, refused, word) in enumerate(cases):
               word in p.stderr, "%s: refused by name, got %d %r" % (what, p.returncode, p.stderr[-400:]))
     else:
         check(p.returncode == 0, "%s: not a copy, got %d %r" % (what, p.returncode, p.stderr[-400:]))
-print("test_view_copies: %d checks, %d failed" % (checks, failed))
-sys.exit(1 if failed else 0)
+plain_check.done("test_view_copies")

@@ -13,17 +13,11 @@ import subprocess
 import sys
 import tempfile
 
+import plain_check
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOOL = os.path.join(HERE, "..", "..", "scripts", "view_migrate.py")
-checks = failed = 0
-
-
-def check(ok, what):
-    global checks, failed
-    checks += 1
-    if not ok:
-        failed += 1
-        print("FAIL: " + what)
+from plain_check import check
 
 
 work = tempfile.mkdtemp(prefix="tpfs-view-migrate-")
@@ -75,5 +69,4 @@ for old_v, want_v in ((old2, want2), (old3, want3), (old4, want4)):
     got = json.load(open(path))
     check(p.returncode == 0 and got == want_v and list(got) == list(want_v), "%s: %r, want %r (%s)"
           % (old_v["name"], got, want_v, p.stderr[-300:]))
-print("test_view_migrate: %d checks, %d failed" % (checks, failed))
-sys.exit(1 if failed else 0)
+plain_check.done("test_view_migrate")
