@@ -168,6 +168,7 @@ PROBE_TP = [int(t) for t in (os.environ.get("TPFS_VLLM_TP") or "2,4").split(",")
 TOKENS_MODE = os.environ.get("TPFS_VLLM_TOKENS") or "some"  # some | all | none
 TOKENS = ["qwen2", "qwen2_moe", "qwen3_next", "llama_fp8", "qwen3_moe_ct_int8", "gpt_oss", "olmoe"]
 NONDETERMINISTIC = {"deepseek_v3", "kimi_k2"}  # TOKENS_MODE=all: their tokens are printed, not required
+_ALL_FAMILIES = set(FAMILIES)
 if os.environ.get("TPFS_VLLM_CASES"):
     _only = os.environ["TPFS_VLLM_CASES"].split(",")
     FAMILIES = {f: v for f, v in FAMILIES.items() if f in _only}
@@ -480,8 +481,12 @@ REFUSED_EDITS = {
 # head while loading; LongCat-Flash, whose MLA LoRA norms vLLM scales while loading
 REFUSED = {"phi": "auto_load_lm_head_bias", "nemotron_h": "holds A = -exp(A_log)", "falcon_h1": "holds A = -exp(A_log)",
            "llama4_text": "permutes the rows of q_proj and k_proj", "longcat_flash": "multiplies the MLA q_a_layernorm"}
-if os.environ.get("TPFS_VLLM_CASES"):
-    REFUSED = {f: v for f, v in REFUSED.items() if f in os.environ["TPFS_VLLM_CASES"].split(",")}
+if os.environ.get("TPFS_VLLM_CASES"):  # a name no table knows would probe nothing and pass: refused
+    _unknown = [c for c in _only if c not in _ALL_FAMILIES | set(REFUSED) | set(REFUSED_EDITS)]
+    if _unknown:
+        sys.exit("TPFS_VLLM_CASES names no case of this test: %s (the cases: FAMILIES and REFUSED in %s)"
+                 % (", ".join(_unknown), os.path.basename(__file__)))
+    REFUSED = {f: v for f, v in REFUSED.items() if f in _only}
 
 
 def family_refusals(fails, work):
