@@ -45,6 +45,26 @@ def tree(root):
     return out
 
 
+def mount_lines(tt, src, T, extra, tag, err_line=0):
+    """Mounts SRC at T with EXTRA options (tt: tests/py/tpfs_test), and returns "TAG PATH DIGEST" for every
+    file it serves, or ["TAG refused: LINE"] with line ERR_LINE of its stderr when it refuses."""
+    mnt = tempfile.mkdtemp(prefix="tpfs-dg-")
+    p = subprocess.Popen([tt.TPFS, "mount", src, mnt, "--tp", str(T), "-f"] + extra,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        tt.wait_for(lambda: tt.is_mounted(mnt) or p.poll() is not None, what="the mount")
+        if p.poll() is not None:
+            err = p.stderr.read().strip().splitlines()
+            return ["%s refused: %s" % (tag, err[err_line] if err else "exit %d" % p.returncode)]
+        return ["%s %s %s" % (tag, rel, d) for rel, d in tree(mnt)]
+    finally:
+        if tt.is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+        if p.poll() is None:
+            p.wait(timeout=30)
+        os.rmdir(mnt)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -72,24 +92,7 @@ def main():
         for T in (2, 3, 4, 8):
             for form in ("hf", "vllm"):
                 extra = ["--view", "vllm"] if form == "vllm" else []
-                tag = "%s T=%d %s" % (name, T, form)
-                mnt = tempfile.mkdtemp(prefix="tpfs-dg-")
-                p = subprocess.Popen([tt.TPFS, "mount", src, mnt, "--tp", str(T), "-f"] + extra,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                try:
-                    tt.wait_for(lambda: tt.is_mounted(mnt) or p.poll() is not None, what="the mount")
-                    if p.poll() is not None:
-                        err = p.stderr.read().strip().splitlines()
-                        lines.append("%s refused: %s" % (tag, err[0] if err else "exit %d" % p.returncode))
-                        continue
-                    for rel, d in tree(mnt):
-                        lines.append("%s %s %s" % (tag, rel, d))
-                finally:
-                    if tt.is_mounted(mnt):
-                        subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
-                    if p.poll() is None:
-                        p.wait(timeout=30)
-                    os.rmdir(mnt)
+                lines += mount_lines(tt, src, T, extra, "%s T=%d %s" % (name, T, form))
         print("%s: done" % name, flush=True)
     with open(a.out, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -12,33 +12,14 @@ the two lists: empty means every engine view serves the same bytes. --work keeps
 between runs (made once: seeded).
 """
 import argparse
-import hashlib
 import os
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "py"))
-
-
-def sha(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
-
-
-def tree(root):
-    out = []
-    for d, dirs, files in os.walk(root):
-        dirs.sort()
-        for f in sorted(files):
-            rel = os.path.relpath(os.path.join(d, f), root)
-            if rel != ".tpfs-stats":
-                out.append((rel, sha(os.path.join(d, f))))
-    return out
+sys.path.insert(0, HERE)
+import digests  # noqa: E402 -- its tree of digests and its mount
 
 
 def main():
@@ -61,23 +42,7 @@ def main():
         if not os.path.exists(os.path.join(src, "config.json")):
             vllm_models.make(fam, src, tp=T, config=cfg)
         tag = "%s %s T=%d" % (engine, fam, T)
-        mnt = tempfile.mkdtemp(prefix="tpfs-vdg-m-")
-        p = subprocess.Popen([tt.TPFS, "mount", src, mnt, "--tp", str(T), "-f", "--view", engine],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            tt.wait_for(lambda: tt.is_mounted(mnt) or p.poll() is not None, what="the mount")
-            if p.poll() is not None:
-                err = p.stderr.read().strip().splitlines()
-                lines.append("%s refused: %s" % (tag, err[-1] if err else "exit %d" % p.returncode))
-                continue
-            for rel, d in tree(mnt):
-                lines.append("%s %s %s" % (tag, rel, d))
-        finally:
-            if tt.is_mounted(mnt):
-                subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
-            if p.poll() is None:
-                p.wait(timeout=30)
-            os.rmdir(mnt)
+        lines += digests.mount_lines(tt, src, T, ["--view", engine], tag, err_line=-1)
         print(tag, flush=True)
     with open(a.out, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -375,13 +375,7 @@ def main():
                 "the refused checkpoint's server: exit %s, served %s" % (rc, res["refused"][1] is not None))
     fails.check(REFUSAL in text and "TpfsError" in text, "the refused checkpoint's server output lacks tpfs's "
                 "message %r" % REFUSAL)
-    times["total"] = time.time() - t_all
-    print("time: " + ", ".join("%s %.0f s" % kv for kv in times.items()))
-    if not fails.items:
-        shutil.rmtree(work, ignore_errors=True)
-    else:
-        print("logs and files kept in %s" % work)
-    fails.done("plugin")
+    tpfs_test.finish(fails, "plugin", work, times, t_all)
 
 
 if __name__ == "__main__":

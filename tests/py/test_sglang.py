@@ -363,12 +363,7 @@ def main():
     fails.check(y.get("tokens") and a.get("tokens") and y["tokens"][0] != a["tokens"][0],
                 "llama with the ranks swapped: the tokens should differ: %s" % (y.get("tokens") or y.get("error")))
     print("%-24s %s" % ("llama/ranks-swapped", "caught (weights, tokens)" if caught else "MISSED"))
-    print("time: " + ", ".join("%s %.0f s" % kv for kv in times.items()) + ", total %.0f s" % (time.time() - t0))
-    if fails.items:
-        print("logs and files kept in %s" % work)
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-    fails.done("sglang")
+    tpfs_test.finish(fails, "sglang", work, times, t0)
 
 
 TORCH_TO_ST = {"bfloat16": "BF16", "float32": "F32", "float16": "F16", "int8": "I8", "uint8": "U8",

@@ -275,13 +275,7 @@ def main():
               "mounts while serving %s; after SIGTERM %s" % ([o[0] for o in outs] if outs else None,
                                                             "equal to" if outs and [o[0] for o in outs] ==
                                                             a.get("tokens") else "NOT", seen, tpfs_mounts(run)))
-    times["total"] = time.time() - t0
-    print("time: " + ", ".join("%s %.0f s" % kv for kv in times.items()))
-    if not fails.items:
-        shutil.rmtree(work, ignore_errors=True)
-    else:
-        print("logs and files kept in %s" % work)
-    fails.done("sglang_plugin")
+    tpfs_test.finish(fails, "sglang_plugin", work, times, t0)
 
 
 if __name__ == "__main__":

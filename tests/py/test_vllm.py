@@ -674,13 +674,7 @@ def main():
         check_tokens("%s/tp1" % HTTP, res.get(HTTP + "/tp1-auto", {}), res.get(HTTP + "/tp1-sharded_state", {}))
         check_tokens("%s/http (api_server)" % HTTP, res.get(HTTP + "/http-auto", {}),
                      res.get(HTTP + "/http-sharded_state", {}))
-    times["total"] = time.time() - t0
-    print("time: " + ", ".join("%s %.0f s" % kv for kv in times.items()))
-    if not fails.items:
-        shutil.rmtree(work, ignore_errors=True)  # kept, with vLLM's logs, when something failed
-    else:
-        print("logs and files kept in %s" % work)
-    fails.done("vllm")
+    tpfs_test.finish(fails, "vllm", work, times, t0)
 
 
 if __name__ == "__main__":

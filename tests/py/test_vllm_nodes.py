@@ -456,13 +456,7 @@ def main():
         t1 = time.time()
         two_nodes(fails, work)
         times["two nodes (4 vLLM runs)"] = time.time() - t1
-    times["total"] = time.time() - t0
-    print("time: " + ", ".join("%s %.0f s" % kv for kv in times.items()))
-    if not fails.items:
-        shutil.rmtree(work, ignore_errors=True)
-    else:
-        print("logs and files kept in %s" % work)
-    fails.done("vllm_nodes")
+    tpfs_test.finish(fails, "vllm_nodes", work, times, t0)
 
 
 if __name__ == "__main__":

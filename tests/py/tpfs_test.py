@@ -287,6 +287,18 @@ class Failures:
             sys.exit(1)
 
 
+def finish(fails, name, work, times, t0):
+    """The engine tests' end: prints each timed part and the total since t0, removes WORK when every
+    check passed (else keeps it, with the engines' logs, and says where), and ends with fails.done(name)."""
+    times["total"] = time.time() - t0
+    print("time: " + ", ".join("%s %.0f s" % kv for kv in times.items()))
+    if not fails.items:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print("logs and files kept in %s" % work)
+    fails.done(name)
+
+
 # ---- the vLLM tests' shared parts (test_vllm.py, test_vllm_nodes.py) ----
 
 def engine_python(var, link, what, flag):
