@@ -225,10 +225,6 @@ void stop_push(tp_fs *fs);
  * more than MemAvailable; where this process's memory cgroup (or one above it) has a lower limit,
  * that limit stands for MemAvailable (0 where neither can be read and no size was given). */
 uint64_t push_budget_of(const tp_fs_opts *o);
-/* The lowest memory limit (bytes) set on this process's memory cgroup or one above it, up to the
- * hierarchy's root as mounted here (v1: memory.limit_in_bytes under /sys/fs/cgroup/memory; v2:
- * memory.max under /sys/fs/cgroup), or 0 where none is set or none can be read. */
-uint64_t cgroup_memory_limit(void);
 
 /* ---- fs_watch.c ---- */
 /* Starts a thread with every signal blocked (SIGTERM and SIGINT reach the loop's thread). */

@@ -74,7 +74,10 @@ static uint64_t limit_in(const char *dir, const char *name)
 	return n;
 }
 
-uint64_t cgroup_memory_limit(void)
+/* The lowest memory limit (bytes) set on this process's memory cgroup or one above it, up to the
+ * hierarchy's root as mounted here (v1: memory.limit_in_bytes under /sys/fs/cgroup/memory; v2:
+ * memory.max under /sys/fs/cgroup), or 0 where none is set or none can be read. */
+static uint64_t cgroup_memory_limit(void)
 {
 	FILE *f = fopen("/proc/self/cgroup", "r");
 	char line[PATH_MAX + 128];
@@ -201,8 +204,9 @@ static int cmp_path(const void *a, const void *b)
 	return strcmp(sort_model->n[*(const uint32_t *)a].path, sort_model->n[*(const uint32_t *)b].path);
 }
 
-/* The files to push, in the order loaders read them (*n of them; NULL when out of memory). */
-static pfile *push_list(const tp_fs *fs, size_t *n)
+/* The files to push, in the order loaders read them (*n of them; NULL when out of memory); sets
+ * fs->push_total to their bytes. */
+static pfile *push_list(tp_fs *fs, size_t *n)
 {
 	const tp_model *m = fs->m;
 	size_t cap = fs->vnp ? (size_t)fs->T * fs->vnp : (size_t)fs->T * fs->nn, k = 0;
@@ -241,7 +245,7 @@ static pfile *push_list(const tp_fs *fs, size_t *n)
 	uint64_t total = 0;
 	for (size_t j = 0; j < k; j++)
 		total += l[j].size;
-	atomic_store(&((tp_fs *)fs)->push_total, total);
+	atomic_store(&fs->push_total, total);
 	*n = k;
 	return l;
 }
