@@ -208,11 +208,12 @@ void scratch_key_make(void);
 /* The push's bytes of served file ino (a rank folder's tensor file or a view's part file):
  * [off, off + want) made exactly as a read makes them (every source checked before and after the
  * copy, a changed one marked), into this thread's scratch (*out). want at most the scratch's
- * 1 MiB. 0, or the errno a read would fail with (ENOENT: not such a file). The source bytes it
- * copied count in the rank's source_bytes (the stats), as a reply's do. */
-int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uint8_t **out);
-/* After storing push_bytes's bytes of ino: as after a reply (a change seen meanwhile drops them). */
-void push_stored(tp_fs *fs, fuse_ino_t ino);
+ * 1 MiB; *touched: the source bytes it copied. 0, or the errno a read would fail with (ENOENT: not
+ * such a file). */
+int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uint8_t **out, uint64_t *touched);
+/* After storing push_bytes's bytes of ino: as after a reply (a change seen meanwhile drops them);
+ * touched (the source bytes of a store the kernel took, else 0) counts in the rank's source_bytes. */
+void push_stored(tp_fs *fs, fuse_ino_t ino, uint64_t touched);
 
 /* ---- fs_push.c ---- */
 /* Starts the push thread when fs->push_budget is set (a failure to start is logged: no push), from

@@ -156,7 +156,8 @@ static int push_file(tp_fs *fs, pfile *pf, uint64_t *moved)
 		if (!len)
 			return PUSH_END;
 		const uint8_t *buf;
-		int err = push_bytes(fs, pf->ino, pf->next, len, &buf);
+		uint64_t touched = 0;
+		int err = push_bytes(fs, pf->ino, pf->next, len, &buf, &touched);
 		if (err) {
 			if (transient(err))
 				return PUSH_ON; /* out of memory or descriptors for now: this file again later */
@@ -166,7 +167,7 @@ static int push_file(tp_fs *fs, pfile *pf, uint64_t *moved)
 		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
 		bv.buf[0].mem = (void *)buf;
 		int rc = fuse_lowlevel_notify_store(fs->se, pf->ino, (off_t)pf->next, &bv, 0);
-		push_stored(fs, pf->ino);
+		push_stored(fs, pf->ino, rc == 0 ? touched : 0);
 		if (rc == -ENOENT) { /* the kernel does not know the inode (yet, or any more) */
 			uint32_t seen = atomic_load_explicit(&fs->looked[pf->ino], memory_order_relaxed);
 			pf->tries = seen == pf->seen ? pf->tries + 1 : 1;

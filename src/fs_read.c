@@ -746,7 +746,7 @@ static int rf_of_ino(tp_fs *fs, fuse_ino_t ino, rfile *rf)
 	return -1;
 }
 
-int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uint8_t **out)
+int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uint8_t **out, uint64_t *touched)
 {
 	rfile rf;
 	if (rf_of_ino(fs, ino, &rf) < 0)
@@ -756,25 +756,25 @@ int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uin
 		return EINVAL;
 	want = fsize - off < want ? fsize - off : want;
 	rf_make m;
-	uint64_t touched;
 	int on_gpu = 0, err = rf_begin(fs, &rf, off, want, &m);
 	if (!err)
-		err = rf_copy(fs, &rf, off, want, m.loc, m.backend, m.s->runs, m.nr, m.cov, m.nwiden, m.s->buf, &touched,
+		err = rf_copy(fs, &rf, off, want, m.loc, m.backend, m.s->runs, m.nr, m.cov, m.nwiden, m.s->buf, touched,
 			      &on_gpu);
 	if (!err)
 		err = rf_check(fs, &rf); /* every source again, after the copy */
-	if (!err) { /* the rank's source bytes count what its pushed pages were made of, as a reply's */
-		atomic_fetch_add_explicit(&fs->rs[rf.rank].touched, touched, memory_order_relaxed);
+	if (!err)
 		*out = m.s->buf;
-	}
 	return err;
 }
 
-void push_stored(tp_fs *fs, fuse_ino_t ino)
+void push_stored(tp_fs *fs, fuse_ino_t ino, uint64_t touched)
 {
 	rfile rf;
 	if (rf_of_ino(fs, ino, &rf) < 0)
 		return;
+	/* the rank's source bytes count what its stored pages were made of, as a reply's: a store the
+	 * kernel refused (ENOENT: pushed again later) counts nothing */
+	atomic_fetch_add_explicit(&fs->rs[rf.rank].touched, touched, memory_order_relaxed);
 	for (uint32_t k = 0; k < rf.nsrc; k++)
 		after_reply(fs, rf.node[k]);
 }
