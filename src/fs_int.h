@@ -102,6 +102,7 @@ typedef struct tp_fs {
 	} backend;
 	char gather_note[256];
 	char oom_note[256];    /* the daemon's oom_score_adj and whether it was lowered (fs_session.c) */
+	char nice_note[256];   /* the request threads' nice value and whether it was set (fs_session.c) */
 	/* --view: the engine's part files at the top (fs_names.c), read by read_file (fs_read.c) */
 	size_t vnp;            /* parts per rank; 0: the hf view (rank folders) */
 	fuse_ino_t vpart_ino;  /* rank 0's part 0; rank r's part p is vpart_ino + r * vnp + p */

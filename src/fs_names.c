@@ -516,7 +516,7 @@ static size_t push_text(const tp_fs *fs, char *b, size_t cap)
  * source byte counts), 128 bytes a rank, and the failed files' lines. */
 static size_t stats_size(const tp_fs *fs)
 {
-	return 1024 + 96 /* the push line */ + 32 + sizeof fs->oom_note /* the oom_score_adj line */ + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
+	return 1024 + 96 /* the push line */ + 32 + sizeof fs->oom_note /* the oom_score_adj line */ + 16 + sizeof fs->nice_note + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
 	       (size_t)(fs->o->serve ? fs->o->nserve : fs->T) * 128 + failures_text_max();
 }
 
@@ -559,6 +559,8 @@ char *stats_text(tp_fs *fs, size_t *len)
 		w += push_text(fs, b + w, cap - w);
 	if (w < cap) /* what the kernel's OOM killer sees of the daemon (fs_session.c) */
 		w += (size_t)snprintf(b + w, cap - w, "oom_score_adj: %s\n", fs->oom_note[0] ? fs->oom_note : "not set yet");
+	if (w < cap) /* the request threads' priority (fs_session.c) */
+		w += (size_t)snprintf(b + w, cap - w, "nice: %s\n", fs->nice_note[0] ? fs->nice_note : "not set yet");
 	if (w < cap)
 		w += failures_text(b + w, cap - w);
 	if (w > cap - 1)
