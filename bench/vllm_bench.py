@@ -18,6 +18,9 @@ bf16 model of about 1 GB, measured side by side in one run, each repetition of e
                    one copy fewer);
   after --push off  with --push-off, the same two rows without push-ahead (every byte of the first
                    start comes through the daemon: the read path alone).
+  after TAG       with --variant TAG=ARGS (repeatable), the same two rows with more `tpfs mount`
+                   arguments (e.g. --variant 'nice keep=--nice keep'): a default weighed against an
+                   alternative in the same run.
 --no-ceiling leaves out the dump and identity rows (a shorter run).
 
 Each start runs in its own process of the vLLM venv (scripts/setup.sh --vllm): no state carries
@@ -26,7 +29,7 @@ FUSE requests of each first start (the stats file); --out writes it (docs/PERFOR
 section is made from it).
 
 python bench/vllm_bench.py [--reps N] [--work DIR] [--out FILE] [--tpfs PATH] [--before PATH] [--iov] [--push-off]
-                           [--no-ceiling]
+                           [--no-ceiling] [--variant TAG=ARGS ...]
 """
 import argparse
 import json
@@ -120,6 +123,8 @@ def main():
     ap.add_argument("--push-off", action="store_true", help="also the view with --push off (every byte of the "
                     "first start through the daemon)")
     ap.add_argument("--no-ceiling", action="store_true", help="leave out the dump and identity rows")
+    ap.add_argument("--variant", action="append", default=[], metavar="TAG=ARGS",
+                    help="also the view with more tpfs mount arguments, e.g. 'nice keep=--nice keep' (repeatable)")
     a = ap.parse_args()
     os.environ["TPFS_BIN"] = a.tpfs
     import tpfs_test as tt
@@ -154,6 +159,11 @@ def main():
     binaries = [("after", a.tpfs, [])] + ([("before", a.before, [])] if a.before else [])
     binaries += [("after --reply iov", a.tpfs, ["--reply", "iov", "--push", "off"])] if a.iov else []
     binaries += [("after --push off", a.tpfs, ["--push", "off"])] if a.push_off else []
+    for v in a.variant:
+        tag, sep, args = v.partition("=")
+        if not sep or not tag.strip():
+            ap.error("--variant: give TAG=ARGS, e.g. 'nice keep=--nice keep'")
+        binaries.append(("after %s" % tag.strip(), a.tpfs, args.split()))
     keys = ["default"] + ([] if a.no_ceiling else ["dump", "identity first", "identity second"])
     for tag, _, _ in binaries:
         keys += ["%s first" % tag, "%s second" % tag]
@@ -205,14 +215,15 @@ def main():
     for tag, st in sorted(notes.items()):
         r, b, c, cpu, pushed = st[-1]
         lines.append("FUSE requests of the %s first start (the stats file, both ranks): %d reads, %.1f MB, %.0f KiB "
-                     "a request, %d copied%s; the daemon's CPU time %s s." % (
+                     "a request, %d copied%s; reads in each repetition %s; the daemon's CPU time %s s." % (
                          tag, r, b / 1e6, b / max(r, 1) / 1024, c, ", %.1f MB pushed ahead" % (pushed / 1e6) if pushed else "",
-                         " / ".join("%.2f" % x[3] for x in st)))
+                         " / ".join("%d" % x[0] for x in st), " / ".join("%.2f" % x[3] for x in st)))
     lines.append("Greedy tokens of every start: %s (%s)." % (sorted(tokens),
                  "identical" if len(tokens) == 1 else "DIFFERENT"))
-    lines.append("Command: `python bench/vllm_bench.py --reps %d%s%s%s%s` (each start its own process; the machine: 2 "
-                 "cores, no GPU)." % (a.reps, " --before OLD_TPFS" if a.before else "", " --iov" if a.iov else "",
-                                      " --push-off" if a.push_off else "", " --no-ceiling" if a.no_ceiling else ""))
+    lines.append("Command: `python bench/vllm_bench.py --reps %d%s%s%s%s%s` (each start its own process; the machine: "
+                 "2 cores, no GPU)." % (a.reps, " --before OLD_TPFS" if a.before else "", " --iov" if a.iov else "",
+                                        " --push-off" if a.push_off else "", " --no-ceiling" if a.no_ceiling else "",
+                                        "".join(" --variant '%s'" % v for v in a.variant)))
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:
