@@ -1,4 +1,4 @@
-"""Several nodes (issue 32): pipeline stages under --view vllm (--pp), proven by vLLM 0.32's own loaders, and
+"""Several nodes: pipeline stages under --view vllm (--pp), proven by vLLM 0.32's own loaders, and
 one vLLM run across two nodes, each node a mount namespace with its own tpfs serving only its ranks.
 
 1. Stages as vLLM divides them: `tpfs plan --view vllm --pp P` on llama checkpoints of n layers against
