@@ -26,6 +26,9 @@ by moving its per-family entries into these rows as a role, and reading table(RO
 - scripts/tp_example.py FAMILIES stays a copy on purpose: it is a user's example that runs outside a checkout
   (without tests/py); tests/py/test_family_registry.py requires each of its families to be a row here, with
   realmodel's config class.
+- test_rank_folders.py EXPECT (the config keys a rank's config.json divides, for tp_example's families): a role
+  `rank_folders`, once each row also says the seed its checkpoint is made with (today its place in EXPECT);
+  until then test_family_registry.py requires EXPECT and tp_example's FAMILIES to name the same families.
 - fixtures.py QUANTIZED (quantized forms of llama, qwen3_moe, deepseek_v3 written raw) is not a family table:
   its forms are test_quant.py's cases.
 

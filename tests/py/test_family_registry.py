@@ -8,7 +8,7 @@ Checked here, without torch or transformers (plain python3: the registry imports
   test_vllm.py's FAMILIES with the same view and impersonation (until test_vllm.py draws from the registry too,
   this keeps the two from drifting apart);
 - every family scripts/tp_example.py runs (its own copy, for use outside a checkout) is a family() row, so that
-  the real-model test proves what the example shows.
+  the real-model test proves what the example shows, and test_rank_folders.py's EXPECT names the same families.
 """
 import ast
 import os
@@ -69,11 +69,13 @@ check(any("pp" in r for r in nodes.values()) and any("ep" in r for r in nodes.va
 for fam, r in nodes.items():
     uses = ([r["pp"]] if "pp" in r else []) + [(c[0], c[3]) for c in r.get("ep", ())]
     for view, imp in uses:
-        check(os.path.isfile(os.path.join(ROOT, "views", "vllm", view + ".json")), "%s: no view views/vllm/%s.json" % (fam, view))
+        check(os.path.isfile(os.path.join(ROOT, "views", "vllm", view + ".json")),
+              "%s: no view views/vllm/%s.json" % (fam, view))
     if "pp" in r and vllm is not None:
         row = vllm.get(fam)
         got = tuple(ast.literal_eval(x) for x in row.elts[:2]) if isinstance(row, ast.Tuple) else None
-        check(got == tuple(r["pp"]), "%s: test_vllm.py's view and impersonation %s, the registry's %s" % (fam, got, r["pp"]))
+        check(got == tuple(r["pp"]),
+              "%s: test_vllm.py's view and impersonation %s, the registry's %s" % (fam, got, r["pp"]))
     for c in r.get("ep", ()):
         check(c[1] in ("linear", "round_robin"), "%s: EP placement %r" % (fam, c[1]))
 
@@ -82,6 +84,9 @@ ex = dict_literal(module_ast("scripts/tp_example.py"), "FAMILIES")
 check(ex, "scripts/tp_example.py has a FAMILIES dict")
 for fam in ex or ():
     check(fam in families.FAMILIES, "scripts/tp_example.py runs %s, which no family() row proves" % fam)
+expect = dict_literal(module_ast("tests/py/test_rank_folders.py"), "EXPECT")
+check(expect and ex and set(expect) == set(ex), "test_rank_folders.py's EXPECT and tp_example's FAMILIES differ: %s"
+      % sorted(set(expect or ()) ^ set(ex or ())))
 
 if fails:
     sys.exit("%d problems in the family registry" % len(fails))
