@@ -3,8 +3,8 @@
 python3 test_proof_index.py BUILD_DIR: reads the table under "## Test index" (guarantee | test | file | where)
 and, for each row, checks that
 - the meson test exists: in BUILD_DIR's meson-info/intro-tests.json (the tests this build runs), or, for one
-  this build leaves out by an option (the sanitized build has no valgrind or plugin tests), a test('NAME', ...)
-  in tests/meson.build;
+  this build leaves out by an option (the sanitized build has no valgrind or plugin tests, a build without
+  cmocka no unit tests in C), in tests/meson.build (a test('NAME', ...) or a name of its foreach lists);
 - the file exists, and a tests/py/test_*.py or tests/unit/test_*.c file is the one that meson test runs (a
   helper such as vllm_probe.py may be named for any test);
 - `where` is there: `NAME` a function the file defines (def NAME( or a C function NAME(), "TEXT" a text the file
@@ -70,7 +70,12 @@ def main():
         for t in json.load(f):
             built.setdefault(t["name"], []).append(t)
     with open(os.path.join(ROOT, "tests", "meson.build")) as f:
-        declared = set(re.findall(r"\btest\('(\w+)'", f.read()))
+        build_text = f.read()
+    # the tests tests/meson.build declares, those an option leaves out of this build included: test('NAME', ...)
+    # and the names of its foreach lists (the unit tests without cmocka, the mount tests with -Dtests=disabled)
+    declared = set(re.findall(r"\btest\('(\w+)'", build_text))
+    for names in re.findall(r"foreach t : \[(.*?)\]", build_text, re.S):
+        declared |= set(re.findall(r"'(\w+)'", names))
     with open(os.path.join(ROOT, "docs", "PROOF.md")) as f:
         rows = index_rows(f.read())
     check(len(rows) > 50, "docs/PROOF.md's test index has %d rows" % len(rows))
