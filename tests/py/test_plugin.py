@@ -1,4 +1,4 @@
-"""The Python package and its vLLM plugin (issue 48, first slice): `pip install .`, then `--load-format tpfs`.
+"""The Python package and its vLLM plugin: `pip install .`, then `--load-format tpfs`.
 
 1. `pip install --no-deps .` of this checkout into a fresh venv layered on the vLLM venv (scripts/setup.sh --vllm;
    a .pth appends its site-packages, as setup_sglang layers SGLang's), timed: meson-python and its build
