@@ -19,44 +19,6 @@ int served(const tp_fs *fs, uint32_t r)
 	return !fs->o->serve || fs->o->serve[r];
 }
 
-/* The reply buffer of each libfuse worker thread (readdir and reads), grown as needed. */
-static pthread_key_t scratch_key;
-
-static void scratch_free(void *p)
-{
-	scratch *s = p;
-	if (s) {
-		free(s->buf);
-		free(s);
-	}
-}
-
-scratch *get_scratch(size_t need)
-{
-	scratch *s = pthread_getspecific(scratch_key);
-	if (!s) {
-		s = calloc(1, sizeof *s);
-		if (!s)
-			return NULL;
-		pthread_setspecific(scratch_key, s);
-	}
-	if (s->cap < need || !s->buf) { /* always a buffer, even for a zero-length need */
-		size_t cap = need < (1u << 20) + 4096 ? (1u << 20) + 4096 : need;
-		uint8_t *b = realloc(s->buf, cap);
-		if (!b)
-			return NULL;
-		s->buf = b;
-		s->cap = cap;
-	}
-	return s;
-}
-
-void scratch_key_make(void)
-{
-	pthread_key_create(&scratch_key, scratch_free);
-}
-
-
 fuse_ino_t ino_of(const tp_fs *fs, uint32_t r, uint32_t i)
 {
 	return 2 + (fuse_ino_t)r * fs->nn + i;
