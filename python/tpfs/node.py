@@ -16,6 +16,8 @@ reach it) and a second fork, so that it is no descendant of the engine (vLLM's s
 recursively, in vllm/utils/system_utils.py kill_process_tree). It waits until no process holds <key>.users, then,
 under <key>.lock (so that no new user comes in between), unmounts lazily, removes the mount point and exits. So the
 mount lives exactly as long as some engine on the node uses it; an engine killed mid-load leaves none behind.
+An engine killed while its first worker mounts leaves tpfs's daemon (a session of its own) mounting: the next
+acquire() waits for that mount (tpfs's own lock on the mount point) and takes it.
 """
 import contextlib
 import fcntl
@@ -74,7 +76,13 @@ def acquire(src, tp, pp=None, ranks=None, view=None, extra=()):
             fcntl.flock(uf, fcntl.LOCK_SH)
             if state != "healthy":
                 os.makedirs(mnt, exist_ok=True)
-                start(src, mnt, tp, view, ranks, pp, extra)
+                try:
+                    start(src, mnt, tp, view, ranks, pp, extra)
+                except TpfsError:
+                    # a process of the node killed while it mounted leaves tpfs's daemon (a session of its own)
+                    # mounting still; tpfs waits for it, then refuses MNT as a mount point: that mount is ours
+                    if mount_state(mnt) != "healthy":
+                        raise
             if not _reaper_alive(reaper):  # made now, or its reaper was killed
                 _start_reaper(lock, users, mnt, reaper)
         except BaseException:

@@ -1,10 +1,13 @@
 """The Python package and its vLLM plugin (issue 48, first slice): `pip install .`, then `--load-format tpfs`.
 
-1. `pip install --no-deps .` of this checkout into a fresh venv layered on the vLLM venv (scripts/setup.sh --vllm;
-   a .pth appends its site-packages, as setup_sglang layers SGLang's), timed: meson-python and its build
-   requirements come from the package index into pip's isolated build, which builds tpfs with this repository's
-   Meson build (-Dpackage=true). The wheel's tpfs runs, tpfs.binary() is it, the vllm.general_plugins entry
-   point is installed, and `man tpfs` finds the wheel's tpfs.1 with the venv's bin/ on PATH.
+1. README's `pip install .` of this checkout into a fresh venv (python -m venv; the build with PATH=VENV/bin:/usr/bin:/bin
+   and no PYTHONPATH: the system's programs and libraries of scripts/setup.sh, and what pip's isolated build
+   fetches from the package index, meson-python and its requirements), timed; it builds tpfs with this
+   repository's Meson build (-Dpackage=true). In the fresh venv alone: `tpfs` on its PATH is the wheel's, `import
+   tpfs` works without any engine (and imports none), and both entry points (vllm.general_plugins,
+   sglang.srt.plugins) are installed. Then a .pth layers it on the vLLM venv (scripts/setup.sh --vllm), as
+   setup_sglang layers SGLang's: the wheel's tpfs runs, tpfs.binary() is it, and `man tpfs` finds the wheel's
+   tpfs.1 with the venv's bin/ on PATH.
 2. The Python API: tpfs.mount(src, tp=2, view="vllm", ranks="0-1") mounts (both ranks' part files), unmounts and
    removes its folder; a checkpoint tpfs refuses (an extra tensor no rule of llama's plan matches) raises
    tpfs.TpfsError with tpfs's message, and leaves nothing mounted. The plugin's parts that need no engine: a model
@@ -43,25 +46,50 @@ REFUSAL = "no rule of plan 'llama' matches it"  # tpfs's message for the extra t
 PP = os.environ.get("TPFS_PLUGIN_PP") == "1"  # two more starts: PP=2 x TP=1, default loader and tpfs
 
 
-def plugin_venv(work, times):
-    """A venv at WORK/venv layered on the vLLM venv, with `pip install --no-deps REPO` in it; its python."""
+def plugin_venv(fails, work, times):
+    """1. README's `pip install .` in a fresh venv (python -m venv WORK/venv; the build under PATH=VENV/bin:/usr/bin:/bin
+    and no PYTHONPATH, so with the system's programs and libraries, those of scripts/setup.sh, and what pip's
+    isolated build installs: meson-python and its requirements), checked there, before anything else is in it:
+    `tpfs` on the venv's PATH is the venv's, `import tpfs` works without any engine, and both engines' entry points
+    are installed. Then the venv is layered on the vLLM venv (a .pth appending its site-packages) for the parts
+    that need vLLM. Returns the venv's python."""
     venv = os.path.join(work, "venv")
     t = time.time()
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     py = os.path.join(venv, "bin", "python")
-    purelib = lambda p: subprocess.run([p, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],  # noqa: E731
-                                       capture_output=True, text=True, check=True).stdout.strip()
-    with open(os.path.join(purelib(py), "zz-tpfs-vllm-base.pth"), "w") as f:
-        f.write(purelib(sys.executable) + "\n")
     times["venv"] = time.time() - t
     t = time.time()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TPFS_")}
-    p = subprocess.run([py, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", REPO], env=env,
+    bare = {k: v for k, v in os.environ.items() if not k.startswith(("TPFS_", "PYTHON", "VIRTUAL_ENV", "VLLM_"))}
+    bare["PATH"] = os.pathsep.join([os.path.join(venv, "bin"), "/usr/bin", "/bin"])
+    p = subprocess.run([py, "-m", "pip", "install", "--disable-pip-version-check", REPO], env=bare,
                        capture_output=True, text=True, timeout=1200)
     times["pip install"] = time.time() - t
     if p.returncode != 0:
         print(p.stdout[-3000:] + p.stderr[-3000:])
-        raise AssertionError("pip install --no-deps %s exited %d" % (REPO, p.returncode))
+        raise AssertionError("pip install %s exited %d" % (REPO, p.returncode))
+    code = """
+import json, shutil, sys, tpfs
+from importlib.metadata import entry_points
+eps = {g: [e.value for e in entry_points(group=g) if e.name == "tpfs"] for g in ("vllm.general_plugins", "sglang.srt.plugins")}
+print(json.dumps({"which": shutil.which("tpfs"), "binary": tpfs.binary(), "eps": eps,
+                  "engines": sorted(m for m in ("vllm", "sglang", "torch") if m in sys.modules)}))
+"""
+    rc, so, se = run_py(py, code, bare)
+    out = json.loads(so.splitlines()[-1]) if rc == 0 else {}
+    mine = os.path.join(venv, "bin", "tpfs")
+    fails.check(rc == 0, "import tpfs in the fresh venv: exit %d: %s" % (rc, se[-1500:]))
+    fails.check(out.get("which") == mine and out.get("binary") == mine, "the fresh venv's tpfs: on PATH %s, "
+                "tpfs.binary() %s, not %s" % (out.get("which"), out.get("binary"), mine))
+    fails.check(out.get("eps") == {"vllm.general_plugins": ["tpfs.vllm_plugin:register"],
+                                   "sglang.srt.plugins": ["tpfs.sglang_plugin:register"]},
+                "the fresh venv's entry points: %s" % out.get("eps"))
+    fails.check(out.get("engines") == [], "import tpfs imported %s" % out.get("engines"))
+    print("fresh venv: pip install . %.0f s; tpfs on PATH %s; entry points %s" % (times["pip install"],
+                                                                                 out.get("which"), out.get("eps")))
+    purelib = lambda p: subprocess.run([p, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],  # noqa: E731
+                                       capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(purelib(py), "zz-tpfs-vllm-base.pth"), "w") as f:
+        f.write(purelib(sys.executable) + "\n")
     return py
 
 
@@ -239,6 +267,65 @@ def node_mounts(fails, py, env, src, run):
           "were killed")
 
 
+LOADER = """
+import hashlib, os, sys, tpfs.node
+m = tpfs.node.acquire(%r, 2, None, "0-1", "vllm", [])
+print(m, flush=True)
+while True:  # an engine's load: the rank's part file, read again and again; its digest after the first read
+    h = hashlib.sha256()
+    with open(os.path.join(m, "model-rank-1-part-0.safetensors"), "rb") as f:
+        for b in iter(lambda: f.read(1 << 16), b""):
+            h.update(b)
+    if sys.argv[1:] == ["once"]:
+        print(h.hexdigest(), flush=True)
+        sys.stdin.read()
+"""
+
+
+def killed_mid_load(fails, py, env, src, run):
+    """3b. An engine killed mid-load (SIGKILL to its process group, as a user's kill -9 of the engine or the OOM
+    killer's of its workers): a process in a session of its own (an engine) acquires the node mount and reads a
+    part file over and over; its group is SIGKILLed at a delay (during the mount: its `tpfs mount`, whose daemon
+    has a session of its own and lives on; or once it reads). The next process acquires the mount at once and
+    reads the part file's bytes, as tpfs serves them (digest of a plain `tpfs mount`); once it is killed too, no
+    mount, daemon or reaper is left."""
+    import hashlib
+    import tpfs_test
+    with tpfs_test.Mount(src, 2, "--view", "vllm") as m:
+        with open(os.path.join(m.path, "model-rank-1-part-0.safetensors"), "rb") as f:
+            want = hashlib.sha256(f.read()).hexdigest()
+    results = []
+    for delay in (0.02, 0.1, 0.25, 0.5, "reading"):
+        p = subprocess.Popen([py, "-c", LOADER % src], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
+                             text=True, start_new_session=True)
+        if delay == "reading":
+            p.stdout.readline()
+            time.sleep(0.3)
+        else:
+            time.sleep(delay)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        state = tpfs_mounts(run)
+        q = subprocess.Popen([py, "-c", LOADER % src, "once"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env, text=True)
+        try:
+            got_mnt, got = q.stdout.readline().strip(), q.stdout.readline().strip()
+            ok = got == want and tpfs_mounts(run) == [got_mnt]
+            err = "" if ok else (q.stderr.read() if q.poll() is not None else "")
+        finally:
+            q.kill()
+            q.wait()
+        got_mnt = got_mnt or "(none acquired)"
+        gone = wait_until(lambda: not tpfs_mounts(run) and not processes_of(got_mnt, "mount")
+                          and not processes_of(got_mnt, "--reap"), 30)
+        results.append("%s: %s" % (delay, "ok" if ok and gone else "FAIL"))
+        fails.check(ok, "killed at %s (mounts then %s): the next acquire gave %r, read digest %s (want %s), mounts "
+                    "%s: %s" % (delay, state, got_mnt, got[:16], want[:16], tpfs_mounts(run), err[-1500:]))
+        fails.check(gone, "killed at %s: after the next user was killed too, mounts %s, daemons %s, reapers %s"
+                    % (delay, tpfs_mounts(run), processes_of(got_mnt, "mount"), processes_of(got_mnt, "--reap")))
+    print("killed mid-load, then the next acquire: " + ", ".join(results))
+
+
 def vllm_env(**more):
     env = {k: v for k, v in os.environ.items() if k not in ("TPFS_BIN", "TPFS_VLLM_INNER")}
     env.update(VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0|1"),
@@ -305,7 +392,7 @@ def main():
     env = vllm_env(TPFS_RUNTIME_DIR=run)
 
     # 1. pip install .
-    py = plugin_venv(work, times)
+    py = plugin_venv(fails, work, times)
     wheel_tpfs = os.path.join(os.path.dirname(py), "tpfs")
     p = subprocess.run([wheel_tpfs, "--version"], capture_output=True, text=True)
     fails.check(p.returncode == 0 and p.stdout.startswith("tpfs "), "the wheel's tpfs --version: %d %r"
@@ -320,8 +407,7 @@ def main():
                             env=dict(env, PATH=os.path.dirname(py) + os.pathsep + "/usr/bin:/bin", MANPATH=""))
         fails.check(pm.stdout.strip() == os.path.join(os.path.dirname(os.path.dirname(py)), "share", "man", "man1",
                                                        "tpfs.1"), "man -w tpfs with the venv on PATH: %r" % (pm.stdout + pm.stderr))
-    print("pip install --no-deps .: %.0f s (venv %.0f s); tpfs %s" % (times["pip install"], times["venv"],
-                                                                      p.stdout.strip()))
+    print("pip install .: %.0f s (venv %.0f s); tpfs %s" % (times["pip install"], times["venv"], p.stdout.strip()))
 
     src = vllm_models.make("llama", os.path.join(work, "src"), tp=2)
     bad = os.path.join(work, "bad")
@@ -336,6 +422,7 @@ def main():
     api(fails, py, env, src, bad)
     plugin_parts(fails, py, env, src, work)
     node_mounts(fails, py, env, src, run)
+    killed_mid_load(fails, py, env, src, run)
 
     # 4. the servers: vLLM's default loader (the vLLM venv), --load-format tpfs (the plugin's venv), the refusal
     res = {}
