@@ -288,7 +288,8 @@ def killed_mid_load(fails, py, env, src, run):
     """3b. An engine killed mid-load (SIGKILL to its process group, as a user's kill -9 of the engine or the OOM
     killer's of its workers): a process in a session of its own (an engine) acquires the node mount and reads a
     part file over and over; its group is SIGKILLed at a delay (during the mount: its `tpfs mount`, whose daemon
-    has a session of its own and lives on; or once it reads). The next process acquires the mount at once and
+    has a session of its own and lives on), the moment its mount appears, or once it reads: in the last two its
+    mount is removed with no next user (its reaper started before the mount). The next process acquires the mount at once and
     reads the part file's bytes, as tpfs serves them (digest of a plain `tpfs mount`); once it is killed too, no
     mount, daemon or reaper is left."""
     import hashlib
@@ -297,17 +298,24 @@ def killed_mid_load(fails, py, env, src, run):
         with open(os.path.join(m.path, "model-rank-1-part-0.safetensors"), "rb") as f:
             want = hashlib.sha256(f.read()).hexdigest()
     results = []
-    for delay in (0.02, 0.1, 0.25, 0.5, "reading"):
+    for delay in (0.02, 0.1, 0.25, 0.5, "mounted", "reading"):
         p = subprocess.Popen([py, "-c", LOADER % src], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
                              text=True, start_new_session=True)
         if delay == "reading":
             p.stdout.readline()
             time.sleep(0.3)
+        elif delay == "mounted":  # the moment its mount appears, before acquire() returns
+            end = time.time() + 30
+            while not tpfs_mounts(run) and time.time() < end:
+                time.sleep(0.005)
         else:
             time.sleep(delay)
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         state = tpfs_mounts(run)
+        if delay in ("mounted", "reading"):  # a mount made: its reaper, started before it, removes it
+            fails.check(wait_until(lambda: not tpfs_mounts(run), 20), "killed at %s: its mount %s was not removed "
+                        "(no next user yet)" % (delay, tpfs_mounts(run)))
         q = subprocess.Popen([py, "-c", LOADER % src, "once"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env=env, text=True)
         try:
