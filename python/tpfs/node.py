@@ -10,12 +10,16 @@ per-user runtime folder (runtime_dir()): RUN/<key>/ is the mount point, beside i
 - <key>.users, held shared by every process that uses the mount, from acquire() until it exits (the kernel drops
   the lock when the process dies, however it dies).
 - <key>.reaper, held exclusively by the mount's reaper for as long as it lives.
-The process that mounts (or finds a mount whose reaper is gone) also starts the mount's reaper (`python -m
+The process that mounts (or finds a mount whose reaper is gone) first starts the mount's reaper (`python -m
 tpfs.node --reap`), which detaches itself: a session of its own (a signal to the engine's process group does not
 reach it) and a second fork, so that it is no descendant of the engine (vLLM's shutdown SIGKILLs every descendant of its engine process: psutil's children,
 recursively, in vllm/utils/system_utils.py kill_process_tree). It waits until no process holds <key>.users, then,
 under <key>.lock (so that no new user comes in between), unmounts lazily, removes the mount point and exits. So the
 mount lives exactly as long as some engine on the node uses it; an engine killed mid-load leaves none behind.
+An engine killed while its first worker mounts leaves tpfs's daemon (a session of its own) mounting: the reaper,
+started before the mount, removes it (unless the daemon mounts only after the reaper looked: between tpfs's fork
+and its mount); the next acquire() waits for a mount still being made (tpfs's own lock on the mount point) and
+takes it.
 """
 import contextlib
 import fcntl
@@ -72,11 +76,19 @@ def acquire(src, tp, pp=None, ranks=None, view=None, extra=()):
         uf = open(users, "a")
         try:
             fcntl.flock(uf, fcntl.LOCK_SH)
+            # the reaper first (none yet, or it was killed): this process killed while it mounts, the mount its
+            # tpfs makes still has one (it looks once this process is gone and this lock is free)
+            if not _reaper_alive(reaper):
+                _start_reaper(lock, users, mnt, reaper)
             if state != "healthy":
                 os.makedirs(mnt, exist_ok=True)
-                start(src, mnt, tp, view, ranks, pp, extra)
-            if not _reaper_alive(reaper):  # made now, or its reaper was killed
-                _start_reaper(lock, users, mnt, reaper)
+                try:
+                    start(src, mnt, tp, view, ranks, pp, extra)
+                except TpfsError:
+                    # a process of the node killed while it mounted leaves tpfs's daemon (a session of its own)
+                    # mounting still; tpfs waits for it, then refuses MNT as a mount point: that mount is ours
+                    if mount_state(mnt) != "healthy":
+                        raise
         except BaseException:
             uf.close()
             raise

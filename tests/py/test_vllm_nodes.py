@@ -21,12 +21,20 @@ one vLLM run across two nodes, each node a mount namespace with its own tpfs ser
    show only its ranks, having read the source bytes `tpfs plan --io --ranks R` computes for them (with the
    default push-ahead, plus at most what its demand reads served: pages read again through the daemon).
    Every process ended and no mount left.
+5. The vLLM plugin across the same two nodes (TP=2; TPFS_NODES_PLUGIN=tp2,pp2 adds PP=2): each node runs only
+   `serve SRC --load-format tpfs --nnodes 2 --node-rank R ...` (the plugin of this checkout, registered as
+   `pip install .` registers it; a runtime folder per node), compared to the same one-node run of the default
+   loader: tokens and logprobs equal; while it serves, each node holds exactly one tpfs mount, made by the
+   plugin's `tpfs mount SRC MNT --tp 2 --view vllm --ranks R` (its daemon's command line and the plugin's log
+   line), listing only rank R's part file and having read only rank R's source bytes (as in 4); once vLLM exits,
+   no mount is left in either node and every daemon and reaper has ended. Each node's mount (daemon command line,
+   mountinfo line, the plugin's log line) is printed and kept in WORK/tp2-plugin-nodeR.mount.
 Expert parallelism (--ep under the view, vLLM's enable_expert_parallel) by the probe only, at TP=2: linear placement
 for every MoE view family, round_robin where vLLM uses it (several expert groups; the same files loaded by a
 linear vLLM must differ); vLLM's CPU MoE cannot run a forward under EP (issue 32), so no token check.
 
-TPFS_VLLM_TOKENS=none (the sanitized build) runs 1 to 3 only, for a few families. TPFS_NODES_PARTS=stages,probe,nodes
-(the default) names the parts to run.
+TPFS_VLLM_TOKENS=none (the sanitized build) runs 1 to 3 only, for a few families. TPFS_NODES_PARTS=stages,probe,nodes,plugin
+(the default) names the parts to run (nodes: 4, plugin: 5; either runs the one-node run it compares to).
 """
 import contextlib
 import json
@@ -262,6 +270,18 @@ fusermount3 -u "$mnt" || fusermount3 -u -z "$mnt"
 wait $tpid
 '''
 
+# a node of the plugin's run: vLLM alone (`vllm serve SRC --load-format tpfs ...`), its workers mounting the node's
+# ranks themselves (tpfs.node, in this namespace, under the node's runtime folder); once vLLM has exited, the
+# node's mounts still there after 30 s
+NODE_PLUGIN = r'''
+"$PY" "$SERVE" "$SRC" "$@" > "$OUT.vllm.log" 2>&1 &
+echo $! > "$OUT.pid"
+wait $!
+echo "exit $?" >> "$OUT.vllm.log"
+for i in $(seq 300); do grep -q " $TPFS_RUNTIME_DIR/" /proc/self/mountinfo || break; sleep 0.1; done
+grep " $TPFS_RUNTIME_DIR/" /proc/self/mountinfo > "$OUT.left"
+'''
+
 
 def free_port():
     with socket.socket() as s:
@@ -297,16 +317,84 @@ def group_alive(pgid):
         return True
 
 
-def run_split(work, src, split, two_nodes):
-    """One vLLM run of SPLIT: on one node with the default loader on SRC, or across two nodes (mount
-    namespaces) each serving its ranks through tpfs. Returns {"tokens", "logprobs", "nodes": [{"ls",
-    "stats"}], "error", "seconds"}."""
+def plugin_site(work):
+    """A folder that, on PYTHONPATH, makes this checkout's tpfs package (python/tpfs) an installed distribution
+    with the vllm.general_plugins entry point pyproject.toml declares (what `pip install .` installs), and a
+    folder holding `tpfs`, the program under test, for PATH (tpfs.binary() finds it there). Returns (site, bin)."""
     import tpfs_test
-    tag = "%s-%s" % (split, "2nodes" if two_nodes else "1node")
+    site, bindir = os.path.join(work, "plugin-site"), os.path.join(work, "plugin-bin")
+    if not os.path.isdir(site):
+        info = os.path.join(site, "tpfs-0.dist-info")
+        os.makedirs(info)
+        with open(os.path.join(info, "METADATA"), "w") as f:
+            f.write("Metadata-Version: 2.1\nName: tpfs\nVersion: 0\n")
+        with open(os.path.join(info, "entry_points.txt"), "w") as f:
+            f.write("[vllm.general_plugins]\ntpfs = tpfs.vllm_plugin:register\n")
+        os.symlink(os.path.join(HERE, "..", "..", "python", "tpfs"), os.path.join(site, "tpfs"))
+        os.makedirs(bindir)
+        os.symlink(os.path.abspath(tpfs_test.TPFS), os.path.join(bindir, "tpfs"))
+    return site, bindir
+
+
+def in_node(pid, *cmd):
+    """CMD's output in the mount namespace of process PID (nsenter -m), "" where it fails."""
+    p = subprocess.run(["nsenter", "-t", str(pid), "-m", "--"] + list(cmd), capture_output=True, text=True, timeout=30)
+    return p.stdout if p.returncode == 0 else ""
+
+
+def plugin_snapshot(pid, run, runs):
+    """What the node of process PID shows while vLLM serves: its tpfs mounts under its runtime folder RUN
+    (mountinfo lines), any mount under the other nodes' folders (of RUNS), and for the first of its own, its
+    listing, its .tpfs-stats and its daemon's command line."""
+    info = in_node(pid, "cat", "/proc/self/mountinfo").splitlines()
+    snap = {"mounts": [ln for ln in info if " fuse.tpfs " in ln and ln.split()[4].startswith(run + "/")],
+            "others": [ln for ln in info for o in runs if o != run and ln.split()[4].startswith(o + "/")],
+            "ls": [], "stats_text": "", "daemon": []}
+    if snap["mounts"]:
+        mnt = snap["mounts"][0].split()[4]
+        snap["mnt"] = mnt
+        snap["ls"] = in_node(pid, "ls", mnt).split()
+        snap["stats_text"] = in_node(pid, "cat", os.path.join(mnt, ".tpfs-stats"))
+        snap["daemon"] = [" ".join(a.decode() for a in args) for args in cmdlines_with(mnt) if b"mount" in args]
+    return snap
+
+
+def cmdlines_with(word):
+    """The argument lists (bytes) of the processes one of whose arguments is WORD."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            with contextlib.suppress(OSError):
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    args = f.read().split(b"\0")
+                if any(word.encode() in a for a in args):
+                    out.append([a for a in args if a])
+    return out
+
+
+def stats_of(text):
+    """{rank: {"served", "source"}} of a .tpfs-stats text."""
+    out = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 6 and f[0].isdigit():
+            out[int(f[0])] = {"served": int(f[1]), "source": int(f[2])}
+    return out
+
+
+def run_split(work, src, split, mode):
+    """One vLLM run of SPLIT. MODE "default": on one node with the default loader on SRC; "manual": across two
+    nodes (mount namespaces), each `tpfs mount ... --ranks R` then `serve MNT --load-format sharded_state`;
+    "plugin": across two nodes, each `serve SRC --load-format tpfs` alone (the plugin from this checkout, a
+    runtime folder per node). Returns {"tokens", "logprobs", "nodes": [{"ls", "stats"}] (manual),
+    "snaps": [plugin_snapshot per node] and "left": [mountinfo lines left per node] (plugin), "error", "seconds"}."""
+    import tpfs_test
+    two_nodes = mode != "default"
+    tag = "%s-%s" % (split, {"default": "1node", "manual": "2nodes", "plugin": "plugin"}[mode])
     port, http = free_port(), free_port()
     mnt = os.path.join(work, "mnt-" + split)  # the same path on both nodes
     os.makedirs(mnt, exist_ok=True)
-    procs, outs = [], []
+    procs, outs, runs = [], [], []
     t0 = time.time()
     res = {"error": None}
     nodes = 2 if two_nodes else 1
@@ -317,11 +405,20 @@ def run_split(work, src, split, two_nodes):
         env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=str(r) if two_nodes else "0|1", VLLM_CPU_KVCACHE_SPACE="1",
                    VLLM_HOST_IP="127.0.0.1", GLOO_SOCKET_IFNAME="lo", OUT=out, SRC=src, PY=sys.executable, TPFS=tpfs_test.TPFS,
                    SERVE=os.path.join(HERE, "vllm_serve.py"))
-        if two_nodes:
+        if mode == "manual":
             pp = split == "pp2"
             env["TPFS_ARGS"] = "--tp %d --pp %d --view vllm --ranks %d" % (1 if pp else 2, 2 if pp else 1, r)
             cmd = ["unshare", "-m", "--propagation", "private", "bash", "-c", NODE, "node", mnt] + \
                 args + ["--load-format", "sharded_state"]
+        elif mode == "plugin":
+            site, bindir = plugin_site(work)
+            run = os.path.join(work, "run-%s-node%d" % (split, r))  # each node's own runtime folder
+            os.mkdir(run, 0o700)
+            runs.append(run)
+            env.update(TPFS_RUNTIME_DIR=run, PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
+                       PYTHONPATH=os.pathsep.join([site] + [x for x in [os.environ.get("PYTHONPATH")] if x]))
+            cmd = ["unshare", "-m", "--propagation", "private", "bash", "-c", NODE_PLUGIN, "node"] + \
+                args + ["--load-format", "tpfs"]
         else:
             cmd = [sys.executable, os.path.join(HERE, "vllm_serve.py"), src] + args + ["--load-format", "auto"]
         with open(out + ".out", "w") as lf:
@@ -342,6 +439,8 @@ def run_split(work, src, split, two_nodes):
         res["start_s"] = time.time() - t0
         got = [tpfs_test.vllm_complete(url, pr) for pr in PROMPTS]
         res["tokens"], res["logprobs"] = [g[0] for g in got], [g[1] for g in got]
+        if mode == "plugin":  # each node's mounts, while it serves (unshare execs bash: procs are in the namespaces)
+            res["snaps"] = [plugin_snapshot(p.pid, run, runs) for p, run in zip(procs, runs)]
     except Exception as e:  # noqa: BLE001 -- the run's result
         res["error"] = "%s: %s" % (type(e).__name__, e)
     finally:
@@ -366,18 +465,35 @@ def run_split(work, src, split, two_nodes):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGKILL)
     res["seconds"] = time.time() - t0
-    res["nodes"] = []
-    for out in outs if two_nodes else []:
+    res["nodes"], res["left"] = [], []
+    for out in outs if mode == "manual" else []:
         node = {"ls": [], "stats": {}}
         with contextlib.suppress(OSError):
             node["ls"] = open(out + ".ls").read().split()
         with contextlib.suppress(OSError):
-            for line in open(out + ".stats"):
-                f = line.split()
-                if len(f) == 6 and f[0].isdigit():
-                    node["stats"][int(f[0])] = {"served": int(f[1]), "source": int(f[2])}
+            node["stats"] = stats_of(open(out + ".stats").read())
         res["nodes"].append(node)
+    for out in outs if mode == "plugin" else []:
+        try:
+            res["left"].append(open(out + ".left").read().splitlines())
+        except OSError:
+            res["left"].append(["(%s.left not written)" % out])
+        with contextlib.suppress(OSError):
+            res.setdefault("logs", []).append(open(out + ".vllm.log", errors="replace").read())
+    # every tpfs daemon and reaper of the plugin's nodes gone (both leave their session: not in the node's group)
+    if runs and not wait_until(lambda: not any(cmdlines_with(run) for run in runs), 30):
+        res["error"] = (res["error"] or "") + " (processes of the nodes' mounts outlived them by 30 s: %s)" % \
+            [b" ".join(a).decode() for run in runs for a in cmdlines_with(run)]
     return res
+
+
+def wait_until(pred, timeout):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.2)
+    return pred()
 
 
 def io_runs(src, split, r):
@@ -389,41 +505,89 @@ def io_runs(src, split, r):
     return int(re.search(r"^served\s+\d+\s+(\d+)", p.stdout, re.M).group(1))
 
 
-def two_nodes(fails, work):
+def check_node(fails, what, split, src, r, parts, stats):
+    """Node r of a two-node run of SPLIT saw only its own rank's part files (PARTS: the names listed), its stats
+    list only its rank, and it read the source bytes `tpfs plan --io --ranks r` computes (push-ahead reads the runs
+    once; a page the loader then reads through the daemon, the kernel having dropped it or read it before the push
+    came, is read again: at most what the demand reads served). Returns "r: N B"."""
+    parts = [f for f in parts if f.endswith(".safetensors")]
+    want = ["model-rank-%d-part-0.safetensors" % r] if split == "tp2" else ["model-pp-%d-tp-0-part-0.safetensors" % r]
+    fails.check(parts == want, "%s node %d saw part files %s, not only its own %s" % (what, r, parts, want))
+    fails.check(sorted(stats) == [r], "%s node %d's stats list ranks %s" % (what, r, sorted(stats)))
+    got = stats.get(r, {}).get("source", -1)
+    demand = stats.get(r, {}).get("served", 0)
+    runs = io_runs(src, split, r)
+    fails.check(runs <= got <= runs + demand, "%s node %d read %d source bytes; its ranks' runs are %d, its "
+                "demand reads served %d bytes" % (what, r, got, runs, demand))
+    return "%d: %d B" % (r, got)
+
+
+def check_plugin(fails, work, split, src, two):
+    """The plugin's two-node run: each node made exactly one mount, in its own runtime folder, by `tpfs mount SRC
+    MNT --tp T --view vllm [--pp P] --ranks r` (its daemon's command line; the plugin's log line says so too),
+    which held only rank r's files and read only rank r's source bytes (check_node), the other node's mount not
+    in its namespace; none was left on either node once vLLM exited. Writes each node's mount (daemon command line, mountinfo line, the plugin's log lines) to
+    WORK/SPLIT-plugin-nodeR.mount and prints it. Returns check_node's texts."""
+    per = []
+    tp, pp = (1, 2) if split == "pp2" else (2, 1)
+    snaps, logs = two.get("snaps") or [], two.get("logs") or []
+    fails.check(len(snaps) == 2 and len(logs) == 2, "%s plugin: %d node snapshots, %d logs" % (split, len(snaps), len(logs)))
+    for r, snap in enumerate(snaps):
+        what = "%s plugin" % split
+        fails.check(len(snap["mounts"]) == 1, "%s node %d: tpfs mounts %s (one wanted)" % (what, r, snap["mounts"]))
+        fails.check(snap["others"] == [], "%s node %d sees the other node's mounts: %s" % (what, r, snap["others"]))
+        want = "mount %s %s --tp %d --view vllm%s --ranks %d" % (os.path.realpath(src), snap.get("mnt"), tp,
+                                                                 " --pp %d" % pp if pp > 1 else "", r)
+        fails.check(len(snap["daemon"]) == 1 and snap["daemon"][0].endswith(want),
+                    "%s node %d: the mount's daemon runs %s, not ...%s" % (what, r, snap["daemon"], want))
+        log = logs[r] if r < len(logs) else ""
+        lines = [ln for ln in log.splitlines() if "tpfs: rank" in ln]
+        fails.check(len(lines) == 1 and re.search(r"tpfs: rank %d reads %s, the mount of \S+ for ranks %d of TP=%d "
+                                                  r"PP=%d" % (r, re.escape(snap.get("mnt") or "?"), r, tp, pp), lines[0]),
+                    "%s node %d: the plugin's log lines %s" % (what, r, lines))
+        per.append(check_node(fails, what, split, src, r, snap["ls"], stats_of(snap["stats_text"])))
+        fails.check(two["left"][r] == [], "%s node %d: mounts left after vLLM exited: %s" % (what, r, two["left"][r]))
+        text = "node %d daemon: %s\nnode %d mountinfo: %s\n%s\n" % (
+            r, " ".join(snap["daemon"]), r, " ".join(snap["mounts"]), "\n".join("node %d vLLM: %s" % (r, ln.strip())
+                                                                                   for ln in lines))
+        with open(os.path.join(work, "%s-plugin-node%d.mount" % (split, r)), "w") as f:
+            f.write(text)
+        print(text, end="")
+    return per
+
+
+def two_nodes(fails, work, manual=True, plugin=True):
+    """4. For each split: the default loader on one node, then across two nodes the manual two commands (MANUAL)
+    and the plugin (PLUGIN, the splits of TPFS_NODES_PLUGIN, default tp2), each compared to it."""
     import tpfs_test
     import vllm_models
     src = vllm_models.make("llama", os.path.join(work, "nodes-src"))
+    plugin_splits = (os.environ.get("TPFS_NODES_PLUGIN") or "tp2").split(",") if plugin else []
     print("%-12s %-8s %-13s %-15s %-40s %s" % ("split", "nodes", "tokens equal", "logprobs equal", "bytes read per node",
                                               "start / total s"))
     for split in ("tp2", "pp2"):
-        base = run_split(work, src, split, False)
+        modes = (["manual"] if manual else []) + (["plugin"] if split in plugin_splits else [])
+        if not modes:
+            continue
+        base = run_split(work, src, split, "default")
         fails.check(not base["error"] and base.get("tokens"), "%s on one node (default loader): %s"
                     % (split, base["error"]))
-        two = run_split(work, src, split, True)
-        fails.check(not two["error"] and two.get("tokens"), "%s across two nodes: %s" % (split, two["error"]))
-        tok = base.get("tokens") == two.get("tokens") and base.get("tokens") is not None
-        lp = base.get("logprobs") == two.get("logprobs") and base.get("logprobs") is not None
-        fails.check(tok, "%s: two nodes' tokens %s, one node's %s" % (split, two.get("tokens"), base.get("tokens")))
-        fails.check(lp, "%s: two nodes' logprobs differ from one node's" % split)
-        per = []
-        for r, node in enumerate(two["nodes"]):
-            parts = [f for f in node["ls"] if f.endswith(".safetensors")]
-            want = ["model-rank-%d-part-0.safetensors" % r] if split == "tp2" else \
-                ["model-pp-%d-tp-0-part-0.safetensors" % r]
-            fails.check(parts == want, "%s node %d saw part files %s, not only its own %s" % (split, r, parts, want))
-            fails.check(sorted(node["stats"]) == [r], "%s node %d's stats list ranks %s" % (split, r, sorted(node["stats"])))
-            got = node["stats"].get(r, {}).get("source", -1)
-            demand = node["stats"].get(r, {}).get("served", 0)
-            runs = io_runs(src, split, r)
-            # push-ahead (on by default) reads the runs once; a page the loader then reads through the daemon
-            # (the kernel dropped it, or read it before the push came) is read again: at most what the demand
-            # reads served
-            fails.check(runs <= got <= runs + demand, "%s node %d read %d source bytes; its ranks' runs are %d, its "
-                        "demand reads served %d bytes" % (split, r, got, runs, demand))
-            per.append("%d: %d B" % (r, got))
-        print("%-12s %-8s %-13s %-15s %-40s %.0f / %.0f (one node %.0f / %.0f)" % (
-            split, "2", tok, lp, ", ".join(per), two.get("start_s", 0), two["seconds"], base.get("start_s", 0),
-            base["seconds"]), flush=True)
+        for mode in modes:
+            what = "%s %s" % (split, mode)
+            two = run_split(work, src, split, mode)
+            fails.check(not two["error"] and two.get("tokens"), "%s across two nodes: %s" % (what, two["error"]))
+            tok = base.get("tokens") == two.get("tokens") and base.get("tokens") is not None
+            lp = base.get("logprobs") == two.get("logprobs") and base.get("logprobs") is not None
+            fails.check(tok, "%s: two nodes' tokens %s, one node's %s" % (what, two.get("tokens"), base.get("tokens")))
+            fails.check(lp, "%s: two nodes' logprobs differ from one node's" % what)
+            if mode == "manual":
+                per = [check_node(fails, what, split, src, r, node["ls"], node["stats"])
+                       for r, node in enumerate(two["nodes"])]
+            else:
+                per = check_plugin(fails, work, split, src, two)
+            print("%-12s %-8s %-13s %-15s %-40s %.0f / %.0f (one node %.0f / %.0f)" % (
+                "%s %s" % (split, mode), "2", tok, lp, ", ".join(per), two.get("start_s", 0), two["seconds"],
+                base.get("start_s", 0), base["seconds"]), flush=True)
     left = [m for m in tpfs_test.mountpoints() if m.startswith(work)]
     fails.check(not left, "mounts left: %s" % left)
 
@@ -435,7 +599,7 @@ def main():
     t0 = time.time()
     work = tempfile.mkdtemp(prefix="tpfs-nodes-")
     times = {}
-    parts = (os.environ.get("TPFS_NODES_PARTS") or "stages,probe,nodes").split(",")  # for a rerun of one part
+    parts = (os.environ.get("TPFS_NODES_PARTS") or "stages,probe,nodes,plugin").split(",")  # for a rerun of one part
     if "stages" in parts:
         check_partitions(fails, work)
         refusals(fails, work)
@@ -445,10 +609,10 @@ def main():
         with contextlib.ExitStack() as stack:
             probe(fails, work, stack)
         times["probe"] = time.time() - t1
-    if TOKENS_MODE != "none" and "nodes" in parts:
+    if TOKENS_MODE != "none" and ("nodes" in parts or "plugin" in parts):
         t1 = time.time()
-        two_nodes(fails, work)
-        times["two nodes (4 vLLM runs)"] = time.time() - t1
+        two_nodes(fails, work, "nodes" in parts, "plugin" in parts)
+        times["two nodes (vLLM runs)"] = time.time() - t1
     tpfs_test.finish(fails, "vllm_nodes", work, times, t0)
 
 
