@@ -314,6 +314,14 @@ FAMILIES = {
                                    mlp_layer_types=["dense", "sparse"], first_k_dense_replace=1, route_norm=True,
                                    qk_norm=True, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
                                    eos_token_id=2, **COMMON),
+    # Llama 4's language model (vLLM's models/llama4.py Llama4ForCausalLM): a dense first layer (feed_forward on
+    # intermediate_size_mlp), a MoE second (interleave_moe_layer_step 2: the router, the shared expert, the fused
+    # experts gate_up_proj [E, H, 2I] and down_proj [E, I, H]); q_proj / k_proj rows deinterleaved inside each head by
+    # vLLM's loader (the view's "deinterleave")
+    "llama4_text": lambda: tf.Llama4TextConfig(num_key_value_heads=1, intermediate_size=64, intermediate_size_mlp=256,
+                                               num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2,
+                                               tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+                                               eos_token_id=2, **COMMON),
     # EXAONE MoE (vLLM's models/exaone_moe.py): q/k norms, sliding and full layers, a dense first layer, routed and
     # shared experts, the router (gate= to FusedMoEFactory) and its correction bias
     "exaone_moe": lambda: tf.ExaoneMoeConfig(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
@@ -345,11 +353,7 @@ FAMILIES = {
                                                   mlp_layer_types=["dense", "sparse"], sliding_window=16,
                                                   tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
                                                   eos_token_id=2, **dict(COMMON, num_attention_heads=8)),
-    # refused by their views (test_vllm.py REFUSED): Llama 4 (vLLM permutes q / k rows per head while loading),
-    # LongCat-Flash (vLLM scales the MLA LoRA norms while loading)
-    "llama4_text": lambda: tf.Llama4TextConfig(num_key_value_heads=1, intermediate_size=64, intermediate_size_mlp=256,
-                                               num_local_experts=4, num_experts_per_tok=1, tie_word_embeddings=False,
-                                               pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    # refused by its view (test_vllm.py REFUSED): LongCat-Flash (vLLM scales the MLA LoRA norms while loading)
     "longcat_flash": lambda: tf.LongcatFlashConfig(**dict({k: v for k, v in _MLA.items() if k in (
         "hidden_size", "num_hidden_layers", "vocab_size", "max_position_embeddings", "num_attention_heads",
         "initializer_range", "rms_norm_eps", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
