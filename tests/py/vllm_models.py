@@ -322,6 +322,14 @@ FAMILIES = {
                                                num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2,
                                                tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
                                                eos_token_id=2, **COMMON),
+    # Llama 4 as published (vLLM's models/mllama4.py Llama4ForConditionalGeneration, --mm-encoder-tp-mode data): the
+    # language model above under language_model., a one-layer vision tower, its adapter and the projector
+    "llama4": lambda: tf.Llama4Config(
+        text_config=FAMILIES["llama4_text"]().to_dict(), tie_word_embeddings=False,
+        vision_config=tf.Llama4VisionConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                            intermediate_size=128, image_size=56, patch_size=14, vision_output_dim=128,
+                                            projector_input_dim=128, projector_output_dim=128,
+                                            pixel_shuffle_ratio=0.5).to_dict()),
     # EXAONE MoE (vLLM's models/exaone_moe.py): q/k norms, sliding and full layers, a dense first layer, routed and
     # shared experts, the router (gate= to FusedMoEFactory) and its correction bias
     "exaone_moe": lambda: tf.ExaoneMoeConfig(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
@@ -468,7 +476,7 @@ FAMILIES = {
 }
 
 # the model class where it is not AutoModelForCausalLM's (a vision-language wrapper, saved whole)
-MODEL_CLS = {"glm5_next": "Glm5NextForConditionalGeneration"}
+MODEL_CLS = {"glm5_next": "Glm5NextForConditionalGeneration", "llama4": "Llama4ForConditionalGeneration"}
 # families saved with an MTP layer as their published checkpoints hold it (issue 51): family -> (the prefix of its
 # decoder layers, the tensors the MTP layer adds to a copy of the last decoder layer). DeepSeek-V3 / V3.2 and GLM-5
 # publish layers.{num_hidden_layers} with eh_proj, enorm, hnorm, shared_head.norm, shared_head.head and

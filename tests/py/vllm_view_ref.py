@@ -447,6 +447,12 @@ CUTS["llama4"] = EMBED + ATTN + [
     (LF + r"experts\.gate_up_proj", "axis2_halves"),
     (LF + r"experts\.down_proj", "axis1"),
 ] + NORMS
+# Llama 4 as published (models/mllama4.py): the language model's cuts under language_model., the vision tower whole
+# (--mm-encoder-tp-mode data: ReplicatedLinear, disable_tp), multi_modal_projector.linear_1 a ColumnParallelLinear
+CUTS["llama4_vl"] = [(r"language_model\." + p, how) for p, how in CUTS["llama4"]] + [
+    (r"vision_model\..+", "whole"),
+    (r"multi_modal_projector\.linear_1\.weight", "column"),
+]
 
 
 # EXAONE MoE (models/exaone_moe.py): Qwen3-MoE's cuts with shared_experts (plural) and the bias replicated
@@ -483,7 +489,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           # OLMoE (models/olmoe.py): QKVParallelLinear, q_norm / k_norm RMSNorms over all heads (default loader:
           # whole), FusedMoE experts, GateLinear router replicated: the Qwen-MoE cuts without a shared expert
           "olmoe": "moe", "granitemoe": "granitemoe", "minimax_m2": "minimax_m2", "ernie4_5_moe": "ernie4_5_moe",
-          "minicpm3": "minicpm3", "afmoe": "afmoe", "hy_v3": "hy_v3", "llama4_text": "llama4",
+          "minicpm3": "minicpm3", "afmoe": "afmoe", "hy_v3": "hy_v3", "llama4_text": "llama4", "llama4": "llama4_vl",
           "exaone_moe": "exaone_moe", "cohere2_moe": "cohere2_moe", "axk1": "axk1",
           "mimo_v2_flash": "mimo_v2_flash",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
@@ -530,7 +536,8 @@ def cut(family, cfg, name, x, T, r, pad):
     if how == "kda_a_log":  # [H] viewed as [1, 1, H, 1], sharded_weight_loader(2): heads [r*H/T, ...)
         return _chunk(x.reshape(1, 1, -1, 1) if x.ndim == 1 else x, 2, T, r)
     if how in ("kv", "qkv_fused"):
-        kv = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+        kv = (cfg.get("num_key_value_heads") or config_value(cfg, "num_key_value_heads")  # llama4: text_config's
+              or config_value(cfg, "num_attention_heads"))
     if how == "kv":
         return cut_kv(x, T, r, kv)
     if how == "qkv_fused":  # QKVParallelLinear.weight_loader(loaded_shard_id=None): q | k | v, each cut
