@@ -330,6 +330,17 @@ FAMILIES = {
                                             intermediate_size=128, image_size=56, patch_size=14, vision_output_dim=128,
                                             projector_input_dim=128, projector_output_dim=128,
                                             pixel_shuffle_ratio=0.5).to_dict()),
+    # Muse Glimmer (vLLM's models/muse_glimmer.py MuseGlimmerForCausalLM): the text decoder (GQA, one KV head, the
+    # attention's output gate, sandwich norms) under model.language_model., a one-layer vision tower of 4 heads (cut by
+    # heads at T=2 and 4), its adapter and projection (realmodel.py's muse_glimmer, at the probe's sizes)
+    "muse_glimmer": lambda: tf.MuseGlimmerConfig(
+        text_config=dict(vocab_size=1000, hidden_size=128, intermediate_size=256, num_attention_heads=2,
+                         num_key_value_heads=1, head_dim=64, num_hidden_layers=2, max_position_embeddings=256,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+                         initializer_range=0.1),
+        vision_config=dict(hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4),
+        out_hidden_size=256, projector_hidden_size=64, image_token_id=999, video_token_id=998,
+        tie_word_embeddings=False),
     # EXAONE MoE (vLLM's models/exaone_moe.py): q/k norms, sliding and full layers, a dense first layer, routed and
     # shared experts, the router (gate= to FusedMoEFactory) and its correction bias
     "exaone_moe": lambda: tf.ExaoneMoeConfig(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
@@ -476,7 +487,8 @@ FAMILIES = {
 }
 
 # the model class where it is not AutoModelForCausalLM's (a vision-language wrapper, saved whole)
-MODEL_CLS = {"glm5_next": "Glm5NextForConditionalGeneration", "llama4": "Llama4ForConditionalGeneration"}
+MODEL_CLS = {"glm5_next": "Glm5NextForConditionalGeneration", "llama4": "Llama4ForConditionalGeneration",
+             "muse_glimmer": "MuseGlimmerForConditionalGeneration"}
 # families saved with an MTP layer as their published checkpoints hold it (issue 51): family -> (the prefix of its
 # decoder layers, the tensors the MTP layer adds to a copy of the last decoder layer). DeepSeek-V3 / V3.2 and GLM-5
 # publish layers.{num_hidden_layers} with eh_proj, enorm, hnorm, shared_head.norm, shared_head.head and
@@ -855,6 +867,11 @@ POSTSAVE = {"kimi_linear": kimi_published,
                  .replace(".feedforward_layer_norm.", ".post_attention_layernorm."): v for k, v in t.items()}),
             # published LFM2 configs hold conv_dim and block_dim (the short convolutions' and the blocks' width), which
             # vLLM's Lfm2 sizes them by and transformers' Lfm2Config no longer writes
+            # published Muse Glimmer configs state the vision tower's output_dim and adapter_dim, which vLLM's
+            # MuseGlimmerVisionConfig reads (defaults 6144, 4096) and transformers' (out_hidden_size,
+            # projector_hidden_size) does not write
+            "muse_glimmer": lambda out: edit_config(out, lambda c: c["vision_config"].update(
+                output_dim=c["out_hidden_size"], adapter_dim=c["projector_hidden_size"])),
             "lfm2": lambda out: edit_config(out, lambda c: c.update(conv_dim=c["hidden_size"],
                                                                     block_dim=c["hidden_size"]))}
 

@@ -455,6 +455,19 @@ CUTS["llama4_vl"] = [(r"language_model\." + p, how) for p, how in CUTS["llama4"]
 ]
 
 
+# Muse Glimmer (models/muse_glimmer.py): llama's cuts under model.language_model., the attention's output gate a
+# ColumnParallelLinear (by heads), the vision attention cut by its heads, the rest of the tower, adapter and
+# projection whole (nn.Linear)
+CUTS["muse_glimmer"] = [(p.replace(r"model\.", r"model\.language_model\.", 1), how)
+                        for p, how in EMBED + ATTN + DENSE + NORMS] + [
+    (L.replace(r"model\.", r"model\.language_model\.", 1) + r"self_attn\.gate_proj\.weight", "column"),
+    # MuseGlimmerVisionAttention: QKVParallelLinear (q, k, v and biases by the vision heads), RowParallelLinear proj
+    (r"model\.vision_tower\.layers\.\d+\.attn\.[qkv]_proj\.(weight|bias)", "column"),
+    (r"model\.vision_tower\.layers\.\d+\.attn\.proj\.weight", "row"),
+    (r"model\.vision_(tower|adapter|projection)\..+", "whole"),
+]
+
+
 # EXAONE MoE (models/exaone_moe.py): Qwen3-MoE's cuts with shared_experts (plural) and the bias replicated
 CUTS["exaone_moe"] = EMBED + ATTN + [
     (L + r"mlp\.(gate\.weight|e_score_correction_bias)", "whole"),
@@ -489,7 +502,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           # OLMoE (models/olmoe.py): QKVParallelLinear, q_norm / k_norm RMSNorms over all heads (default loader:
           # whole), FusedMoE experts, GateLinear router replicated: the Qwen-MoE cuts without a shared expert
           "olmoe": "moe", "granitemoe": "granitemoe", "minimax_m2": "minimax_m2", "ernie4_5_moe": "ernie4_5_moe",
-          "minicpm3": "minicpm3", "afmoe": "afmoe", "hy_v3": "hy_v3", "llama4_text": "llama4", "llama4": "llama4_vl",
+          "minicpm3": "minicpm3", "afmoe": "afmoe", "hy_v3": "hy_v3", "llama4_text": "llama4", "llama4": "llama4_vl", "muse_glimmer": "muse_glimmer",
           "exaone_moe": "exaone_moe", "cohere2_moe": "cohere2_moe", "axk1": "axk1",
           "mimo_v2_flash": "mimo_v2_flash",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
