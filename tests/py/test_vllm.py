@@ -75,7 +75,7 @@ FAMILIES = {
     "granitemoeshared": ("granitemoe", None, {}, None), "granitemoe_swa": ("granitemoe_swa", None, {}, None),
     "nemotron": ("llama", None, {}, None), "olmo2": ("olmo2", None, {}, None), "olmo3": ("olmo2", None, {}, None),
     "glm": ("glm", None, {}, None),
-    "gemma4_text": ("gemma4_text", None, {}, None),
+    "gemma4_text": ("gemma4_text", None, {}, None), "gemma4_text_moe": ("gemma4_text", None, {}, None),
     # EXAONE 3 / 3.5, InternLM3, IQuestCoder: their configuration class from the checkpoint (vllm_models.py REMOTE)
     **{f: (v, None, {"trust_remote_code": True}, None)
        for f, v in (("exaone", "exaone"), ("exaone_tied", "exaone"), ("internlm3", "llama"), ("iquestcoder", "llama"))},

@@ -157,6 +157,14 @@ FAMILIES = {
                                                vocab_size_per_layer_input=1000, hidden_size_per_layer_input=16,
                                                tie_word_embeddings=True, pad_token_id=0, bos_token_id=2,
                                                eos_token_id=1, **COMMON),
+    # Gemma 4 with its MoE block (num_experts: vLLM's Gemma4DecoderLayer adds the router and FusedMoE experts beside
+    # the dense MLP): the fused experts gate_up_proj [E, 2I, H] and down_proj [E, H, I], cut as FusedMoE cuts them
+    "gemma4_text_moe": lambda: tf.Gemma4TextConfig(num_key_value_heads=1, intermediate_size=256, global_head_dim=128,
+                                                   sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                                   vocab_size_per_layer_input=1000, hidden_size_per_layer_input=16,
+                                                   num_experts=4, top_k_experts=2, moe_intermediate_size=64,
+                                                   enable_moe_block=True, tie_word_embeddings=True, pad_token_id=0,
+                                                   bos_token_id=2, eos_token_id=1, **COMMON),
     # EXAONE 3 / 3.5, InternLM3, IQuestCoder: natively registered by vLLM (exaone.py ExaoneForCausalLM; InternLM3
     # and IQuestCoder map to llama.py's LlamaForCausalLM), but the vLLM venv's transformers (5.19) has no
     # configuration class for them: their published checkpoints carry one (trust_remote_code). Made as Llama, then

@@ -357,6 +357,13 @@ CUTS = {
         (r"model\.per_layer_projection_norm\.weight", "whole"),
         (L + r"(per_layer_input_gate|per_layer_projection|post_per_layer_input_norm)\.weight", "whole"),
         (L + r"layer_scalar", "whole"),
+        # the MoE block (num_experts): the router whole (GateLinear, its scale and per_expert_scale plain
+        # parameters), FusedMoE's fused experts: gate_up_proj [E, 2I, H] each half's rows cut, down_proj [E, H, I]
+        # its input columns cut
+        (L + r"router\.(proj\.weight|scale|per_expert_scale)", "whole"),
+        (L + r"experts\.gate_up_proj", "experts_halves"),
+        (L + r"experts\.down_proj", "experts_row"),
+        (L + r"(pre_feedforward_layernorm_2|post_feedforward_layernorm_[12])\.weight", "whole"),
     ],
     # Phi through vLLM's Transformers backend: q, k, v (weights and biases) as QKVParallelLinear, dense and fc2
     # RowParallelLinear (their biases whole), fc1 ColumnParallelLinear with its bias, LayerNorms whole, lm_head's
