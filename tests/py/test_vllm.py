@@ -459,10 +459,10 @@ REFUSED_EDITS = {
     # OLMoE: vLLM's OlmoeForCausalLM never ties its head; its k_norm spans the KV heads (not their replicas)
     "olmoe": (("tied", {"tie_word_embeddings": True}, "never ties lm_head"),
               ("fewer KV heads than ranks", {"num_key_value_heads": 1}, "with fewer KV heads than ranks")),
-    # Gemma 4: the forms vLLM builds per layer (KV-shared layers, K as V) and its MoE block, not proven
+    # Gemma 4: the forms vLLM builds per layer (KV-shared layers, K as V), not proven (its MoE block is served: the
+    # gemma4_text_moe family)
     "gemma4_text": (("KV-shared layers", {"num_kv_shared_layers": 1}, "KV-shared layers hold q_proj alone"),
-                    ("K as V", {"attention_k_eq_v": True}, "into both the K and the V part"),
-                    ("MoE block", {"num_experts": 4}, "with its MoE block")),
+                    ("K as V", {"attention_k_eq_v": True}, "into both the K and the V part")),
     # Granite MoE: vLLM's attention derives head_dim from hidden_size / num_attention_heads
     "granitemoe": (("head_dim", {"head_dim": 32}, "takes head_dim as hidden_size / num_attention_heads"),),
     # AFMoE: vLLM reads config.score_func and config.route_norm (transformers' AfmoeConfig declares neither)
