@@ -18,6 +18,13 @@ bf16 model of about 1 GB, measured side by side in one run, each repetition of e
                    one copy fewer);
   after --push off  with --push-off, the same two rows without push-ahead (every byte of the first
                    start comes through the daemon: the read path alone).
+  after TAG       with --variant TAG=ARGS (repeatable), the same two rows with more `tpfs mount`
+                   arguments (e.g. --variant 'nice keep=--nice keep'): a default weighed against an
+                   alternative in the same run.
+  one flag        with --plugin, `--load-format tpfs` on SRC: the plugin of this checkout (pip install
+                   --no-deps into a venv layered on the vLLM venv) mounts SRC itself, from the engine-core
+                   process as the start begins; every start is a first start (the mount goes with the
+                   engine).
 --no-ceiling leaves out the dump and identity rows (a shorter run).
 
 Each start runs in its own process of the vLLM venv (scripts/setup.sh --vllm): no state carries
@@ -26,7 +33,7 @@ FUSE requests of each first start (the stats file); --out writes it (docs/PERFOR
 section is made from it).
 
 python bench/vllm_bench.py [--reps N] [--work DIR] [--out FILE] [--tpfs PATH] [--before PATH] [--iov] [--push-off]
-                           [--no-ceiling]
+                           [--no-ceiling] [--variant TAG=ARGS ...] [--plugin]
 """
 import argparse
 import json
@@ -76,6 +83,24 @@ def vllm_python():
     return v
 
 
+def plugin_python(work):
+    """A venv at WORK/plugin-venv layered on the vLLM venv (a .pth to its site-packages), with this checkout
+    installed into it (pip install --no-deps: the wheel builds tpfs with the Meson build); its python."""
+    base, venv = vllm_python(), os.path.join(work, "plugin-venv")
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([base, "-m", "venv", venv], check=True)
+    py = os.path.join(venv, "bin", "python")
+    purelib = lambda p: subprocess.run([p, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],  # noqa: E731
+                                       capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(purelib(py), "zz-tpfs-vllm-base.pth"), "w") as f:
+        f.write(purelib(base) + "\n")
+    p = subprocess.run([py, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", ROOT],
+                       capture_output=True, text=True, timeout=1200)
+    if p.returncode != 0:
+        sys.exit("pip install --no-deps %s failed:\n%s" % (ROOT, (p.stdout + p.stderr)[-3000:]))
+    return py
+
+
 def start(py, model, fmt, script):
     env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND="0|1", VLLM_CPU_KVCACHE_SPACE="1")
     t0 = time.time()
@@ -120,6 +145,10 @@ def main():
     ap.add_argument("--push-off", action="store_true", help="also the view with --push off (every byte of the "
                     "first start through the daemon)")
     ap.add_argument("--no-ceiling", action="store_true", help="leave out the dump and identity rows")
+    ap.add_argument("--plugin", action="store_true", help="also --load-format tpfs (the plugin of this checkout, "
+                    "installed into a venv layered on the vLLM venv)")
+    ap.add_argument("--variant", action="append", default=[], metavar="TAG=ARGS",
+                    help="also the view with more tpfs mount arguments, e.g. 'nice keep=--nice keep' (repeatable)")
     a = ap.parse_args()
     os.environ["TPFS_BIN"] = a.tpfs
     import tpfs_test as tt
@@ -154,20 +183,31 @@ def main():
     binaries = [("after", a.tpfs, [])] + ([("before", a.before, [])] if a.before else [])
     binaries += [("after --reply iov", a.tpfs, ["--reply", "iov", "--push", "off"])] if a.iov else []
     binaries += [("after --push off", a.tpfs, ["--push", "off"])] if a.push_off else []
+    for v in a.variant:
+        tag, sep, args = v.partition("=")
+        if not sep or not tag.strip():
+            ap.error("--variant: give TAG=ARGS, e.g. 'nice keep=--nice keep'")
+        binaries.append(("after %s" % tag.strip(), a.tpfs, args.split()))
     keys = ["default"] + ([] if a.no_ceiling else ["dump", "identity first", "identity second"])
+    keys += ["one flag"] if a.plugin else []
+    ppy = plugin_python(a.work) if a.plugin else None
+    if a.plugin:  # the plugin's node mounts live in a runtime folder of this run's own
+        os.environ["TPFS_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tpfs-bench-run-")
     for tag, _, _ in binaries:
         keys += ["%s first" % tag, "%s second" % tag]
     res = {k: [] for k in keys}
     notes = {}
     tokens = set()
 
-    def run(key, model, fmt):
-        lw, wall, tok = start(py, model, fmt, script)
+    def run(key, model, fmt, python=None):
+        lw, wall, tok = start(python or py, model, fmt, script)
         res[key].append((lw, wall))
         tokens.add(tok)
 
     for rep in range(a.reps):
         run("default", src, "auto")
+        if a.plugin:
+            run("one flag", src, "tpfs", ppy)
         if not a.no_ceiling:
             run("dump", dump, "sharded_state")
             with tt.Mount(dump, 1, "--plan", ident, "--push", "off", allow_stderr=[r"^tpfs: warning: "]) as m:
@@ -188,6 +228,7 @@ def main():
     idf = statistics.median(x[0] for x in res["identity first"]) if res.get("identity first") else None
     dw = statistics.median(x[1] for x in res["default"])
     names = {"default": "vLLM default loader on SRC (source cached)",
+             "one flag": "--load-format tpfs on SRC (the plugin mounts it as the engine starts; source cached)",
              "dump": "sharded_state on a pre-sharded dump on this disk (no FUSE; dump cached)",
              "identity first": "identity FUSE (tpfs --tp 1 over the dump), first start: the FUSE ceiling",
              "identity second": "identity FUSE, second start (its pages cached)"}
@@ -205,14 +246,15 @@ def main():
     for tag, st in sorted(notes.items()):
         r, b, c, cpu, pushed = st[-1]
         lines.append("FUSE requests of the %s first start (the stats file, both ranks): %d reads, %.1f MB, %.0f KiB "
-                     "a request, %d copied%s; the daemon's CPU time %s s." % (
+                     "a request, %d copied%s; reads in each repetition %s; the daemon's CPU time %s s." % (
                          tag, r, b / 1e6, b / max(r, 1) / 1024, c, ", %.1f MB pushed ahead" % (pushed / 1e6) if pushed else "",
-                         " / ".join("%.2f" % x[3] for x in st)))
+                         " / ".join("%d" % x[0] for x in st), " / ".join("%.2f" % x[3] for x in st)))
     lines.append("Greedy tokens of every start: %s (%s)." % (sorted(tokens),
                  "identical" if len(tokens) == 1 else "DIFFERENT"))
-    lines.append("Command: `python bench/vllm_bench.py --reps %d%s%s%s%s` (each start its own process; the machine: 2 "
-                 "cores, no GPU)." % (a.reps, " --before OLD_TPFS" if a.before else "", " --iov" if a.iov else "",
-                                      " --push-off" if a.push_off else "", " --no-ceiling" if a.no_ceiling else ""))
+    lines.append("Command: `python bench/vllm_bench.py --reps %d%s%s%s%s%s` (each start its own process; the machine: "
+                 "2 cores, no GPU)." % (a.reps, " --before OLD_TPFS" if a.before else "", " --iov" if a.iov else "",
+                                        " --push-off" if a.push_off else "", " --no-ceiling" if a.no_ceiling else "",
+                                        "".join(" --variant '%s'" % v for v in a.variant) + (" --plugin" if a.plugin else "")))
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:

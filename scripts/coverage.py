@@ -11,7 +11,7 @@ conversion to the checkpoint layout), the data a sparse hole. Then `tpfs plan --
 `--tp 4` are run on it, and each family is one of:
 
   served    tpfs plans it at T=2 and 4; the numeric test that proves it is named (a family of
-            tests/py/realmodel.py that tests/py/test_real_models.py runs at T=2 and 4)
+            tests/py/families.py, the registry, that tests/py/test_real_models.py runs at T=2 and 4)
   refused   tpfs refuses it by name: an architecture no built-in plan knows, or a tensor a plan
             cannot serve (the first reason is shown)
   error     `tpfs plan` crashed or failed without a clear refusal (a bug)
@@ -508,8 +508,8 @@ def main():
         if r["view"] == "error":
             fail.append("%s: tpfs plan --view vllm failed without a clear refusal: %s" % (r["family"], r["view_reason"]))
         if r["status"] == "served" and r["family"] not in proven:
-            fail.append("%s: served (plan %s) but no numeric test proves it: add it to tests/py/realmodel.py"
-                        % (r["family"], r["plan"]))
+            fail.append("%s: served (plan %s) but no numeric test proves it: add its family() row to "
+                        "tests/py/families.py" % (r["family"], r["plan"]))
     if a.check and not a.only:
         with open(a.out) as f:
             if f.read() != text:

@@ -132,7 +132,7 @@ static const struct option mount_lo[] = {
 	{"ep", optional_argument, 0, 'E'}, {"view", required_argument, 0, 'W'},
 	{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
 	{"pp", required_argument, 0, 'Q'}, {"pp-layers", required_argument, 0, 'G'},
-	{"push", required_argument, 0, 'H'},
+	{"push", required_argument, 0, 'H'}, {"nice", required_argument, 0, 'N'},
 	{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 
 /* Options of -o that tpfs takes as given and drops: fstab's and mount(8)'s own (mount.fuse3 drops the same
@@ -296,6 +296,17 @@ static int mount_option(int c, const char *arg, struct mount_args *a)
 		if (parse_push(arg, &fo->push) < 0)
 			return die_usage(usage_mount, "--push: off, auto, or a size in bytes (suffix K, M, G or T: binary)");
 		break;
+	case 'N': {
+		char *end;
+		long n = strtol(arg, &end, 10);
+		if (!strcmp(arg, "keep"))
+			fo->nice = TP_NICE_KEEP;
+		else if (end == arg || *end || n < -20 || n > 19)
+			return die_usage(usage_mount, "--nice: give -20..19, or keep");
+		else
+			fo->nice = (int)n;
+		break;
+	}
 	case 'h': fputs(usage_mount, stdout); return 1;
 	default: return die_usage(usage_mount, NULL);
 	}
@@ -307,7 +318,8 @@ static int cmd_mount(int argc, char **argv)
 	static struct mount_args a; /* static: 12 KiB of buffers, and one mount per process */
 	a = (struct mount_args){.mo = {.log = tp_log_model},
 				.fo = {.readahead_kb = 4096, .threads = 16, .gather = TP_GATHER_AUTO,
-				       .release_pages = -1, .mnt_lock = -1, .push = -1}};
+				       .release_pages = -1, .mnt_lock = -1, .push = -1,
+				       .nice = TP_NICE_DEFAULT}};
 	tp_model_opts mo;
 	tp_fs_opts fo;
 	const char *ranks;

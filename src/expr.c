@@ -18,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { V_INT, V_STR, V_LIST, V_MISSING, V_OBJ } vkind; /* V_OBJ: an object, for has() only */
+typedef enum { V_INT, V_STR, V_LIST, V_MISSING, V_OBJ } vkind; /* V_OBJ: an object or a non-integer number,
+                                                                 * for has() only */
 
 typedef struct val {
 	vkind k;
@@ -27,6 +28,7 @@ typedef struct val {
 	size_t slen;
 	const cJSON *list;      /* V_LIST */
 	char name[96];          /* the key a missing value came from, for messages */
+	int number;             /* V_OBJ: a number that is not an integer (layernorm_epsilon), not an object */
 } val;
 
 typedef struct P {
@@ -220,8 +222,13 @@ static int from_json(P *p, const cJSON *n, const char *name, val *out)
 	} else if (cJSON_IsNumber(n)) {
 		double d = n->valuedouble;
 		/* the range first: converting a double outside int64 is undefined */
-		if (!(d <= 9007199254740992.0 && d >= -9007199254740992.0) || d != (double)(int64_t)d)
-			return perr(p, "config value '%s' is not an integer", name);
+		if (!(d <= 9007199254740992.0 && d >= -9007199254740992.0) || d != (double)(int64_t)d) {
+			if (!p->guard)
+				return perr(p, "config value '%s' is not an integer", name);
+			out->k = V_OBJ; /* has(layernorm_epsilon): present; call() refuses other uses */
+			out->number = 1;
+			return 0;
+		}
 		out->k = V_INT;
 		out->i = (int64_t)d;
 	} else if (cJSON_IsString(n)) {
@@ -281,7 +288,8 @@ static int call(P *p, const char *fn, val *out)
 		return 0; /* parsed, not evaluated */
 	for (int i = 0; i < n; i++)
 		if (a[i].k == V_OBJ && strcmp(fn, "has") != 0)
-			return perr(p, "config value '%s' is an object, not a value (only has() takes one)", a[i].name);
+			return perr(p, a[i].number ? "config value '%s' is not an integer (only has() takes one)"
+					: "config value '%s' is an object, not a value (only has() takes one)", a[i].name);
 	if (strcmp(fn, "has") == 0 && n == 1) {
 		out->i = a[0].k != V_MISSING;
 	} else if (strcmp(fn, "first") == 0 && n >= 1) {

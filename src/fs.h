@@ -45,7 +45,12 @@ typedef struct tp_fs_opts {
 	                          * readahead, 2 no readahead and no prefetch (for measuring) */
 	long long push;          /* --push: bytes of served files stored into the page cache ahead of
 	                          * reads; 0 off; -1 (auto, the default) a quarter of MemAvailable at mount */
+	int nice;                /* --nice: the nice value of the threads that answer FUSE requests (-20..19);
+	                          * TP_NICE_KEEP leaves the one the daemon inherits */
 } tp_fs_opts;
+
+#define TP_NICE_KEEP 100 /* tp_fs_opts.nice: leave the threads' priority as inherited */
+#define TP_NICE_DEFAULT -10
 
 /* Mounts m at o->mnt and serves it until unmounted (fusermount3 -u, tpfs umount, SIGTERM,
  * SIGINT). In background mode the calling process returns as soon as the mount answers

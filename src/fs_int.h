@@ -102,6 +102,7 @@ typedef struct tp_fs {
 	} backend;
 	char gather_note[256];
 	char oom_note[256];    /* the daemon's oom_score_adj and whether it was lowered (fs_session.c) */
+	char nice_note[256];   /* the request threads' nice value and whether it was set (fs_session.c) */
 	/* --view: the engine's part files at the top (fs_names.c), read by read_file (fs_read.c) */
 	size_t vnp;            /* parts per rank; 0: the hf view (rank folders) */
 	fuse_ino_t vpart_ino;  /* rank 0's part 0; rank r's part p is vpart_ino + r * vnp + p */
@@ -196,8 +197,34 @@ char *stats_text(tp_fs *fs, size_t *len);
 
 /* ---- fs_read.c ---- */
 void fh_free(fhandle *h);
+
+/* A served tensor file as the read path and the residency policy see it (fs_read.c makes it on the
+ * stack for each request: rfile_tensors, rfile_part). */
+typedef struct rfile {
+	tp_file f;
+	uint32_t rank, nsrc;
+	const tp_src *tab;       /* [nsrc] */
+	const uint32_t *node;    /* [nsrc]: the node each source is */
+	_Atomic(uint8_t *) *loc; /* its local bytes (header, constants), made on first use */
+	_Atomic uint64_t *win;   /* its prefetch window */
+	const char *path;        /* a rank folder's file: the source's path; a part file: NULL */
+	size_t part;             /* a part file: its number */
+	const tp_model *m;       /* a part file: the model (its name) */
+	tp_src one;              /* a layout's table */
+	uint32_t one_node;
+} rfile;
+
+/* ---- fs_resid.c ---- */
 /* MADV_RANDOM on every source mapping (exact source reads), or nothing (--source-io readahead). */
 void advise_sources(const tp_fs *fs);
+/* Before a reply of file bytes [off, off + want) of rf (its first pass of runs is runs[0..nr), covering
+ * cov bytes): asks for their source pages unless an earlier read of this window did, and for the next
+ * PF_AHEAD bytes' that no read has asked for yet (--source-io exact only). Advisory: changes no byte. */
+void fetch_ahead(const tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, const tp_run *runs, size_t nr,
+		 uint64_t cov);
+/* After a reply's copy of runs[0..nr): the pages of every source those runs touched leave this
+ * process's page table (--release-pages). */
+void release_after(tp_fs *fs, const rfile *rf, const tp_run *runs, size_t nr);
 
 /* Whether rank r's folder is served (--ranks). */
 int served(const tp_fs *fs, uint32_t r);

@@ -19,44 +19,6 @@ int served(const tp_fs *fs, uint32_t r)
 	return !fs->o->serve || fs->o->serve[r];
 }
 
-/* The reply buffer of each libfuse worker thread (readdir and reads), grown as needed. */
-static pthread_key_t scratch_key;
-
-static void scratch_free(void *p)
-{
-	scratch *s = p;
-	if (s) {
-		free(s->buf);
-		free(s);
-	}
-}
-
-scratch *get_scratch(size_t need)
-{
-	scratch *s = pthread_getspecific(scratch_key);
-	if (!s) {
-		s = calloc(1, sizeof *s);
-		if (!s)
-			return NULL;
-		pthread_setspecific(scratch_key, s);
-	}
-	if (s->cap < need || !s->buf) { /* always a buffer, even for a zero-length need */
-		size_t cap = need < (1u << 20) + 4096 ? (1u << 20) + 4096 : need;
-		uint8_t *b = realloc(s->buf, cap);
-		if (!b)
-			return NULL;
-		s->buf = b;
-		s->cap = cap;
-	}
-	return s;
-}
-
-void scratch_key_make(void)
-{
-	pthread_key_create(&scratch_key, scratch_free);
-}
-
-
 fuse_ino_t ino_of(const tp_fs *fs, uint32_t r, uint32_t i)
 {
 	return 2 + (fuse_ino_t)r * fs->nn + i;
@@ -516,7 +478,7 @@ static size_t push_text(const tp_fs *fs, char *b, size_t cap)
  * source byte counts), 128 bytes a rank, and the failed files' lines. */
 static size_t stats_size(const tp_fs *fs)
 {
-	return 1024 + 96 /* the push line */ + 32 + sizeof fs->oom_note /* the oom_score_adj line */ + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
+	return 1024 + 96 /* the push line */ + 32 + sizeof fs->oom_note /* the oom_score_adj line */ + 16 + sizeof fs->nice_note + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
 	       (size_t)(fs->o->serve ? fs->o->nserve : fs->T) * 128 + failures_text_max();
 }
 
@@ -559,6 +521,8 @@ char *stats_text(tp_fs *fs, size_t *len)
 		w += push_text(fs, b + w, cap - w);
 	if (w < cap) /* what the kernel's OOM killer sees of the daemon (fs_session.c) */
 		w += (size_t)snprintf(b + w, cap - w, "oom_score_adj: %s\n", fs->oom_note[0] ? fs->oom_note : "not set yet");
+	if (w < cap) /* the request threads' priority (fs_session.c) */
+		w += (size_t)snprintf(b + w, cap - w, "nice: %s\n", fs->nice_note[0] ? fs->nice_note : "not set yet");
 	if (w < cap)
 		w += failures_text(b + w, cap - w);
 	if (w > cap - 1)

@@ -11,7 +11,8 @@
  * request allocates beyond its thread's scratch (and a file's local bytes, once), parses, or
  * looks up a name. The push thread (fs_push.c) has its bytes made by the same pass (push_bytes:
  * the same checks and copy, into its own scratch), and op_read counts the reads in flight, which
- * the push yields to.
+ * the push yields to. Which source pages are asked for ahead and released behind, and each
+ * thread's scratch, are fs_resid.c's.
  */
 #include "fs_int.h"
 
@@ -27,145 +28,6 @@ void fh_free(fhandle *h)
 static void fh_track(struct tp_fs *fs, fhandle *h);
 /* Takes h off that list and frees it. */
 static void fh_release(struct tp_fs *fs, fhandle *h);
-
-/* Drops this process's page-table entries of the pages of source src behind runs (they stay in
- * the page cache): without it, every source page a reply touched would count in the daemon's
- * RSS, a 700 GB checkpoint read once would show as 700 GB resident. */
-static void release_runs_src(const tp_fs *fs, const tp_node *n, const tp_run *runs, size_t nr, uint32_t src)
-{
-	if (!fs->o->release_pages || !n->map)
-		return;
-	uint64_t lo = UINT64_MAX, hi = 0;
-	for (size_t k = 0; k < nr; k++) {
-		if (!tp_run_reads(&runs[k]) || runs[k].src != src)
-			continue;
-		uint64_t a, end;
-		tp_run_src_span(&runs[k], &a, &end);
-		lo = a < lo ? a : lo;
-		hi = end > hi ? end : hi;
-	}
-	if (lo >= hi)
-		return;
-	/* The kernel maps more than the pages a copy touches: fault-around maps the neighbours of a
-	 * faulting page (64 KiB by default) and a large folio is mapped whole. Release a 2 MiB-aligned
-	 * span around the runs so those neighbours go too (another thread needing them faults again). */
-	const uint64_t align = 2u << 20;
-	static uint64_t page;
-	if (!page)
-		page = (uint64_t)sysconf(_SC_PAGESIZE);
-	uint64_t a = lo / align * align, b = (hi + align - 1) / align * align;
-	uint64_t end = (n->src_size + page - 1) / page * page;
-	if (b > end)
-		b = end;
-	if (a < b)
-		madvise((void *)(n->map + a), b - a, MADV_DONTNEED);
-}
-
-/* ---- fetching source pages (issue 16: a node reads only what its ranks need) ----
- *
- * The source mappings get no readahead (MADV_RANDOM, set at mount): the kernel's readahead
- * around a fault reads megabytes of neighbouring rows that belong to other ranks. Instead, each
- * read asks for exactly the source pages of its own runs (when no earlier read asked for them)
- * and of the next PF_AHEAD bytes of the rank file, coalesced into page ranges, with
- * MADV_WILLNEED: the kernel starts that I/O and returns. Pages already cached are skipped after
- * one mincore() per window of at most PF_SPAN of source, and a 1 MiB chunk found wholly cached is
- * not checked again for a second, so a cached source costs a few system calls per read. */
-
-static uint64_t sys_page(void)
-{
-	static uint64_t page;
-	if (!page)
-		page = (uint64_t)sysconf(_SC_PAGESIZE);
-	return page;
-}
-
-/* A millisecond clock for residency marks (wraps; never 0). */
-static uint32_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
-	uint32_t v = (uint32_t)((uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u);
-	return v ? v : 1;
-}
-
-/* Asks the kernel to start reading the pages of ranges rg[0..ng) that are not in the page cache:
- * one mincore() per window of up to PF_SPAN of source (whole RC_CHUNKs, up to the last range in
- * it), then MADV_WILLNEED on each stretch of missing pages, in pieces of at most WN_CHUNK (the
- * kernel reads at most max(io_pages, ra_pages) pages per call and silently drops the rest of a
- * larger one). A chunk that a check found wholly cached, or that a range of this call covered
- * whole (every missing page of it asked for), in the last RC_FRESH_MS is skipped (resid, NULL: no
- * marks): with a cached source the checks were a fifth of the daemon's time at T=8, every rank
- * checking the pages around its own; from slow storage mincore() reports the pages still being
- * read as missing (it counts only up-to-date pages), so without the asked mark every read asked
- * again for the whole window ahead, which is in flight all the time there: 20 GB of mincore()
- * and MADV_WILLNEED for a 1 GB file, 3.5 s of the daemon's system time (bench/vllm_nodes.py).
- * A page evicted, or a read-ahead the kernel dropped, within that time is read when the copy
- * touches it, as without prefetch. */
-static void fetch_ranges(const tp_node *n, _Atomic uint32_t *resid, const tp_io_range *rg, size_t ng)
-{
-	const uint64_t page = sys_page(), end = (n->src_size + page - 1) / page * page;
-	unsigned char vec[PF_SPAN / 4096];
-	uint64_t wlo = 0, whi = 0;
-	int known = 0;
-	const uint32_t now = resid ? now_ms() : 0;
-	for (size_t j = 0; j < ng; j++) {
-		uint64_t x = rg[j].lo, hi = rg[j].hi < end ? rg[j].hi : end;
-		while (x < hi) {
-			if (resid) {
-				uint64_t c = x / RC_CHUNK;
-				uint32_t st = atomic_load_explicit(&resid[c], memory_order_relaxed);
-				if (st && now - st <= RC_FRESH_MS) {
-					x = (c + 1) * RC_CHUNK < hi ? (c + 1) * RC_CHUNK : hi;
-					continue;
-				}
-			}
-			if (x < wlo || x >= whi) { /* a new residency window, up to the last range in it */
-				wlo = resid ? x / RC_CHUNK * RC_CHUNK : x;
-				whi = end - wlo > sizeof vec * page ? wlo + sizeof vec * page : end;
-				uint64_t need = hi;
-				for (size_t k = j + 1; k < ng && rg[k].lo < whi; k++)
-					need = rg[k].hi > need ? rg[k].hi : need;
-				if (resid) /* whole chunks, so that each can be marked */
-					need = (need + RC_CHUNK - 1) / RC_CHUNK * RC_CHUNK;
-				whi = need < whi ? (need + page - 1) / page * page : whi;
-				known = page >= 4096 && mincore((void *)(n->map + wlo), whi - wlo, vec) == 0;
-				for (uint64_t c = wlo; known && resid && c < whi; c += RC_CHUNK) {
-					uint64_t ce = c + RC_CHUNK < whi ? c + RC_CHUNK : whi, p = c;
-					while (p < ce && (vec[(p - wlo) / page] & 1))
-						p += page;
-					if (p == ce && (ce - c == RC_CHUNK || ce == end))
-						atomic_store_explicit(&resid[c / RC_CHUNK], now, memory_order_relaxed);
-				}
-			}
-			uint64_t stop = hi < whi ? hi : whi;
-			while (known && x < stop && (vec[(x - wlo) / page] & 1))
-				x += page;
-			uint64_t y = x;
-			while (y < stop && y - x < WN_CHUNK && !(known && (vec[(y - wlo) / page] & 1)))
-				y += page;
-			if (y > x)
-				madvise((void *)(n->map + x), y - x, MADV_WILLNEED);
-			x = y;
-		}
-		if (resid) { /* every chunk the range covers whole is asked for now */
-			uint64_t c = (rg[j].lo + RC_CHUNK - 1) / RC_CHUNK, ce = hi == end ? (hi + RC_CHUNK - 1) / RC_CHUNK : hi / RC_CHUNK;
-			for (; c < ce; c++)
-				atomic_store_explicit(&resid[c], now, memory_order_relaxed);
-		}
-	}
-}
-
-/* Sets the access advice of every source mapping once, before serving (see above). */
-void advise_sources(const tp_fs *fs)
-{
-	for (uint32_t i = 0; i < fs->nn; i++) {
-		const tp_node *n = &fs->m->n[i];
-		if (n->kind == TN_TENSORS && n->map && fs->o->source_io != 1 &&
-		    madvise((void *)n->map, n->src_size, MADV_RANDOM) < 0)
-			tp_log(0, "%s: cannot turn off readahead on the source (%s): a node may read more than its ranks need",
-			       n->path, strerror(errno));
-	}
-}
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -270,20 +132,6 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
  * source's node, the slot of its local bytes and its prefetch window. rfile_tensors and
  * rfile_part make that description on the stack; read_file serves it. */
 
-typedef struct rfile {
-	tp_file f;
-	uint32_t rank, nsrc;
-	const tp_src *tab;       /* [nsrc] */
-	const uint32_t *node;    /* [nsrc]: the node each source is */
-	_Atomic(uint8_t *) *loc; /* its local bytes (header, constants), made on first use */
-	_Atomic uint64_t *win;   /* its prefetch window */
-	const char *path;        /* a rank folder's file: the source's path; a part file: NULL */
-	size_t part;             /* a part file: its number */
-	const tp_model *m;       /* a part file: the model (its name) */
-	tp_src one;              /* a layout's table */
-	uint32_t one_node;
-} rfile;
-
 /* Rank r's copy of tensor file i. */
 static void rfile_tensors(tp_fs *fs, uint32_t r, uint32_t i, rfile *rf)
 {
@@ -346,85 +194,6 @@ static int rf_check(tp_fs *fs, const rfile *rf)
 			return err;
 	}
 	return 0;
-}
-
-/* fetch_ranges for ranges of the file's sources (each names its source; runs of one source
- * are consecutive, as the planners give them). */
-static void fetch_src(const tp_fs *fs, const rfile *rf, const tp_io_range *rg, size_t ng)
-{
-	for (size_t a = 0, b; a < ng; a = b) {
-		for (b = a + 1; b < ng && rg[b].src == rg[a].src; b++)
-			;
-		uint32_t node = rf->node[rg[a].src];
-		if (fs->m->n[node].map)
-			fetch_ranges(&fs->m->n[node], fs->ns[node].resid, rg + a, b - a);
-	}
-}
-
-/* The source pages of runs (as tp_file_map gives them). */
-static void fetch_runs(const tp_fs *fs, const rfile *rf, const tp_run *runs, size_t nr)
-{
-	tp_io_range rg[64];
-	tp_io_at at = {0, 0};
-	while (at.run < nr) {
-		tp_io_at was = at;
-		size_t ng = tp_io_ranges_src(runs, nr, sys_page(), rg, 64, &at);
-		fetch_src(fs, rf, rg, ng);
-		if (at.run == was.run && at.cut <= was.cut)
-			break; /* no progress (not reached: each call advances) */
-	}
-}
-
-/* The source pages of file bytes [a, b): those tp_file_io_plan gives, without visiting every row
- * of a tensor whose rows' pages run into each other. */
-static void fetch_span(const tp_fs *fs, const rfile *rf, uint64_t a, uint64_t b)
-{
-	tp_io_range rg[64];
-	uint64_t cut = 0;
-	while (a < b) {
-		uint64_t cov, was = cut;
-		size_t ng = tp_file_io_plan(rf->f, a, b, sys_page(), rg, 64, &cov, &cut);
-		fetch_src(fs, rf, rg, ng);
-		if (!cov && cut <= was)
-			break; /* no progress (not reached: each call advances) */
-		a += cov;
-	}
-}
-
-/* Before replying to a read of [off, off + want) of the file (whose first pass of runs is
- * runs[0..nr), covering cov bytes): fetches its own pages unless an earlier read of this window
- * did, and the next PF_AHEAD bytes' pages that no read has asked for yet. The window is advisory:
- * a race between threads only repeats or skips a prefetch, never changes bytes. */
-static void prefetch(const tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, const tp_run *runs, size_t nr,
-		     uint64_t cov)
-{
-	if (fs->o->source_io != 0)
-		return;
-	uint64_t size = tp_file_size(rf->f), end = off + want, w = atomic_load_explicit(rf->win, memory_order_relaxed);
-	uint64_t lo = (w >> 32) * PF_UNIT, hi = (w & 0xffffffffu) * PF_UNIT;
-	int inside = off >= lo && end <= hi;
-	if (!inside) {
-		if (cov == want)
-			fetch_runs(fs, rf, runs, nr);
-		else
-			fetch_span(fs, rf, off, end);
-	}
-	uint64_t from = inside ? hi : end, to = size - end > PF_AHEAD ? end + PF_AHEAD : size;
-	if (from >= to)
-		return;
-	uint64_t nlo = (inside ? lo : off) / PF_UNIT, nhi = to == size ? (to + PF_UNIT - 1) / PF_UNIT : to / PF_UNIT;
-	if (nhi <= 0xffffffffu && !atomic_compare_exchange_strong_explicit(rf->win, &w, nlo << 32 | nhi,
-									    memory_order_relaxed, memory_order_relaxed))
-		return; /* another thread moved the window and fetches ahead of it */
-	fetch_span(fs, rf, from, to);
-}
-
-/* After a reply: every source's pages the reply's runs touched leave this process's page table,
- * and pages cached by a reply that raced a change are dropped again. */
-static void rf_after(tp_fs *fs, const rfile *rf, const tp_run *runs, size_t nr)
-{
-	for (uint32_t k = 0; k < rf->nsrc; k++)
-		release_runs_src(fs, &fs->m->n[rf->node[k]], runs, nr, k);
 }
 
 /* The gather backend for a reply of want bytes from nsrc source runs: CUDA for every strided
@@ -512,7 +281,7 @@ static int rf_copy(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, cons
 			}
 			return EIO;
 		}
-		rf_after(fs, rf, runs, nr);
+		release_after(fs, rf, runs, nr);
 		done += cov;
 	}
 	return 0;
@@ -542,7 +311,7 @@ static int rf_begin(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, rf_
 	if (!m->s || (need_loc && !m->loc))
 		return ENOMEM;
 	m->nr = tp_file_map(rf->f, off, want, m->s->runs, RUN_CAP, &m->cov);
-	prefetch(fs, rf, off, want, m->s->runs, m->nr, m->cov);
+	fetch_ahead(fs, rf, off, want, m->s->runs, m->nr, m->cov);
 	m->nsrc = m->nwiden = 0;
 	for (size_t k = 0; k < m->nr; k++) {
 		m->nsrc += m->s->runs[k].kind == TP_RUN_SRC;
@@ -595,7 +364,7 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 		if (rc)
 			tp_log(3, "%s: reply of %llu bytes at %lld failed: %s", rf_name(rf, nm, sizeof nm),
 			       (unsigned long long)want, (long long)off, strerror(-rc));
-		rf_after(fs, rf, s->runs, nr);
+		release_after(fs, rf, s->runs, nr);
 		for (uint32_t k = 0; k < rf->nsrc; k++)
 			after_reply(fs, rf->node[k]);
 		return;

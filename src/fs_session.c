@@ -7,6 +7,7 @@
  * backend, the watcher, the push thread) and releases in reverse, one label per resource.
  */
 #include "fs_int.h"
+#include <sys/resource.h>
 
 /* ---- mounting ---- */
 
@@ -224,6 +225,40 @@ static void lower_oom_score(tp_fs *fs)
 	       why, strerror(err), fs->o->mnt);
 }
 
+/* The request threads' priority (--nice; the default TP_NICE_DEFAULT). Every page fault or read that
+ * misses the page cache of a served file waits for a thread of the FUSE loop; while an engine's workers
+ * keep every core busy (as during a load), a thread woken at their priority waits for a time slice
+ * before it runs, and the faulting worker waits with it: measured in docs/PERFORMANCE.md ("Push-ahead").
+ * Called on the main thread just before the FUSE loop starts: on Linux nice is per thread and a new
+ * thread inherits its creator's, so libfuse's workers (started by this thread, then by each other)
+ * take the value, while the push, the watcher and the invalidator, started earlier, keep the
+ * inherited one (the push must yield to readers, not compete with them). Raising a priority needs
+ * CAP_SYS_NICE; without it the threads keep theirs and the log says so once. Lowering is always
+ * allowed. fs->nice_note says which, for the stats file. */
+static void set_request_priority(tp_fs *fs)
+{
+	errno = 0;
+	int was = getpriority(PRIO_PROCESS, 0); /* 0: the calling thread, on Linux */
+	if (errno)
+		was = 0;
+	if (fs->o->nice == TP_NICE_KEEP || fs->o->nice == was) {
+		tp_fmt(fs->nice_note, sizeof fs->nice_note, "%d (the request threads keep the inherited value%s)", was,
+		       fs->o->nice == TP_NICE_KEEP ? ": --nice keep" : "");
+		return;
+	}
+	if (setpriority(PRIO_PROCESS, 0, fs->o->nice) == 0) {
+		tp_fmt(fs->nice_note, sizeof fs->nice_note, "%d (the request threads; the push and the other background "
+		       "threads keep %d)", fs->o->nice, was);
+		return;
+	}
+	int err = errno;
+	const char *why = err == EACCES || err == EPERM ? "raising it needs CAP_SYS_NICE" : "setpriority failed";
+	tp_fmt(fs->nice_note, sizeof fs->nice_note, "%d (not set to %d: %s: %s)", was, fs->o->nice, why, strerror(err));
+	tp_log(1, "request threads left at nice %d, not %d (%s: %s): while other processes keep every core busy, each "
+	       "read of %s that misses the page cache may wait a time slice", was, fs->o->nice, why, strerror(err),
+	       fs->o->mnt);
+}
+
 /* Opens the gather backend o->gather asks for, in the daemon (after it forked). */
 static int open_backend(tp_fs *fs, tp_err *e)
 {
@@ -420,6 +455,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	advise_sources(&fs);
 	start_watching(&fs);
 	start_push(&fs);
+	set_request_priority(&fs);
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, o->threads ? o->threads : 16);
 	fuse_loop_cfg_set_idle_threads(lc, o->threads ? o->threads : 16);

@@ -18,6 +18,16 @@ mount is replaced; the mount is removed when the last worker using it exits (tpf
 reading loads the worker's `model-rank-{r}-part-*` (`model-pp-{s}-tp-{t}-part-*`) files from the mount. A checkpoint
 tpfs refuses stops the engine at start: load_model raises tpfs.TpfsError, whose text is tpfs's message.
 
+The mount is made early where vLLM lets a plugin see the engine's configuration: register() runs first in the
+engine-core process inside EngineCore.__init__ (vllm/v1/engine/core.py, load_general_plugins), whose vllm_config it
+finds in that caller's frame; with --load-format tpfs it starts, on a thread of its own, the same node mount the
+workers will ask for (the node's block of ranks under the multiprocessing executor, computed from the parallel
+config as node_ranks does). So the mount and its push-ahead run while vLLM spawns its workers and initialises
+them, and the workers find the mount made. The engine-core process then counts as a user of the mount until it
+exits (tpfs.node). Where the frame is not found (another vLLM, the engine core in the API server's process, Ray),
+or the early mount fails, nothing changes: the first worker mounts as before, and a refusal stops the start
+there with tpfs's message. TPFS_VLLM_EARLY=0 in the environment leaves the mount to the first worker.
+
 SRC is a local folder or, where it is no folder, a model id in the local Hugging Face cache (read offline: this
 loader downloads nothing). --model-loader-extra-config '{"tpfs": {...}}' takes:
   "args": ["--ep", ...]   more `tpfs mount` arguments (--ep, --pp-layers, --unmatched, a --plan, ...);
@@ -26,6 +36,9 @@ VLLM_PP_LAYER_PARTITION, where set, is passed as --pp-layers (vLLM then divides 
 config key is taken (sharded_state's "pattern" is not: tpfs serves its default names).
 """
 import os
+import sys
+import threading
+import time
 
 from vllm.logger import init_logger
 from vllm.model_executor.model_loader import ShardedStateLoader, register_model_loader
@@ -139,8 +152,66 @@ class TpfsLoader(ShardedStateLoader):
         return super().load_weights(model, _At(model_config, self.mnt))
 
 
+def node_block(parallel_config):
+    """The ranks vLLM's multiprocessing executor runs on this node (vLLM's numbering), from the parallel config
+    alone (what node_ranks gives every worker of the node), or None where the executor is another."""
+    backend = getattr(parallel_config, "distributed_executor_backend", None)
+    if backend not in (None, "mp", "uni"):
+        return None
+    local, world = parallel_config.local_world_size, parallel_config.world_size
+    lo = parallel_config.node_rank_within_dp * local
+    return list(range(lo, lo + local)) if lo + local <= world else None
+
+
+def _engine_config():
+    """The vllm_config of the EngineCore.__init__ that is loading the plugins (a caller's frame), or None."""
+    from vllm.config import VllmConfig
+    f = sys._getframe(1)
+    for _ in range(12):
+        f = f.f_back
+        if f is None:
+            return None
+        if f.f_code.co_name == "__init__" and type(f.f_locals.get("self")).__name__.startswith("EngineCore"):
+            c = f.f_locals.get("vllm_config")
+            return c if isinstance(c, VllmConfig) else None
+    return None
+
+
+def _mount_early(vllm_config):
+    """The node mount for vllm_config, made from the engine-core process (a thread of its own); failures are only
+    logged (the workers mount, and report, as without it)."""
+    try:
+        pc, lc = vllm_config.parallel_config, vllm_config.load_config
+        ranks = node_block(pc)
+        if ranks is None or getattr(pc, "data_parallel_size", 1) != 1:
+            return
+        loader = TpfsLoader(lc)
+        args = list(loader.args)
+        layers = os.environ.get("VLLM_PP_LAYER_PARTITION")
+        pp, tp = pc.pipeline_parallel_size, pc.tensor_parallel_size
+        if pp > 1 and layers and not any(a.startswith("--pp-layers") for a in args):
+            args += ["--pp-layers", layers]
+        src = source_folder(vllm_config.model_config)
+        t = time.time()
+        mnt = node.acquire(src, tp, pp, ranks_text(ranks), loader.view, args)
+        logger.info("tpfs: mounted %s for ranks %s of TP=%d PP=%d at %s from the engine core in %.2f s, before the "
+                    "workers start (its push-ahead runs while they do)", src, ranks_text(ranks), tp, pp, mnt,
+                    time.time() - t)
+    except Exception as e:  # noqa: BLE001 -- the workers mount and report it
+        logger.info("tpfs: no early mount from the engine core (%s: %s); the first worker mounts", type(e).__name__, e)
+
+
 def register():
-    """The vllm.general_plugins entry point: --load-format tpfs is TpfsLoader (in every vLLM process)."""
+    """The vllm.general_plugins entry point: --load-format tpfs is TpfsLoader (in every vLLM process); in the
+    engine-core process of a start with --load-format tpfs, the node mount is begun early (the module's text)."""
     from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER
     if _LOAD_FORMAT_TO_MODEL_LOADER.get("tpfs") is not TpfsLoader:
         register_model_loader("tpfs")(TpfsLoader)
+    if os.environ.get("TPFS_VLLM_EARLY", "1") == "0":
+        return
+    try:
+        cfg = _engine_config()
+    except Exception:  # noqa: BLE001 -- another vLLM: no early mount
+        cfg = None
+    if cfg is not None and getattr(cfg.load_config, "load_format", None) == "tpfs":
+        threading.Thread(target=_mount_early, args=(cfg,), name="tpfs-early-mount", daemon=True).start()

@@ -15,6 +15,8 @@ import sys
 import numpy as np
 from safetensors.numpy import save_file
 
+import families
+
 
 def _rng(seed):
     return np.random.default_rng(seed)
@@ -397,10 +399,10 @@ def glm5_next(seed=10):
     return c, b.t
 
 
-FAMILIES = {f.__name__: f for f in [llama, qwen2, qwen3, qwen3_moe, deepseek_v3, glm_moe_dsa, qwen3_next,
-                                    qwen3_5, kimi_linear, glm5_next]}
-# families whose plan allows uneven head splits (and whose other dims divide by 3)
-UNEVEN = {"deepseek_v3", "glm_moe_dsa"}
+# the families of the registry's `fixture` role (families.py), each the function of that name above
+FAMILIES = {name: globals()[name] for name in families.table("fixture")}
+# families whose plan allows uneven head splits (and whose other dims divide by 3): T = 3 in their row
+UNEVEN = {name for name, ts in families.table("fixture").items() if 3 in ts}
 
 
 def gpt_oss_layer(out, E, H, I, heads=64, kv=8, hd=64, vocab=2048):

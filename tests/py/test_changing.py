@@ -1,4 +1,4 @@
-"""Issue 7: sources that change while mounted.
+"""Sources that change while mounted.
 
 Truncated, rewritten in place, replaced by a rename, or changed behind a Hugging Face cache link:
 reads of the affected rank files fail with EIO (the daemon notices through inotify, drops the

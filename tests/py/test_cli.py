@@ -1,4 +1,4 @@
-"""The command line and the mount's life cycle (issue 3):
+"""The command line and the mount's life cycle:
 
 - --help for every command, --version; usage errors exit 2;
 - refusals before anything is mounted, each with a clear message and no leftover mount: SRC
@@ -213,7 +213,7 @@ for k in range(10):
         proc.kill()
         break
 
-# issue 11: --tp parsed strictly; background mode reports the daemon's own reason
+# --tp parsed strictly; background mode reports the daemon's own reason
 for bad in ("+2", " 2", "2 ", "0x2", "-2", ""):
     p = tt.tpfs("plan", src, "--tp", bad)
     F.check(p.returncode == 2 and "--tp" in p.stderr, "--tp %r refused with usage (exit %d)" % (bad, p.returncode))

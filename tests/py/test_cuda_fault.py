@@ -1,4 +1,4 @@
-"""Issue 12 (item 4): a source that fails under the CUDA backend's gather.
+"""A source that fails under the CUDA backend's gather.
 
 The outer mount serves, with --gather cuda, the rank folder of an inner tpfs mount. When the inner
 mount's own source is rewritten, the inner daemon fails its reads with EIO, while the file the outer

@@ -1,4 +1,4 @@
-"""Issue 15: expert parallelism (--ep), rank folders that hold whole routed experts.
+"""Expert parallelism (--ep): rank folders that hold whole routed experts.
 
 The placement rule, written here from the issue (not from the C code): with E routed experts and
 N ranks, rank r holds experts [r*E/N, (r+1)*E/N) whole, with every tensor of each (weights,
@@ -72,7 +72,7 @@ def rank_meta_configs(src, T, *extra):
 
 
 def check_rank_folders(what, src, T, E, expert_keys):
-    """Issue 15 item 2: under --ep each rank file's __metadata__ says tpfs.ep_size = T and
+    """Under --ep each rank file's __metadata__ says tpfs.ep_size = T and
     tpfs.ep_experts = "first-last" (inclusive, global numbers: [r*E/T, (r+1)*E/T)); the plan digest
     differs from the mount without --ep and is the one recomputed from `tpfs plan --json --ep`; each
     rank's config.json is the one without --ep except that the keys sizing routed experts

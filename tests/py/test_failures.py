@@ -1,4 +1,4 @@
-"""Issue 50, item 4: a failed file is named, with its reason and time, where a user looks.
+"""The failed-files list: a failed file is named, with its reason and time, where a user looks.
 
 A loader that maps a rank file (vLLM, SGLang, safetensors, transformers) gets a failed read as a bus
 error (SIGBUS); the reason is in tpfs's log. So:

@@ -1,4 +1,4 @@
-"""Issue 4, byte level and numeric, for every family's fixture, first without a mount, then through it:
+"""Every fixture family's plan, byte level and numeric, first without a mount, then through it:
 
 - without a mount (runs wherever the binary does, /dev/fuse or not): the plan `tpfs plan --json`
   resolves, applied to the full tensors in numpy (axis, units, segments, divisor, distribution),

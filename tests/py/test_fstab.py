@@ -1,4 +1,4 @@
-"""The mount conventions (issue 48): tpfs mounted by mount(8), from an fstab line and by a systemd mount unit.
+"""The mount conventions: tpfs mounted by mount(8), from an fstab line and by a systemd mount unit.
 
 mount(8) mounts a fuse.tpfs file system with Debian's mount.fuse3 (util-linux falls back to /sbin/mount.fuse for
 a fuse.TYPE without a /sbin/mount.fuse.TYPE helper), which runs `tpfs SRC MNT -o OPTIONS` through /bin/sh with

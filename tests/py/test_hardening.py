@@ -1,4 +1,4 @@
-"""Issue 19 (hardening, round 3): each case as a careless or hostile user met it.
+"""Hardening: each case as a careless or hostile user met it.
 
 1. Racing mounts: two `tpfs mount SRC MNT` started at once, 20 times, with a SRC that is slow to
    plan (3,000 small files): exactly one wins, the other exits 1 with "already a mount point" and

@@ -1,4 +1,4 @@
-"""Issue 7: hostile checkpoints, through `tpfs mount`, each with the exact expected error.
+"""Hostile checkpoints, through `tpfs mount`, each with the exact expected error.
 
 A needed file (listed by the index or at the top level) that breaks a rule refuses the mount with
 a message naming the file, the tensor and the rule, and leaves nothing mounted; the same file where

@@ -1,4 +1,4 @@
-"""tpfs.1 (`man tpfs`, made by scripts/man.py at build time) against the program's help (issue 48).
+"""tpfs.1 (`man tpfs`, made by scripts/man.py at build time) against the program's help.
 
 python3 test_man.py TPFS TPFS.1: renders the page with `man -l` (man-db; where man is absent, mandoc, else groff
 -man: the test says which), with warnings on, and checks:

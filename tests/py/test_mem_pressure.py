@@ -1,4 +1,4 @@
-"""Issue 50, item 5: memory pressure. A short run of bench/mem_pressure.py: the daemon and three readers
+"""Memory pressure. A short run of bench/mem_pressure.py: the daemon and three readers
 in one memory cgroup whose limit (128 MiB) is below the bytes the mount serves (about 250 MiB), the
 source's page cache dropped at random moments, the push on (it pushes before the readers start), and a
 process that holds 56 MiB and grows by 28 MiB again and again (an engine's own memory, larger than the

@@ -1,4 +1,4 @@
-"""Mount tests of issue 3 on a Llama-style checkpoint split over 2 files with an index:
+"""Mounting and reading rank folders: a Llama-style checkpoint split over 2 files with an index:
 
 - at T = 1 every tensor equals the original; at T = 1, 2, 4 every tensor of every rank equals the
   numpy slice the independent reference computes; column- and row-split tensors concatenated over

@@ -1,4 +1,4 @@
-"""Issue 11, permissions and the mount itself: no wider access than the source gives.
+"""Permissions and the mount itself: no wider access than the source gives.
 
 Run as root (the case the issue found): another user (setpriv to 65534) is denied a 0600 source
 file, a link to a 0600 file outside SRC, a 0600 safetensors file and anything under a 0700

@@ -1,5 +1,5 @@
-"""Issue 4 beyond the families: plans as data; issue 12's plan-file errors and issue 11's hostile
-plan expressions; issue 13's refusals of what no plan knows.
+"""Plans beyond the families: plans as data, plan-file errors, hostile plan expressions, and the refusals
+of what no plan knows.
 
 Without a mount (runs wherever the binary does, /dev/fuse or not), through `tpfs plan`:
 - a dt_bias rule sized per head is refused; config/shape disagreements name the tensor, the key

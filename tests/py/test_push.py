@@ -1,4 +1,4 @@
-"""Issue 46: push-ahead (`--push auto|SIZE`): after mounting, a thread of the daemon fills the page cache of the
+"""Push-ahead (`--push auto|SIZE`): after mounting, a thread of the daemon fills the page cache of the
 served files (fuse_lowlevel_notify_store), so that a loader's reads are page-cache hits.
 
 Checked here, on the hf view (rank folders) and on --view vllm, at T=2 and 4:

@@ -1,4 +1,4 @@
-"""Issue 5: quantized checkpoints, split with their scales.
+"""Quantized checkpoints, split with their scales.
 
 For each fixture (DeepSeek-V3-style FP8 with 128x128 blocks, ModelOpt NVFP4 dense, compressed-
 tensors NVFP4 MoE) and each T: either every rank file is served and, for every quantized module,

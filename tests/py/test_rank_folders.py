@@ -1,4 +1,4 @@
-"""Issue 14: rank folders that stand alone.
+"""Rank folders that stand alone for stock loaders.
 
 For every family with a built-in plan, a tiny random checkpoint saved by transformers is mounted at
 T = 2 and 4 (deepseek_v3 also at T = 3: uneven heads and a padded vocabulary), and
@@ -207,7 +207,7 @@ def main():
             p = tt.tpfs("plan", srcs[fam], "--tp", 2)
             if fam in WAITING_FOR_PLAN and p.returncode != 0:  # the only families allowed to wait
                 print("%s: not run: its built-in plan does not know transformers' config keys yet "
-                      "(issue 13): %s" % (fam, p.stderr.strip().splitlines()[-1]), flush=True)
+                      "(%s)" % (fam, p.stderr.strip().splitlines()[-1]), flush=True)
                 fams.remove(fam)
                 continue
             F.check(p.returncode == 0, "%s: tpfs plan at T=2: %s" % (fam, p.stderr))

@@ -1,4 +1,4 @@
-"""Multi-node serving (issue 16): --ranks, and source reads no larger than the served ranks need.
+"""Multi-node serving: --ranks, and source reads no larger than the served ranks need.
 
 - `--ranks LIST` serves exactly the named rank folders of a --tp N split (the others are absent
   from the listing and from lookups), and every file they hold has the bytes of a full mount;

@@ -1,4 +1,4 @@
-"""README.md is a landing page whose quick starts work as written (issue 47, part 3).
+"""README.md is a landing page whose quick starts work as written.
 
 Checked here:
 - README.md is under 200 lines and no line of it is longer than 500 characters;

@@ -1,4 +1,4 @@
-"""Issue 13: every built-in plan proven against the real model code of transformers.
+"""Real model code: every built-in plan proven against the real model code of transformers.
 
 For every family of realmodel.FAMILIES: a tiny random checkpoint written by transformers'
 save_pretrained (several files and an index) is mounted at T = 2 and 4 (and 3 where uneven heads

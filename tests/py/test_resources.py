@@ -1,4 +1,4 @@
-"""Issue 11, resources: open files, repeated warnings.
+"""Resources: open files, repeated warnings.
 
 - 2,000 safetensors files mount and serve with a soft open-file limit of 1024 (tpfs raises the soft
   limit to the hard one); with a hard limit too low it refuses, naming the numbers.

@@ -1,4 +1,4 @@
-"""The front ends reach a view's served files only through the model's accessor (issue 47, part 1).
+"""The front ends reach a view's served files only through the model's accessor.
 
 The file system (src/fs_*.c, fs_int.h) and the command line (src/cli*.c) ask the model for "view rank g's part
 file k" with tp_model_view_file (its layout, the part it is cut from, its sources as nodes, the file it is named

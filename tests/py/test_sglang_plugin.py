@@ -1,4 +1,4 @@
-"""SGLang's --load-format tpfs (issue 48): the package's sglang.srt.plugins entry point, as a user installs and runs it.
+"""SGLang's --load-format tpfs: the package's sglang.srt.plugins entry point, as a user installs and runs it.
 
 1. `pip install --no-deps .` of this checkout into a fresh venv layered on the SGLang venv (scripts/setup.sh
    --sglang; .pth lines append its site-packages and the vLLM venv's under it, as setup_sglang layers SGLang),

@@ -1,4 +1,4 @@
-"""Issue 52: what tpfs reads from the source, and what its stats say it read.
+"""Source pages: what tpfs reads from the source, and what its stats say it read.
 
 1. Mounting, `tpfs plan` and `tpfs check` read each safetensors header and nothing past it: a
    checkpoint whose header spans about 80 pages (thousands of tensors) and whose data is 13 MB, its

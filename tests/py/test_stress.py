@@ -1,4 +1,4 @@
-"""Issue 7: concurrency. 16 reader threads do random-offset, random-length reads (read() and mmap)
+"""Concurrency. 16 reader threads do random-offset, random-length reads (read() and mmap)
 over every rank file of a 4-rank mount for a bounded time (TPFS_STRESS_SECONDS, default 8),
 dropping the kernel's cached pages now and then so that the daemon serves them again, and compare
 every byte with the reference; then the daemon is stopped (SIGTERM) while reads are in flight and

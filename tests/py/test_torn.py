@@ -1,4 +1,4 @@
-"""Issue 11: after a change, EIO, never bytes; no request waits on the kernel; only real changes count.
+"""Torn reads: after a change, EIO, never bytes; no request waits on the kernel; only real changes count.
 
 1. A same-size rewrite through a hard link outside SRC (which no folder watch sees): every rank
    file fails with EIO, cached pages included, the daemon stays alive and unmounts in < 5 s.

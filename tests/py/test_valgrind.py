@@ -1,4 +1,4 @@
-"""Issue 7: a mount-read-unmount cycle under valgrind shows no invalid accesses and no leaks
+"""Memory errors: a mount-read-unmount cycle under valgrind shows no invalid accesses and no leaks
 (definite or indirect), with reads through read() and mmap on every rank."""
 import os
 import re

@@ -1,4 +1,4 @@
-"""Issue 21: `--view vllm` serves vLLM's own per-rank files, byte for byte what the rules say.
+"""The engine view's bytes: `--view vllm` serves vLLM's own per-rank files, byte for byte what the rules say.
 
 The expected files are built here from reference.py's per-rank slices (written from the TP rules,
 not from the C plan) and from vLLM's names as this test states them (q, k and v as qkv_proj, gate

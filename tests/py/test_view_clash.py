@@ -1,4 +1,4 @@
-"""Two built-in views that match the same checkpoints are refused when the views are compiled in (issue 47).
+"""Two built-in views that match the same checkpoints are refused when the views are compiled in.
 
 tpfs chooses the first built-in view, in file-name order, whose engine, plans, model_types and quant_methods
 match a checkpoint (view.c); a second view that matches the same (engine, plan, model_type, quant_method) would

@@ -1,4 +1,4 @@
-"""No view entry is copied verbatim across view files (issue 47): plans/embed.py --views refuses, when the views
+"""No view entry is copied verbatim across view files: plans/embed.py --views refuses, when the views
 are compiled in, a "tensors" entry written out in two files (a view or a fragment), naming the entry and both
 files; what views share lives in one fragment they include (with "params" where the names differ) or in a view
 they extend. Checked here: the repository's views compile; a view repeating one of llama's entries or of a

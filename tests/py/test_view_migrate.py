@@ -1,4 +1,4 @@
-"""scripts/view_migrate.py rewrites a view written before issue 47 into today's language (the keywords tpfs
+"""scripts/view_migrate.py rewrites a view written in the old view language into today's (the keywords tpfs
 now refuses, each naming its replacement): "when" -> "if", "unless" -> "if": "!(...)", "if_missing" ->
 "if": "!tensor('...')", "optional" -> "if" over the pieces after the first, "shape" on a cat / from entry
 -> "reshape" (a constant's "shape" kept), conditions combined with &&; {"remove": NAME} -> {"drop": {"entry":

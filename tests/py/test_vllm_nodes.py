@@ -1,4 +1,4 @@
-"""Several nodes (issue 32): pipeline stages under --view vllm (--pp), proven by vLLM 0.32's own loaders, and
+"""Several nodes: pipeline stages under --view vllm (--pp), proven by vLLM 0.32's own loaders, and
 one vLLM run across two nodes, each node a mount namespace with its own tpfs serving only its ranks.
 
 1. Stages as vLLM divides them: `tpfs plan --view vllm --pp P` on llama checkpoints of n layers against
@@ -41,34 +41,27 @@ import tempfile
 import time
 import urllib.request
 
+import families
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 VIEWS = os.path.join(HERE, "..", "..", "views", "vllm")
 TOKENS_MODE = os.environ.get("TPFS_VLLM_TOKENS") or "some"
+# The families come from the registry's vllm_nodes role (families.py, one row per family):
 # family -> (view, impersonation): every view family with stages (views' "pp"), probed at PP=2 x TP=1
-PP_FAMILIES = {
-    "llama": ("llama", None), "mistral": ("llama", None), "granite": ("llama", None), "exaone4": ("llama", None),
-    "glm4": ("llama", None), "apertus": ("llama", None), "phi3": ("phi3", None), "cohere": ("cohere", None),
-    "gemma3": ("gemma3", None), "mixtral": ("mixtral", None), "qwen2_moe": ("qwen2_moe", None),
-    "qwen3_moe": ("qwen3_moe", None), "deepseek_v3": ("deepseek_v3", None), "kimi_k2": ("deepseek_v3", None),
-    "glm4_moe": ("glm4_moe", None), "qwen3_next": ("qwen3_next", None),
-    "llama_ct_int8": ("llama_ct", None), "llama_nvfp4": ("llama_nvfp4", "nvfp4-emulation"),
-}
-LAYERS = {"glm4_moe": 4}  # vLLM's Glm4Moe needs a MoE layer on every stage (its first layer is dense)
-PP_TP2 = ["llama", "qwen3_moe", "deepseek_v3", "qwen3_next"]  # also at PP=2 x TP=2 (4 processes)
+PP_FAMILIES = {f: r["pp"] for f, r in families.table("vllm_nodes").items() if "pp" in r}
+# the layer count where the probe's default does not do (vLLM's Glm4Moe needs a MoE layer on every stage: its
+# first layer is dense)
+LAYERS = {f: r["layers"] for f, r in families.table("vllm_nodes").items() if "layers" in r}
+PP_TP2 = [f for f, r in families.table("vllm_nodes").items() if r.get("tp2")]  # also at PP=2 x TP=2 (4 processes)
 # expert parallelism (--ep, vLLM's enable_expert_parallel) at TP=2, load-only: (family, view, placement, config
 # fields, impersonation). vLLM places experts round-robin only in models with several expert groups (n_group > 1;
 # expert_map_manager.py), else linearly whatever it was asked
-EP_CASES = [("qwen3_moe", "qwen3_moe", "linear", None, None), ("qwen2_moe", "qwen2_moe", "linear", None, None),
-            ("mixtral", "mixtral", "linear", None, None), ("deepseek_v3", "deepseek_v3", "linear", None, None),
-            ("kimi_k2", "deepseek_v3", "linear", None, None), ("glm4_moe", "glm4_moe", "linear", None, None),
-            ("qwen3_next", "qwen3_next", "linear", None, None),
-            ("qwen3_moe_nvfp4", "qwen3_moe_nvfp4", "linear", None, "nvfp4-emulation"),
-            ("deepseek_v3", "deepseek_v3", "round_robin", {"n_group": 2, "topk_group": 1}, None),
-            ("glm4_moe", "glm4_moe", "round_robin", {"n_group": 2, "topk_group": 1}, None)]
+EP_CASES = [(f,) + c for f, r in families.table("vllm_nodes").items() for c in r.get("ep", ())]
 if TOKENS_MODE == "none":
     PP_FAMILIES = {f: PP_FAMILIES[f] for f in ("llama", "qwen3_moe", "deepseek_v3")}
     PP_TP2 = ["qwen3_moe"]
-    EP_CASES = [EP_CASES[0], EP_CASES[8]]
+    EP_CASES = [c for c in EP_CASES if c[0] == "qwen3_moe" and c[2] == "linear" or
+                c[0] == "deepseek_v3" and c[2] == "round_robin"]
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]
 
 

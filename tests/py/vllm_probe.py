@@ -1,4 +1,4 @@
-"""The load-only proof of a vLLM view (issue 27): vLLM's own model class, built from each case's
+"""The load-only proof of a vLLM view: vLLM's own model class, built from each case's
 config by vLLM's own config objects, loaded by vLLM's default loader from SRC and by its
 sharded_state loader from the served folder, in one group of T worker processes per tensor-parallel
 size (vLLM's own distributed init, gloo on CPU), with no engine: no scheduler, no KV cache, no

@@ -127,6 +127,10 @@ static void test_config(void **state)
 	ok("!has(obj) || 2 > 1", 1);
 	bad("first(obj, 1)", "only has() takes one"); /* ... and has() is all that takes one */
 	bad("has(obj + 1)", "is not an integer");
+	ok("has(half)", 1); /* a number that is not an integer is present (has(layernorm_epsilon)) ... */
+	ok("has(half) && has(huge)", 1);
+	bad("first(half, 1)", "config value 'half' is not an integer (only has() takes one)"); /* ... not a value */
+	bad("half + 1", "config value 'half' is not an integer");
 	bad("len(nosuch)", "key 'nosuch' is missing");
 	/* a missing value at the top: rc 1, TP_ERULE, naming the key */
 	tp_expr_ctx c = ctx(0);

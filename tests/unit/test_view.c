@@ -1,6 +1,6 @@
 /* test_view.c: engine view files (view.c): parsing, template matching, cat / stack / const /
  * rename / drop / if, the parts and their source tables, and every refusal, on small
- * header-only checkpoints. The bytes of served files are test_map's (multi_source) and
+ * header-only checkpoints. The bytes of served files are test_served's and
  * tests/py/test_view.py's. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1070,7 +1070,7 @@ static void test_refusals(void **state)
 	fx_free(&f);
 }
 
-/* "reshape": parsed into the entry's served descriptions (served.c applies it: test_map), and its
+/* "reshape": parsed into the entry's served descriptions (served.c applies it: test_served), and its
  * refusals: not a list, a dimension below 0 other than -1, two -1, a fraction, more than
  * ST_MAX_DIMS. A 0 is kept (the tensor's own dimension at that axis, served.c). */
 static void test_shape(void **state)
