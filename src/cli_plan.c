@@ -344,6 +344,9 @@ static void print_view(const tp_model *m, uint32_t rank)
 				const tp_pdesc *pd = &d->pieces[j];
 				const st_header *h = &m->n[vf.nodes[pd->file]].h;
 				w += (size_t)snprintf(made + w, sizeof made - w, "%s%s", j ? " + " : "", h->t[pd->tensor].name);
+				if (pd->deint && w < sizeof made)
+					w += (size_t)snprintf(made + w, sizeof made - w, " (rows deinterleaved by %llu)",
+							      (unsigned long long)pd->deint);
 			}
 			if (d && d->to_f32 && w < sizeof made)
 				w += (size_t)snprintf(made + w, sizeof made - w, " (widened to F32)");

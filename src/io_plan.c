@@ -473,6 +473,26 @@ size_t tp_served_io_plan(const tp_served *S, uint64_t a, uint64_t b, uint64_t pa
 			uint64_t mat = (uint64_t)p->trows * p->tcols * p->tes, m = (pos - t0) / mat, m1 = (tend - t0 - 1) / mat;
 			for (; m <= m1; m++) {
 				uint64_t c0 = m * mat, c1 = c0 + mat, holds_a = t0 + c0 <= a && a < t0 + c1;
+				if (p->np == 2) { /* two segments: each half's rows of the matrix, [0, hm) then [hm, 2 hm) */
+					uint64_t hm = mat / 2, v = holds_a ? skip : 0, to = 0;
+					for (uint32_t j = 0; j < 2; j++) {
+						uint64_t lo = v > j * hm ? v - j * hm : 0;
+						if (lo >= hm)
+							continue;
+						to = push_rows(out, cap, &n, p->src, p->base + pc[j].off, p->stride, pc[j].len,
+							       c0 / 2 + lo, c0 / 2 + hm, page);
+						if (to < c0 / 2 + hm) {
+							to = j * hm + to - c0 / 2;
+							break;
+						}
+						to = mat;
+					}
+					if (to < mat) {
+						*cut = to;
+						break; /* out is full */
+					}
+					continue;
+				}
 				uint64_t to = push_rows(out, cap, &n, p->src, p->base + pc->off, p->stride, p->rep,
 							c0 + (holds_a ? skip : 0), c1, page);
 				if (to < c1) {
@@ -483,6 +503,19 @@ size_t tp_served_io_plan(const tp_served *S, uint64_t a, uint64_t b, uint64_t pa
 			if (m <= m1) {
 				pos = t0 + m * mat > pos ? t0 + m * mat : pos;
 				break;
+			}
+			pos = tend;
+			continue;
+		}
+		if (p->dblk) { /* deinterleaved: the cut's rows of every block the output bytes reach */
+			uint64_t c0 = (pos - t0) / p->dblk * p->dblk, c1 = (tend - t0 + p->dblk - 1) / p->dblk * p->dblk;
+			uint64_t to = plan_cut(out, cap, &n, page, p->src, p->base, p->stride, p->rep, S->pieces + p->pi, p->np,
+					       0, c0, c1 < p->size ? c1 : p->size);
+			if (to < (c1 < p->size ? c1 : p->size)) {
+				if (t0 + to / p->dblk * p->dblk > pos)
+					to = to / p->dblk * p->dblk; /* resume at the block: its rows come in any order */
+				pos = t0 + to > pos ? t0 + to : pos;
+				break; /* out is full */
 			}
 			pos = tend;
 			continue;

@@ -233,6 +233,24 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 			rc = -1;
 		x->off = hit == 0;
 	}
+	for (size_t k = 0; rc == 0 && k < m->view->ne; k++) { /* "deinterleave": each piece's block of rows */
+		tp_ventry *x = &m->view->e[k];
+		for (uint32_t j = 0; rc == 0 && j < 8; j++) {
+			int64_t v = 0;
+			tp_err pe;
+			tp_err_clear(&pe);
+			x->dil_rows[j] = 0;
+			if (!x->dil[j] || x->off)
+				continue;
+			if (tp_expr_int(&c, x->dil[j], &v, &pe) != 0 || c.missing[0] || v < 2 || v % 2 || v > (1LL << 32))
+				rc = tp_fail(e, TP_EPLAN, "%s: tensors[%zu] (%s) \"deinterleave\"[%u]: '%s' %s%s (%s)", m->view->origin,
+					     k, x->name ? x->name : "", j, x->dil[j],
+					     pe.msg[0] ? pe.msg : "is not an even number of rows, at least 2",
+					     c.missing[0] ? ": config.json has no such key" : "", tp_expr_used(&c));
+			else
+				x->dil_rows[j] = (uint64_t)v;
+		}
+	}
 	const cJSON *it;
 	size_t k = 0;
 	cJSON_ArrayForEach(it, m->view->refuse) /* "refuse": layouts the engine holds otherwise */

@@ -114,6 +114,16 @@ static int add_piece(bld *b, const st_header *const *src, const tp_sdesc *d, uin
 	S->parts[S->nparts++] = (tp_part){.size = c.size, .base = src[p->file]->data_start + t->begin, .outer = c.outer,
 					 .stride = c.stride, .rep = c.rep, .src = p->file,
 					 .pi = (uint32_t)S->npieces, .np = c.np};
+	if (p->deint) { /* blocks of deint rows, each served even rows first (tp_pdesc.deint) */
+		uint64_t rows = c.ndim ? c.shape[0] : 0;
+		if (d->to_f32 || d->transpose || d->nstack || !rows || c.size % rows || p->deint % 2 || rows % p->deint)
+			return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': piece %u (source tensor '%s'): rank %u's %llu rows "
+				       "are not whole blocks of %llu rows to deinterleave (an even block, on a tensor neither "
+				       "widened, transposed nor stacked)", b->fname, d->name, k, t->name, S->rank,
+				       (unsigned long long)rows, (unsigned long long)p->deint);
+		S->parts[S->nparts - 1].drow = c.size / rows;
+		S->parts[S->nparts - 1].dblk = c.size / rows * p->deint;
+	}
 	memcpy(S->pieces + S->npieces, c.piece, c.np * sizeof *c.piece);
 	S->npieces += c.np;
 	return 0;
@@ -165,8 +175,10 @@ static int transpose(bld *b, const tp_sdesc *d, tp_stensor *st)
 		tp_part *p = &S->parts[st->part0];
 		const tp_piece *pc = S->pieces + p->pi;
 		uint64_t row = C * (bits / 8);
-		if (S->nparts - st->part0 != 1 || p->np != 1 || pc->off == TP_ZERO || pc->len != p->rep || !row ||
-		    p->rep % row)
+		int seg2 = p->np == 2 && pc[0].off != TP_ZERO && pc[1].off != TP_ZERO && pc[0].len == pc[1].len &&
+			   p->rep == row && pc[1].off > pc[0].off && C % 2 == 0; /* [gate | up] halves of a row */
+		if (S->nparts - st->part0 != 1 || (p->np != 1 && !seg2) || pc->off == TP_ZERO ||
+		    (!seg2 && pc->len != p->rep) || !row || p->rep % row)
 			return tp_fail(b->e, TP_EPLAN, "%s: tensor '%s': rank %u's cut is not whole rows of %llu elements "
 				       "in one piece (it cannot be served transposed)", b->fname, d->name, S->rank,
 				       (unsigned long long)C);
@@ -437,17 +449,57 @@ static uint64_t emit_widened(const tp_served *S, const tp_part *p, uint64_t rel,
 	return done;
 }
 
-/* Emits output bytes [rel, rel + want) of transposed part p as one TP_RUN_TRANSPOSE run. Returns
- * want, or 0 when out is full. */
+/* Emits output bytes [rel, rel + want) of transposed part p: one TP_RUN_TRANSPOSE run where the cut
+ * is one piece. Where it is two (segments, each half of a row: tp_part.tes), output matrix m is
+ * the transposes of its two halves [R, C/2], one after the other, each a run of its own over
+ * matrices [R, C/2] that start at the half's first byte of matrix m (rows stride apart, C/2
+ * elements a row). Returns the bytes emitted: less than want when out filled. */
 static uint64_t emit_transposed(const tp_served *S, const tp_part *p, uint64_t rel, uint64_t want, tp_run *out,
 				size_t cap, size_t *n)
 {
-	if (*n == cap)
-		return 0;
-	out[(*n)++] = (tp_run){.kind = TP_RUN_TRANSPOSE, .off = p->base + S->pieces[p->pi].off, .len = want,
-			       .src = p->src, .from = (uint8_t)p->tes, .pos = rel, .stride = p->stride, .rep = p->rep,
-			       .rows = p->trows, .cols = p->tcols};
-	return want;
+	const tp_piece *pc = S->pieces + p->pi;
+	if (p->np == 1) {
+		if (*n == cap)
+			return 0;
+		out[(*n)++] = (tp_run){.kind = TP_RUN_TRANSPOSE, .off = p->base + pc->off, .len = want, .src = p->src,
+				       .from = (uint8_t)p->tes, .pos = rel, .stride = p->stride, .rep = p->rep,
+				       .rows = p->trows, .cols = p->tcols};
+		return want;
+	}
+	uint64_t half = (uint64_t)p->trows * (p->tcols / 2) * p->tes, done = 0; /* one half's served bytes */
+	while (done < want) {
+		uint64_t x = rel + done, h = x / half, at = x % half, l = half - at; /* h = 2 m + segment */
+		if (l > want - done)
+			l = want - done;
+		if (*n == cap)
+			return done;
+		out[(*n)++] = (tp_run){.kind = TP_RUN_TRANSPOSE, .off = p->base + pc[h % 2].off + h / 2 * p->trows * p->stride,
+				       .len = l, .src = p->src, .from = (uint8_t)p->tes, .pos = at, .stride = p->stride,
+				       .rep = pc[h % 2].len, .rows = p->trows, .cols = p->tcols / 2};
+		done += l;
+	}
+	return done;
+}
+
+/* Emits output bytes [rel, rel + want) of deinterleaved part p (tp_part.dblk): each output row's
+ * bytes are the cut's row the block's order names, mapped in the cut's own bytes (tp_emit_cut).
+ * Returns the bytes emitted: less than want when out filled. */
+static uint64_t emit_deint(const tp_served *S, const tp_part *p, uint64_t rel, uint64_t want, tp_run *out, size_t cap,
+			   size_t *n)
+{
+	uint64_t done = 0, N = p->dblk / p->drow;
+	while (done < want) {
+		uint64_t x = rel + done, row = x / p->drow, in = x % p->drow, j = row % N, l = p->drow - in;
+		uint64_t from = row - j + (j < N / 2 ? 2 * j : 2 * (j - N / 2) + 1); /* the cut's row */
+		if (l > want - done)
+			l = want - done;
+		uint64_t got = tp_emit_cut(out, cap, n, p->src, p->base, S->pieces + p->pi, NULL, 0, p->np, p->outer,
+					   p->stride, p->rep, from * p->drow + in, l);
+		done += got;
+		if (got < l)
+			break; /* out is full */
+	}
+	return done;
 }
 
 size_t tp_served_map(const tp_served *S, uint64_t off, uint64_t len, tp_run *out, size_t cap, uint64_t *covered)
@@ -475,6 +527,8 @@ size_t tp_served_map(const tp_served *S, uint64_t off, uint64_t len, tp_run *out
 			l = tp_emit(out, cap, &n, TP_RUN_ZERO, 0, 0, want) < 0 ? 0 : want;
 		else if (p->tes)
 			l = emit_transposed(S, p, rel, want, out, cap, &n);
+		else if (p->dblk)
+			l = emit_deint(S, p, rel, want, out, cap, &n);
 		else if (p->widen)
 			l = emit_widened(S, p, rel, want, out, cap, &n);
 		else

@@ -26,11 +26,17 @@
 #include "tp_err.h"
 
 /* One piece of a served tensor: source tensor `tensor` of source `file` (indexes into the
- * served file's table of sources and that source's header t[]), cut for the rank by `spec`. */
+ * served file's table of sources and that source's header t[]), cut for the rank by `spec`.
+ * deint: 0, or N (even, >= 2): the cut's local rows (along its first axis), in blocks of N, each
+ * served as its even rows then its odd rows ([N/2, 2] transposed to [2, N/2]: vLLM's Llama 4
+ * q_proj / k_proj, whose rotary pairs it turns from interleaved to half-split while loading); a
+ * cut whose rows do not fill whole blocks is refused, and so is deint on a widened, transposed
+ * or stacked tensor. */
 typedef struct tp_pdesc {
 	uint32_t file;
 	uint32_t tensor;
 	tp_spec spec;
+	uint64_t deint;
 } tp_pdesc;
 
 /* A served tensor as the caller describes it.
@@ -59,7 +65,9 @@ typedef struct tp_pdesc {
  *   [..., C, R], after any reshape): vLLM's gpt-oss experts, whose w13_weight [E, 2I/T, H] is the
  *   transpose of the checkpoint's gate_up_proj [E, H, 2I] cut by columns. It takes one piece
  *   (no concatenation, no stack, no widening) whose local rows of C elements each lie whole in
- *   one row of its cut; anything else is refused.
+ *   one row of its cut, or whose cut rows are exactly C elements in two pieces of C / 2 (two
+ *   segments: Llama 4's gate_up_proj [E, H, gate | up] cut per half, served [E, 2I/T, H]);
+ *   anything else is refused.
  * - rank 0 only: with rank0_only set, ranks other than 0 serve zeros of the same dtype and shape
  *   (a row-parallel bias the engine adds once: vLLM's gpt-oss w2_bias, loaded whole on rank 0 and
  *   zeroed on the others).
@@ -100,8 +108,14 @@ typedef struct tp_part {
 	uint32_t widen;  /* 0, or the source dtype (ST_BF16, ST_F16) of a cut served widened to F32:
 	                  * then size is twice the cut's bytes, and outer/rep/pieces are the cut's */
 	uint32_t tes;    /* 0, or the element size of a transposed cut: its matrices [trows, tcols]
-	                  * served [tcols, trows] (one piece, whole rows of tcols elements) */
+	                  * served [tcols, trows] (one piece, whole rows of tcols elements; or two
+	                  * pieces of tcols / 2 elements each, a row of the cut: segments, such as
+	                  * Llama 4's [gate | up] columns, each half of a served matrix's rows) */
 	uint32_t trows, tcols;
+	uint64_t dblk;   /* 0, or the bytes of a deinterleaved block (tp_pdesc.deint rows of drow
+	                  * bytes): output row j of a block is the block's row 2j (j < N/2), else
+	                  * row 2(j - N/2) + 1 */
+	uint64_t drow;
 } tp_part;
 
 /* One served tensor: its entry in the local header and its parts. */

@@ -85,7 +85,7 @@ static int const_bits(double v, st_dtype dt, uint32_t *bits)
 static int parse_entry_body(const cJSON *o, size_t k, const char *origin, tp_ventry *x, tvars *vs, tp_err *e)
 {
 	static const char *keys[] = {"name", "cat", "from", "stack", "const", "per", "drop", "if", "dtype", "shape",
-				     "reshape", "transpose", "other_ranks", "comment", NULL};
+				     "reshape", "transpose", "other_ranks", "deinterleave", "comment", NULL};
 	/* the keywords the one condition "if" replaced (issue 47), each refused naming its replacement,
 	 * so that a view written for them is not read with another meaning */
 	static const char *const gone[][2] = {
@@ -138,9 +138,10 @@ static int parse_entry_body(const cJSON *o, size_t k, const char *origin, tp_ven
 	if (kinds != 1)
 		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: give exactly one of cat, from, const, drop", origin, k);
 	if ((drop || cst) && (cJSON_GetObjectItemCaseSensitive(o, "transpose") ||
-			      cJSON_GetObjectItemCaseSensitive(o, "other_ranks")))
-		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"transpose\" and \"other_ranks\" are for cat and from "
-			       "entries (not const or drop)", origin, k);
+			      cJSON_GetObjectItemCaseSensitive(o, "other_ranks") ||
+			      cJSON_GetObjectItemCaseSensitive(o, "deinterleave")))
+		return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"transpose\", \"other_ranks\" and \"deinterleave\" are for "
+			       "cat and from entries (not const or drop)", origin, k);
 	if (drop) {
 		x->kind = TP_VE_DROP;
 		x->per = drop;
@@ -249,6 +250,30 @@ static int parse_entry_body(const cJSON *o, size_t k, const char *origin, tp_ven
 	for (uint32_t j = 0; j < x->ncat; j++)
 		if (check_template(x->cat[j], origin, k, vs, 0, e) < 0)
 			return -1;
+	const cJSON *dil = cJSON_GetObjectItemCaseSensitive(o, "deinterleave");
+	if (dil) { /* per piece: null, or the rows N of a block served as its even rows, then its odd ones */
+		uint32_t j = 0, bad = !cJSON_IsArray(dil) || cJSON_GetArraySize(dil) != (int)x->ncat || x->to_f32 ||
+				      x->transpose || x->stack;
+		const cJSON *items = bad ? NULL : dil;
+		cJSON_ArrayForEach(it, items)
+		{
+			if (cJSON_IsString(it) && *it->valuestring) {
+				tp_err pe;
+				tp_err_clear(&pe);
+				if (tp_expr_check(it->valuestring, &pe) < 0)
+					return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"deinterleave\"[%u]: %s", origin, k, j,
+						       pe.msg);
+				x->dil[j] = it->valuestring;
+			} else if (!cJSON_IsNull(it)) {
+				bad = 1;
+			}
+			j++;
+		}
+		if (bad)
+			return tp_fail(e, TP_EINVAL, "%s: tensors[%zu]: \"deinterleave\" is a list of one item per piece (cat "
+				       "order), each null or a plan expression N (a block of N rows served as its even rows, "
+				       "then its odd rows), on an entry neither stacked, widened nor transposed", origin, k);
+	}
 	if (x->stack) {
 		char var[64];
 		snprintf(var, sizeof var, "{%s}", x->stack);

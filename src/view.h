@@ -46,6 +46,12 @@ typedef struct tp_ventry {
 	int to_f32;            /* "dtype": "F32": BF16 / F16 pieces served widened to F32 */
 	int transpose;         /* "transpose": true: the last two axes swapped (tp_sdesc.transpose) */
 	int rank0_only;        /* "other_ranks": "zeros": zeros on ranks other than 0 (tp_sdesc.rank0_only) */
+	/* "deinterleave": per piece (cat order), NULL or a plan expression N over config.json: the
+	 * piece's local rows in blocks of N, each served as its even rows, then its odd rows (vLLM's
+	 * Llama 4 q / k rows: tp_pdesc.deint); dil_rows[j]: N, set by the caller (model_view.c) from
+	 * config.json before tp_view_resolve (0: none) */
+	const char *dil[8];
+	uint64_t dil_rows[8];
 	uint32_t rs_ndim;      /* "reshape": [d, ...] (one d may be -1): the served shape, same bytes;
 	                        * CONST: the constant's shape (0: a scalar) */
 	int64_t rs_shape[ST_MAX_DIMS];

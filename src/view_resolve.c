@@ -350,8 +350,10 @@ static int resolve_cat(vres *c, size_t k)
 			rc = tp_fail(c->e, TP_EINVAL, "%s: tensors[%zu] ('%s'): source tensor '%s' is missing (the entry matched "
 				     "'%s')", c->v->origin, k, ms[g].name, missing, ms[g].key);
 		if (rc == 0 && found == 1) {
-			for (size_t j = 0; j < np; j++)
+			for (size_t j = 0; j < np; j++) {
 				c->used[ix[j]] = 1;
+				pd[j].deint = x->dil_rows[j % x->ncat]; /* "deinterleave" (0: none) */
+			}
 			tp_sdesc d = {.name = keep_name(c, ms[g].name), .pieces = pd, .npieces = x->ncat,
 				      .nstack = x->stack ? groups : 0, .to_f32 = x->to_f32, .rs_ndim = x->rs_ndim,
 				      .transpose = x->transpose, .rank0_only = x->rank0_only};
@@ -577,7 +579,7 @@ int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_v
 		tp_pdesc *pd = malloc(sizeof *pd);
 		if ((rc = keep_block(&c, pd)) < 0)
 			break;
-		*pd = (tp_pdesc){c.all[i].f, c.all[i].t, src[c.all[i].f].specs[c.all[i].t]};
+		*pd = (tp_pdesc){c.all[i].f, c.all[i].t, src[c.all[i].f].specs[c.all[i].t], 0};
 		tp_sdesc d = {.name = name, .pieces = pd, .npieces = 1};
 		rc = add_desc(&c, c.all[i].f, &d);
 	}

@@ -67,13 +67,15 @@ FAMILIES = {
     "qwen3_5": ("qwen3_5", None, {}, None), "qwen3_5_moe": ("qwen3_5_moe", None, {}, None),
     "minimax_m2": ("minimax_m2", None, {}, None), "ernie4_5_moe": ("ernie4_5_moe", None, {}, None),
     "minicpm3": ("minicpm3", None, {}, None), "afmoe": ("afmoe", None, {}, None),
-    "hy_v3": ("hy_v3", None, {}, None), "exaone_moe": ("exaone_moe", None, {}, None),
+    "hy_v3": ("hy_v3", None, {}, None), "llama4_text": ("llama4", None, {}, None),
+    "llama4": ("llama4_vl", None, {"mm_encoder_tp_mode": "data"}, None),
+    "muse_glimmer": ("muse_glimmer", None, {}, None), "exaone_moe": ("exaone_moe", None, {}, None),
     "cohere2_moe": ("cohere2_moe", None, {}, None), "axk1": ("axk1", None, {}, None),
     "mimo_v2_flash": ("mimo_v2_flash", None, {}, None),
     "granitemoeshared": ("granitemoe", None, {}, None), "granitemoe_swa": ("granitemoe_swa", None, {}, None),
     "nemotron": ("llama", None, {}, None), "olmo2": ("olmo2", None, {}, None), "olmo3": ("olmo2", None, {}, None),
     "glm": ("glm", None, {}, None),
-    "gemma4_text": ("gemma4_text", None, {}, None),
+    "gemma4_text": ("gemma4_text", None, {}, None), "gemma4_text_moe": ("gemma4_text", None, {}, None),
     # EXAONE 3 / 3.5, InternLM3, IQuestCoder: their configuration class from the checkpoint (vllm_models.py REMOTE)
     **{f: (v, None, {"trust_remote_code": True}, None)
        for f, v in (("exaone", "exaone"), ("exaone_tied", "exaone"), ("internlm3", "llama"), ("iquestcoder", "llama"))},
@@ -457,10 +459,10 @@ REFUSED_EDITS = {
     # OLMoE: vLLM's OlmoeForCausalLM never ties its head; its k_norm spans the KV heads (not their replicas)
     "olmoe": (("tied", {"tie_word_embeddings": True}, "never ties lm_head"),
               ("fewer KV heads than ranks", {"num_key_value_heads": 1}, "with fewer KV heads than ranks")),
-    # Gemma 4: the forms vLLM builds per layer (KV-shared layers, K as V) and its MoE block, not proven
+    # Gemma 4: the forms vLLM builds per layer (KV-shared layers, K as V), not proven (its MoE block is served: the
+    # gemma4_text_moe family)
     "gemma4_text": (("KV-shared layers", {"num_kv_shared_layers": 1}, "KV-shared layers hold q_proj alone"),
-                    ("K as V", {"attention_k_eq_v": True}, "into both the K and the V part"),
-                    ("MoE block", {"num_experts": 4}, "with its MoE block")),
+                    ("K as V", {"attention_k_eq_v": True}, "into both the K and the V part")),
     # Granite MoE: vLLM's attention derives head_dim from hidden_size / num_attention_heads
     "granitemoe": (("head_dim", {"head_dim": 32}, "takes head_dim as hidden_size / num_attention_heads"),),
     # AFMoE: vLLM reads config.score_func and config.route_norm (transformers' AfmoeConfig declares neither)
@@ -477,10 +479,11 @@ REFUSED_EDITS = {
 
 # families vLLM registers whose view refuses every checkpoint, with the reason's words (views/vllm/README.md):
 # Phi, whose lm_head.bias vLLM's Transformers backend creates only while its default loader reads it; Nemotron-H
-# and Falcon-H1, whose Mamba2 A vLLM computes from A_log while loading; Llama 4, whose q / k rows vLLM permutes per
-# head while loading; LongCat-Flash, whose MLA LoRA norms vLLM scales while loading
+# and Falcon-H1, whose Mamba2 A vLLM computes from A_log while loading; LongCat-Flash, whose MLA LoRA norms vLLM
+# scales while loading (Llama 4's language model, whose q / k rows vLLM permutes per head while loading, is served:
+# the view's "deinterleave")
 REFUSED = {"phi": "auto_load_lm_head_bias", "nemotron_h": "holds A = -exp(A_log)", "falcon_h1": "holds A = -exp(A_log)",
-           "llama4_text": "permutes the rows of q_proj and k_proj", "longcat_flash": "multiplies the MLA q_a_layernorm"}
+           "longcat_flash": "multiplies the MLA q_a_layernorm"}
 if os.environ.get("TPFS_VLLM_CASES"):  # a name no table knows would probe nothing and pass: refused
     _unknown = [c for c in _only if c not in _ALL_FAMILIES | set(REFUSED) | set(REFUSED_EDITS)]
     if _unknown:

@@ -157,6 +157,14 @@ FAMILIES = {
                                                vocab_size_per_layer_input=1000, hidden_size_per_layer_input=16,
                                                tie_word_embeddings=True, pad_token_id=0, bos_token_id=2,
                                                eos_token_id=1, **COMMON),
+    # Gemma 4 with its MoE block (num_experts: vLLM's Gemma4DecoderLayer adds the router and FusedMoE experts beside
+    # the dense MLP): the fused experts gate_up_proj [E, 2I, H] and down_proj [E, H, I], cut as FusedMoE cuts them
+    "gemma4_text_moe": lambda: tf.Gemma4TextConfig(num_key_value_heads=1, intermediate_size=256, global_head_dim=128,
+                                                   sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                                   vocab_size_per_layer_input=1000, hidden_size_per_layer_input=16,
+                                                   num_experts=4, top_k_experts=2, moe_intermediate_size=64,
+                                                   enable_moe_block=True, tie_word_embeddings=True, pad_token_id=0,
+                                                   bos_token_id=2, eos_token_id=1, **COMMON),
     # EXAONE 3 / 3.5, InternLM3, IQuestCoder: natively registered by vLLM (exaone.py ExaoneForCausalLM; InternLM3
     # and IQuestCoder map to llama.py's LlamaForCausalLM), but the vLLM venv's transformers (5.19) has no
     # configuration class for them: their published checkpoints carry one (trust_remote_code). Made as Llama, then
@@ -314,6 +322,33 @@ FAMILIES = {
                                    mlp_layer_types=["dense", "sparse"], first_k_dense_replace=1, route_norm=True,
                                    qk_norm=True, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
                                    eos_token_id=2, **COMMON),
+    # Llama 4's language model (vLLM's models/llama4.py Llama4ForCausalLM): a dense first layer (feed_forward on
+    # intermediate_size_mlp), a MoE second (interleave_moe_layer_step 2: the router, the shared expert, the fused
+    # experts gate_up_proj [E, H, 2I] and down_proj [E, I, H]); q_proj / k_proj rows deinterleaved inside each head by
+    # vLLM's loader (the view's "deinterleave")
+    "llama4_text": lambda: tf.Llama4TextConfig(num_key_value_heads=1, intermediate_size=64, intermediate_size_mlp=256,
+                                               num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2,
+                                               tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+                                               eos_token_id=2, **COMMON),
+    # Llama 4 as published (vLLM's models/mllama4.py Llama4ForConditionalGeneration, --mm-encoder-tp-mode data): the
+    # language model above under language_model., a one-layer vision tower, its adapter and the projector
+    "llama4": lambda: tf.Llama4Config(
+        text_config=FAMILIES["llama4_text"]().to_dict(), tie_word_embeddings=False,
+        vision_config=tf.Llama4VisionConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                            intermediate_size=128, image_size=56, patch_size=14, vision_output_dim=128,
+                                            projector_input_dim=128, projector_output_dim=128,
+                                            pixel_shuffle_ratio=0.5).to_dict()),
+    # Muse Glimmer (vLLM's models/muse_glimmer.py MuseGlimmerForCausalLM): the text decoder (GQA, one KV head, the
+    # attention's output gate, sandwich norms) under model.language_model., a one-layer vision tower of 4 heads (cut by
+    # heads at T=2 and 4), its adapter and projection (realmodel.py's muse_glimmer, at the probe's sizes)
+    "muse_glimmer": lambda: tf.MuseGlimmerConfig(
+        text_config=dict(vocab_size=1000, hidden_size=128, intermediate_size=256, num_attention_heads=2,
+                         num_key_value_heads=1, head_dim=64, num_hidden_layers=2, max_position_embeddings=256,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+                         initializer_range=0.1),
+        vision_config=dict(hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4),
+        out_hidden_size=256, projector_hidden_size=64, image_token_id=999, video_token_id=998,
+        tie_word_embeddings=False),
     # EXAONE MoE (vLLM's models/exaone_moe.py): q/k norms, sliding and full layers, a dense first layer, routed and
     # shared experts, the router (gate= to FusedMoEFactory) and its correction bias
     "exaone_moe": lambda: tf.ExaoneMoeConfig(num_key_value_heads=1, intermediate_size=256, moe_intermediate_size=64,
@@ -345,11 +380,7 @@ FAMILIES = {
                                                   mlp_layer_types=["dense", "sparse"], sliding_window=16,
                                                   tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
                                                   eos_token_id=2, **dict(COMMON, num_attention_heads=8)),
-    # refused by their views (test_vllm.py REFUSED): Llama 4 (vLLM permutes q / k rows per head while loading),
-    # LongCat-Flash (vLLM scales the MLA LoRA norms while loading)
-    "llama4_text": lambda: tf.Llama4TextConfig(num_key_value_heads=1, intermediate_size=64, intermediate_size_mlp=256,
-                                               num_local_experts=4, num_experts_per_tok=1, tie_word_embeddings=False,
-                                               pad_token_id=0, bos_token_id=1, eos_token_id=2, **COMMON),
+    # refused by its view (test_vllm.py REFUSED): LongCat-Flash (vLLM scales the MLA LoRA norms while loading)
     "longcat_flash": lambda: tf.LongcatFlashConfig(**dict({k: v for k, v in _MLA.items() if k in (
         "hidden_size", "num_hidden_layers", "vocab_size", "max_position_embeddings", "num_attention_heads",
         "initializer_range", "rms_norm_eps", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
@@ -464,7 +495,8 @@ FAMILIES = {
 }
 
 # the model class where it is not AutoModelForCausalLM's (a vision-language wrapper, saved whole)
-MODEL_CLS = {"glm5_next": "Glm5NextForConditionalGeneration"}
+MODEL_CLS = {"glm5_next": "Glm5NextForConditionalGeneration", "llama4": "Llama4ForConditionalGeneration",
+             "muse_glimmer": "MuseGlimmerForConditionalGeneration"}
 # families saved with an MTP layer as their published checkpoints hold it (issue 51): family -> (the prefix of its
 # decoder layers, the tensors the MTP layer adds to a copy of the last decoder layer). DeepSeek-V3 / V3.2 and GLM-5
 # publish layers.{num_hidden_layers} with eh_proj, enorm, hnorm, shared_head.norm, shared_head.head and
@@ -843,6 +875,11 @@ POSTSAVE = {"kimi_linear": kimi_published,
                  .replace(".feedforward_layer_norm.", ".post_attention_layernorm."): v for k, v in t.items()}),
             # published LFM2 configs hold conv_dim and block_dim (the short convolutions' and the blocks' width), which
             # vLLM's Lfm2 sizes them by and transformers' Lfm2Config no longer writes
+            # published Muse Glimmer configs state the vision tower's output_dim and adapter_dim, which vLLM's
+            # MuseGlimmerVisionConfig reads (defaults 6144, 4096) and transformers' (out_hidden_size,
+            # projector_hidden_size) does not write
+            "muse_glimmer": lambda out: edit_config(out, lambda c: c["vision_config"].update(
+                output_dim=c["out_hidden_size"], adapter_dim=c["projector_hidden_size"])),
             "lfm2": lambda out: edit_config(out, lambda c: c.update(conv_dim=c["hidden_size"],
                                                                     block_dim=c["hidden_size"]))}
 

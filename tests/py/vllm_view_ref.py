@@ -357,6 +357,13 @@ CUTS = {
         (r"model\.per_layer_projection_norm\.weight", "whole"),
         (L + r"(per_layer_input_gate|per_layer_projection|post_per_layer_input_norm)\.weight", "whole"),
         (L + r"layer_scalar", "whole"),
+        # the MoE block (num_experts): the router whole (GateLinear, its scale and per_expert_scale plain
+        # parameters), FusedMoE's fused experts: gate_up_proj [E, 2I, H] each half's rows cut, down_proj [E, H, I]
+        # its input columns cut
+        (L + r"router\.(proj\.weight|scale|per_expert_scale)", "whole"),
+        (L + r"experts\.gate_up_proj", "experts_halves"),
+        (L + r"experts\.down_proj", "experts_row"),
+        (L + r"(pre_feedforward_layernorm_2|post_feedforward_layernorm_[12])\.weight", "whole"),
     ],
     # Phi through vLLM's Transformers backend: q, k, v (weights and biases) as QKVParallelLinear, dense and fc2
     # RowParallelLinear (their biases whole), fc1 ColumnParallelLinear with its bias, LayerNorms whole, lm_head's
@@ -434,6 +441,40 @@ CUTS["hy_v3"] = EMBED + ATTN + [
 ] + experts(r"experts\.\d+|shared_mlp") + DENSE + NORMS
 
 
+# Llama 4's language model (models/llama4.py Llama4ForCausalLM): llama's attention (q / k rows permuted inside each
+# head while loading: the view's "deinterleave"), the dense layers' feed_forward and the shared expert as
+# MergedColumnParallelLinear / RowParallelLinear, the GateLinear router whole, the fused experts as
+# load_moe_expert_weights cuts them: gate_up_proj [E, H, 2I] transposed, chunked into gate and up, each cut by rows
+# (here: the columns of each half), down_proj [E, I, H] transposed and cut by its input columns (here: axis 1)
+LF = L + r"feed_forward\."
+CUTS["llama4"] = EMBED + ATTN + [
+    (LF + r"(shared_expert\.)?(gate|up)_proj\.weight", "column"),
+    (LF + r"(shared_expert\.)?down_proj\.weight", "row"),
+    (LF + r"router\.weight", "whole"),
+    (LF + r"experts\.gate_up_proj", "axis2_halves"),
+    (LF + r"experts\.down_proj", "axis1"),
+] + NORMS
+# Llama 4 as published (models/mllama4.py): the language model's cuts under language_model., the vision tower whole
+# (--mm-encoder-tp-mode data: ReplicatedLinear, disable_tp), multi_modal_projector.linear_1 a ColumnParallelLinear
+CUTS["llama4_vl"] = [(r"language_model\." + p, how) for p, how in CUTS["llama4"]] + [
+    (r"vision_model\..+", "whole"),
+    (r"multi_modal_projector\.linear_1\.weight", "column"),
+]
+
+
+# Muse Glimmer (models/muse_glimmer.py): llama's cuts under model.language_model., the attention's output gate a
+# ColumnParallelLinear (by heads), the vision attention cut by its heads, the rest of the tower, adapter and
+# projection whole (nn.Linear)
+CUTS["muse_glimmer"] = [(p.replace(r"model\.", r"model\.language_model\.", 1), how)
+                        for p, how in EMBED + ATTN + DENSE + NORMS] + [
+    (L.replace(r"model\.", r"model\.language_model\.", 1) + r"self_attn\.gate_proj\.weight", "column"),
+    # MuseGlimmerVisionAttention: QKVParallelLinear (q, k, v and biases by the vision heads), RowParallelLinear proj
+    (r"model\.vision_tower\.layers\.\d+\.attn\.[qkv]_proj\.(weight|bias)", "column"),
+    (r"model\.vision_tower\.layers\.\d+\.attn\.proj\.weight", "row"),
+    (r"model\.vision_(tower|adapter|projection)\..+", "whole"),
+]
+
+
 # EXAONE MoE (models/exaone_moe.py): Qwen3-MoE's cuts with shared_experts (plural) and the bias replicated
 CUTS["exaone_moe"] = EMBED + ATTN + [
     (L + r"mlp\.(gate\.weight|e_score_correction_bias)", "whole"),
@@ -468,7 +509,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llam
           # OLMoE (models/olmoe.py): QKVParallelLinear, q_norm / k_norm RMSNorms over all heads (default loader:
           # whole), FusedMoE experts, GateLinear router replicated: the Qwen-MoE cuts without a shared expert
           "olmoe": "moe", "granitemoe": "granitemoe", "minimax_m2": "minimax_m2", "ernie4_5_moe": "ernie4_5_moe",
-          "minicpm3": "minicpm3", "afmoe": "afmoe", "hy_v3": "hy_v3",
+          "minicpm3": "minicpm3", "afmoe": "afmoe", "hy_v3": "hy_v3", "llama4_text": "llama4", "llama4": "llama4_vl", "muse_glimmer": "muse_glimmer",
           "exaone_moe": "exaone_moe", "cohere2_moe": "cohere2_moe", "axk1": "axk1",
           "mimo_v2_flash": "mimo_v2_flash",
           "deepseek_v32": "deepseek_v32", "glm_moe_dsa": "deepseek_v32", "qwen3_next": "qwen3_next",
@@ -515,7 +556,8 @@ def cut(family, cfg, name, x, T, r, pad):
     if how == "kda_a_log":  # [H] viewed as [1, 1, H, 1], sharded_weight_loader(2): heads [r*H/T, ...)
         return _chunk(x.reshape(1, 1, -1, 1) if x.ndim == 1 else x, 2, T, r)
     if how in ("kv", "qkv_fused"):
-        kv = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+        kv = (cfg.get("num_key_value_heads") or config_value(cfg, "num_key_value_heads")  # llama4: text_config's
+              or config_value(cfg, "num_attention_heads"))
     if how == "kv":
         return cut_kv(x, T, r, kv)
     if how == "qkv_fused":  # QKVParallelLinear.weight_loader(loaded_shard_id=None): q | k | v, each cut
@@ -535,6 +577,9 @@ def cut(family, cfg, name, x, T, r, pad):
         return torch.cat([_chunk(g, 1, T, r), _chunk(u, 1, T, r)], dim=1)
     if how == "experts_row":  # [E, D, I]: each expert's input columns cut (w2)
         return _chunk(x, 2, T, r)
+    if how == "axis2_halves":  # [E, H, 2I]: chunk(2, dim=-1), each half's columns cut (Llama 4's gate | up)
+        g, u = x.chunk(2, dim=-1)
+        return torch.cat([_chunk(g, 2, T, r), _chunk(u, 2, T, r)], dim=2)
     if how in ("axis1", "axis2"):  # a contiguous block of axis 1 or 2, [r*n/T, (r+1)*n/T)
         return _chunk(x, int(how[-1]), T, r)
     if how == "rank0":  # loaded whole on rank 0, zeros on the others
@@ -718,7 +763,13 @@ def plan_view(view, cfg, names, T=1):
             if "shape" in entry:
                 raise ViewError("%s: \"shape\" on a cat / from entry is now \"reshape\"" % sname)
             shape = entry.get("reshape")  # the served shape (one -1, a 0 the tensor's own), as torch reshapes
-            tail = (entry.get("transpose", False), entry.get("other_ranks") == "zeros")
+            dil = entry.get("deinterleave")  # per piece: None, or a config key N (rows of a block)
+            if dil is not None:
+                if len(dil) != len(pieces) or stack or dt or entry.get("transpose"):
+                    raise ViewError("%s: \"deinterleave\" is one item per piece, on an entry neither stacked, "
+                                    "widened nor transposed" % sname)
+                dil = [None if d is None else config_value(cfg, d, defaults=view.get("defaults")) for d in dil]
+            tail = (entry.get("transpose", False), entry.get("other_ranks") == "zeros", dil)
             served.append((sname, (("stack", groups, dt, shape) if stack else ("cat", groups[0], dt, shape)) + tail,
                            groups[0][0]))
     rest = [n for n in sorted(names) if n not in used]
@@ -729,10 +780,10 @@ def plan_view(view, cfg, names, T=1):
             if n.startswith(a) and ("names" not in rn or any(template(t)[0].fullmatch(n[len(a):]) for t in rn["names"])):
                 return b + n[len(a):]
         return None
-    served += [(renamed(n), ("cat", [n], None, None, False, False), n) for n in rest if renamed(n) is not None]
+    served += [(renamed(n), ("cat", [n], None, None, False, False, None), n) for n in rest if renamed(n) is not None]
     rest = [n for n in rest if renamed(n) is None]
     if view.get("keep_rest", True):
-        served += [(n, ("cat", [n], None, None, False, False), n) for n in rest]
+        served += [(n, ("cat", [n], None, None, False, False, None), n) for n in rest]
     elif rest:
         raise ViewError("%s: no entry of view %s uses it" % (rest[0], view["name"]))
     dup = {s for s, _, _ in served if [x for x, _, _ in served].count(s) > 1}
@@ -778,7 +829,11 @@ def build(src, view, T, r, family=None):
         if recipe[0] == "const":
             t = torch.full(recipe[3], recipe[2], dtype=DTYPES[recipe[1]])
         elif recipe[0] == "cat":
-            t = cat([piece(n) for n in recipe[1]])
+            # "deinterleave": a piece's rows in blocks of N, each as its even rows, then its odd rows (as vLLM's
+            # Llama 4 permute_qk_weight_for_rotary: view(-1, N / 2, 2, ...).transpose(1, 2))
+            t = cat([piece(n) if not recipe[6] or not recipe[6][j] else
+                     piece(n).reshape(-1, recipe[6][j] // 2, 2, *piece(n).shape[1:]).transpose(1, 2)
+                     .reshape(piece(n).shape) for j, n in enumerate(recipe[1])])
         else:
             t = torch.stack([cat([piece(n) for n in g]) for g in recipe[1]], 0)
         if recipe[0] != "const" and recipe[2] and t.dtype != DTYPES[recipe[2]]:

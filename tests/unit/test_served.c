@@ -347,6 +347,7 @@ static void describe(const mworld *w, tp_sdesc *d, tp_pdesc *pd)
 			pd[q].file = p->file;
 			pd[q].tensor = (uint32_t)(st_find(&w->f[p->file].h, c->name) - w->f[p->file].h.t);
 			pd[q].spec = p->owned ? tp_spec_owned(p->units, p->unit) : c->spec;
+			pd[q].deint = 0;
 			q++;
 		}
 	}
@@ -752,7 +753,7 @@ static void test_transpose_large(void **state)
 				for (uint64_t i = 0; i < R; i++)
 					for (uint64_t j = 0; j < C; j++)
 						memcpy(want + ((m * C + j) * R + i) * es, cut + ((m * R + i) * C + j) * es, es);
-			tp_pdesc pd = {0, 0, cs[0].spec};
+			tp_pdesc pd = {0, 0, cs[0].spec, 0};
 			tp_sdesc d = {.name = "wT", .pieces = &pd, .npieces = 1, .transpose = 1, .rank0_only = zero};
 			tp_served S;
 			tp_err e;
@@ -814,14 +815,14 @@ static void test_multi_source_refusals(void **state)
 		uint32_t np, nstack;
 		const char *why;
 	} bad[] = {
-		{{{0, ia, rep}, {0, ic, rep}}, 2, 0, "piece 1 is F32, the tensor BF16"},
-		{{{0, ia, rep}, {0, id, rep}}, 2, 0, "piece 1 is 5 along axis 1 where the first piece is 6"},
-		{{{0, ia, rep}, {0, is, rep}}, 2, 0, "concatenated along the first axis"},
-		{{{0, ia, rep}, {0, ib, rep}}, 1, 2, "group 1's local shape differs from group 0's"},
-		{{{0, ia, tp_spec_owned(2, 0)}, {0, ib, tp_spec_owned(2, 1)}}, 2, 0, "group 0 is only partly on rank 0"},
-		{{{0, 99, rep}}, 1, 0, "names tensor 99 of source 0, which does not exist"},
-		{{{1, ia, rep}}, 1, 0, "names tensor 0 of source 1, which does not exist"},
-		{{{0, ia, tp_spec_split(1, 4, 1)}}, 1, 0, "tensor 'x': piece 0 (source 0, tensor 'a')"},
+		{{{0, ia, rep, 0}, {0, ic, rep, 0}}, 2, 0, "piece 1 is F32, the tensor BF16"},
+		{{{0, ia, rep, 0}, {0, id, rep, 0}}, 2, 0, "piece 1 is 5 along axis 1 where the first piece is 6"},
+		{{{0, ia, rep, 0}, {0, is, rep, 0}}, 2, 0, "concatenated along the first axis"},
+		{{{0, ia, rep, 0}, {0, ib, rep, 0}}, 1, 2, "group 1's local shape differs from group 0's"},
+		{{{0, ia, tp_spec_owned(2, 0), 0}, {0, ib, tp_spec_owned(2, 1), 0}}, 2, 0, "group 0 is only partly on rank 0"},
+		{{{0, 99, rep, 0}}, 1, 0, "names tensor 99 of source 0, which does not exist"},
+		{{{1, ia, rep, 0}}, 1, 0, "names tensor 0 of source 1, which does not exist"},
+		{{{0, ia, tp_spec_split(1, 4, 1), 0}}, 1, 0, "tensor 'x': piece 0 (source 0, tensor 'a')"},
 	};
 	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
 		tp_sdesc d = {.name = "x", .pieces = bad[k].p, .npieces = bad[k].np, .nstack = bad[k].nstack};
@@ -832,7 +833,7 @@ static void test_multi_source_refusals(void **state)
 			fail_msg("case %zu: '%s' does not say '%s'", k, e.msg, bad[k].why);
 		assert_non_null(strstr(e.msg, "rank.safetensors: tensor 'x'"));
 	}
-	tp_pdesc one = {0, ia, rep};
+	tp_pdesc one = {0, ia, rep, 0};
 	float v = 1.0f;
 	tp_sdesc two[2] = {{.name = "x", .pieces = &one, .npieces = 1}, {.name = "x", .cbytes = (uint8_t *)&v, .dtype = ST_F32}};
 	tp_served S;
@@ -843,7 +844,7 @@ static void test_multi_source_refusals(void **state)
 	assert_int_equal(tp_served_build(hs, 1, &f4, 1, NULL, 0, NULL, 0, 2, 0, "rank.safetensors", &S, &e), -1);
 	assert_non_null(strstr(e.msg, "no whole number of bytes"));
 	/* and the valid ones: a [2, 6, 6] stack of cat(a, b), a scalar constant */
-	tp_pdesc st[4] = {{0, ia, rep}, {0, ib, rep}, {0, ia, rep}, {0, ib, rep}};
+	tp_pdesc st[4] = {{0, ia, rep, 0}, {0, ib, rep, 0}, {0, ia, rep, 0}, {0, ib, rep, 0}};
 	tp_sdesc ok[2] = {{.name = "w13", .pieces = st, .npieces = 2, .nstack = 2},
 			  {.name = "k_scale", .cbytes = (uint8_t *)&v, .dtype = ST_F32}};
 	assert_int_equal(tp_served_build(hs, 1, ok, 2, NULL, 0, NULL, 0, 2, 1, "rank.safetensors", &S, &e), 0);
@@ -857,7 +858,7 @@ static void test_multi_source_refusals(void **state)
 	tp_served_free(&S);
 	/* reshaped: a's [4, 6] (rank 1 of 2, cut by rows: [2, 6]) served as [1, 2, -1] = [1, 2, 6], same
 	 * bytes; [12] and [3, -1] do not hold rank 1's 12 elements */
-	tp_pdesc half = {0, ia, tp_spec_split(0, 4, 1)};
+	tp_pdesc half = {0, ia, tp_spec_split(0, 4, 1), 0};
 	tp_sdesc rs = {.name = "A_log", .pieces = &half, .npieces = 1, .rs_ndim = 3, .rs_shape = {1, 2, -1}};
 	assert_int_equal(tp_served_build(hs, 1, &rs, 1, NULL, 0, NULL, 0, 2, 1, "rank.safetensors", &S, &e), 0);
 	assert_int_equal(S.t[0].ndim, 3);
@@ -889,6 +890,130 @@ static void test_multi_source_refusals(void **state)
 	free(f.bytes);
 }
 
+/* Reads [a, a + len) of served file S (data bytes) through the mapper (at most 8 runs a call) and the CPU
+ * gather into buf. */
+static void read_served(const tp_served *S, const tp_src *src, const uint8_t *local, uint64_t a, uint64_t len,
+			uint8_t *buf)
+{
+	uint64_t got = 0;
+	tp_err e;
+	while (got < len) {
+		tp_run runs[8];
+		uint64_t cov;
+		size_t nr = tp_served_map(S, S->hdr_size + a + got, len - got, runs, 8, &cov);
+		assert_true(cov > 0);
+		if (tp_gather_cpu(runs, nr, src, local, buf + got, &e) < 0)
+			fail_msg("%s", e.msg);
+		got += cov;
+	}
+}
+
+/* Deinterleaved pieces (tp_pdesc.deint: vLLM's Llama 4 q / k rows) and transposed cuts of two segments
+ * (Llama 4's experts gate_up_proj [E, H, gate | up]), at T=1, 2 and 4 on every rank: random reads equal
+ * the naive result (each piece's naive cut, its rows in blocks of N served even rows then odd rows, then
+ * concatenated; the naive cut of each half, transposed, the halves one after the other per matrix); the
+ * prefetch plans hold the pages of the rank's bytes (check_served_io); a block that does not fill the
+ * rank's rows, deint with a transpose, and an odd block are refused. */
+static void test_deinterleave_segments(void **state)
+{
+	(void)state;
+	enum { H = 8, KV = 2, HD = 8, D = 24, E = 3, R = 70, I = 40 };
+	tcase cs[4] = {
+		{"q", ST_BF16, 2, {H * HD, D}, tp_spec_split(0, H, HD)},
+		{"k", ST_BF16, 2, {KV * HD, D}, tp_spec_split(0, KV, HD)},
+		{"v", ST_BF16, 2, {KV * HD, D}, tp_spec_split(0, KV, HD)},
+		{"gu", ST_BF16, 3, {E, R, 2 * I}, tp_spec_split(2, 2 * I, 1)},
+	};
+	cs[1].spec.flags = cs[2].spec.flags = TP_GROUPS;
+	cs[3].spec.nseg = 2; /* [gate | up]: I units each */
+	cs[3].spec.seg[0] = cs[3].spec.seg[1] = I;
+	file f;
+	make_file(cs, 4, &f);
+	const st_header *hs[1] = {&f.h};
+	tp_src src = {.fd = -1, .map = f.bytes, .size = f.size};
+	long reads = 0;
+	for (uint32_t T = 1; T <= 4; T *= 2) {
+		for (uint32_t r = 0; r < T; r++) {
+			/* the naive qkv: each piece cut, q and k deinterleaved by HD rows */
+			uint8_t *want = NULL, *cut[4];
+			uint64_t nl[4], lsh[4][ST_MAX_DIMS], tot = 0;
+			for (int j = 0; j < 4; j++) {
+				uint32_t ti = (uint32_t)(st_find(&f.h, cs[j].name) - f.h.t);
+				assert_int_equal(naive_tensor(&cs[j], f.bytes + f.h.data_start + f.h.t[ti].begin, T, r, lsh[j],
+							      &cut[j], &nl[j]), 0);
+				if (j < 3)
+					tot += nl[j];
+			}
+			want = malloc(tot + nl[3]);
+			uint64_t w = 0, row = D * 2;
+			for (int j = 0; j < 3; j++) {
+				for (uint64_t o = 0; o < lsh[j][0]; o++) {
+					uint64_t b = o / HD * HD, i = o % HD;
+					uint64_t from = j == 2 ? o : b + (i < HD / 2 ? 2 * i : 2 * (i - HD / 2) + 1);
+					memcpy(want + w, cut[j] + from * row, row);
+					w += row;
+				}
+			}
+			uint64_t C = lsh[3][2], C2 = C / 2; /* the rank's gate | up columns, C2 each */
+			uint8_t *gT = want + tot;
+			for (uint64_t m = 0; m < E; m++)
+				for (uint64_t s = 0; s < 2; s++)
+					for (uint64_t c = 0; c < C2; c++)
+						for (uint64_t x = 0; x < R; x++)
+							memcpy(gT + (((m * 2 + s) * C2 + c) * R + x) * 2,
+							       cut[3] + ((m * R + x) * C + s * C2 + c) * 2, 2);
+			tp_pdesc pd[4] = {{0, (uint32_t)(st_find(&f.h, "q") - f.h.t), cs[0].spec, HD},
+					  {0, (uint32_t)(st_find(&f.h, "k") - f.h.t), cs[1].spec, HD},
+					  {0, (uint32_t)(st_find(&f.h, "v") - f.h.t), cs[2].spec, 0},
+					  {0, (uint32_t)(st_find(&f.h, "gu") - f.h.t), cs[3].spec, 0}};
+			tp_sdesc d[2] = {{.name = "qkv", .pieces = pd, .npieces = 3},
+					 {.name = "w13", .pieces = pd + 3, .npieces = 1, .transpose = 1}};
+			tp_served S;
+			tp_err e;
+			if (tp_served_build(hs, 1, d, 2, NULL, 0, NULL, 0, T, r, "rank.safetensors", &S, &e) < 0)
+				fail_msg("T=%u r=%u: %s", T, r, e.msg);
+			assert_string_equal(S.t[0].name, "qkv");
+			assert_int_equal(S.t[0].size, tot);
+			assert_int_equal(S.t[1].shape[1], C);
+			assert_int_equal(S.t[1].shape[2], R);
+			uint8_t *local = malloc(S.local_size), *buf = malloc(S.data_size + 1);
+			tp_served_local(&S, local);
+			for (int q = 0; q < 60; q++) {
+				uint64_t a = q == 0 ? 0 : rnd() % S.data_size, len = q == 0 ? S.data_size : 1 + rnd() % (S.data_size - a);
+				read_served(&S, &src, local, a, len, buf);
+				if (memcmp(buf, want + a, len))
+					fail_msg("T=%u r=%u: read [%llu, +%llu) differs from the naive deinterleave / transpose", T, r,
+						 (unsigned long long)a, (unsigned long long)len);
+				reads++;
+			}
+			assert_true(check_served_io(&S, &f, 1) > 0);
+			free(local);
+			free(buf);
+			free(want);
+			for (int j = 0; j < 4; j++)
+				free(cut[j]);
+			tp_served_free(&S);
+			/* refused: a block of 3 rows (odd), of 16 (more than a rank's q at T=4... and not dividing its
+			 * 8 KV rows), a deinterleaved piece of a transposed tensor */
+			tp_pdesc odd = pd[0], big = pd[1], tr = pd[3];
+			odd.deint = 3;
+			big.deint = 3 * HD;
+			tr.deint = 2;
+			tp_sdesc bad[3] = {{.name = "a", .pieces = &odd, .npieces = 1}, {.name = "b", .pieces = &big, .npieces = 1},
+					   {.name = "c", .pieces = &tr, .npieces = 1, .transpose = 1}};
+			for (int k = 0; k < 3; k++) {
+				assert_int_equal(tp_served_build(hs, 1, &bad[k], 1, NULL, 0, NULL, 0, T, r, "rank.safetensors", &S, &e),
+						 -1);
+				if (!strstr(e.msg, "are not whole blocks of"))
+					fail_msg("case %d: '%s'", k, e.msg);
+			}
+		}
+	}
+	printf("deinterleave and two-segment transposes: %ld reads compared\n", reads);
+	st_header_free(&f.h);
+	free(f.bytes);
+}
+
 int main(void)
 {
 	/* the generator's state after test_map.c's tests, when they ran first in one program: the worlds drawn
@@ -899,6 +1024,7 @@ int main(void)
 		cmocka_unit_test(test_multi_source_layout_case),
 		cmocka_unit_test(test_multi_source_refusals),
 		cmocka_unit_test(test_transpose_large),
+		cmocka_unit_test(test_deinterleave_segments),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -593,6 +593,45 @@ static void test_const_range(void **state)
 	}
 }
 
+/* "deinterleave": one item per piece (cat order), null or a plan expression, read into the entry (the
+ * model evaluates it at the mount: dil_rows); a list of another length, an item neither null nor a
+ * string, an expression that does not parse, and deinterleave on a stacked, widened or transposed entry,
+ * or on a constant or a drop, are refused, naming the entry. */
+static void test_deinterleave(void **state)
+{
+	(void)state;
+	char text[768];
+	tp_view v;
+	tp_err e;
+	snprintf(text, sizeof text, "%s\"tensors\": [{\"name\": \"L.{i}.qkv\", \"cat\": [\"L.{i}.q\", \"L.{i}.k\", "
+		 "\"L.{i}.v\"], \"deinterleave\": [\"head_dim\", \"head_dim * 1\", null]}]}", VIEW_HEAD);
+	if (tp_view_parse(text, strlen(text), "t.json", &v, &e) != 0)
+		fail_msg("%s", e.msg);
+	assert_string_equal(v.e[0].dil[0], "head_dim");
+	assert_string_equal(v.e[0].dil[1], "head_dim * 1");
+	assert_null(v.e[0].dil[2]);
+	tp_view_free(&v);
+	const char *bad[] = {
+		"\"cat\": [\"L.{i}.q\", \"L.{i}.k\"], \"deinterleave\": [\"head_dim\"]",
+		"\"cat\": [\"L.{i}.q\"], \"deinterleave\": [64]",
+		"\"cat\": [\"L.{i}.q\"], \"deinterleave\": \"head_dim\"",
+		"\"from\": \"L.{i}.q\", \"transpose\": true, \"deinterleave\": [\"head_dim\"]",
+		"\"from\": \"L.{i}.q\", \"dtype\": \"F32\", \"deinterleave\": [\"head_dim\"]",
+		"\"cat\": [\"L.{i}.{e}.q\"], \"stack\": \"e\", \"deinterleave\": [\"head_dim\"]",
+		"\"cat\": [\"L.{i}.q\"], \"deinterleave\": [\"head_dim +\"]",
+		"\"const\": {\"dtype\": \"F32\", \"value\": 1}, \"per\": \"L.{i}.q\", \"deinterleave\": [\"head_dim\"]",
+	};
+	const char *why[] = {"one item per piece", "one item per piece", "one item per piece", "one item per piece",
+			     "one item per piece", "one item per piece", "\"deinterleave\"[0]", "are for cat and from entries"};
+	for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+		snprintf(text, sizeof text, "%s\"tensors\": [{\"name\": \"L.{i}.x\", %s}]}", VIEW_HEAD, bad[j]);
+		tp_err_clear(&e);
+		if (tp_view_parse(text, strlen(text), "t.json", &v, &e) != -1 || !strstr(e.msg, "t.json: tensors[0]") ||
+		    !strstr(e.msg, why[j]))
+			fail_msg("bad[%zu]: '%s' (want '%s')", j, e.msg, why[j]);
+	}
+}
+
 /* "transpose": true and "other_ranks": "zeros" reach the served tensor's description; a transpose of
  * several pieces or with widening, a non-boolean transpose and another other_ranks are refused. */
 static void test_transpose_rank0(void **state)
@@ -1118,6 +1157,7 @@ int main(void)
 		cmocka_unit_test(test_fragment_params),  cmocka_unit_test(test_rename),
 		cmocka_unit_test(test_pp_partition),
 		cmocka_unit_test(test_transpose_rank0),
+		cmocka_unit_test(test_deinterleave),
 		cmocka_unit_test(test_pp_stage),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
