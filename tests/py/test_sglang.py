@@ -78,7 +78,29 @@ FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen2": ("llama", {
             "olmo": ("llama", {"num_key_value_heads": 2}),
             "hunyuan_v1_dense": ("llama", {"num_key_value_heads": 2, "use_qk_norm": True}),
             # Command R: no lm_head (SGLang's logits come from the embedding), tied (CohereConfig's default)
-            "cohere": ("cohere", {"num_key_value_heads": 2})}
+            "cohere": ("cohere", {"num_key_value_heads": 2}),
+            # issue 49, loaders only (LOAD_ONLY: no tokens, two Engine starts each). llama's view: Ministral 3,
+            # Granite SWA (its sinks cut with the heads), InternLM3 and IQuestCoder (SGLang's LlamaForCausalLM; their
+            # configuration class from the checkpoint: REMOTE_CODE); Cohere 2 (SGLang's CohereForCausalLM)
+            "ministral3": ("llama", {"num_key_value_heads": 2}), "granite_swa": ("llama", {"num_key_value_heads": 2}),
+            "internlm3": ("llama", {"num_key_value_heads": 2}), "iquestcoder": ("llama", {"num_key_value_heads": 2}),
+            "cohere2": ("cohere", {"num_key_value_heads": 2}),
+            "olmo2": ("olmo2", {"num_key_value_heads": 2}), "exaone": ("exaone", {"num_key_value_heads": 2}),
+            # OLMoE: KV heads as many as heads (SGLang's k_norm is hidden_size wide)
+            "olmoe": ("olmoe", {"num_key_value_heads": 2}),
+            "granitemoe": ("granitemoe", {"num_key_value_heads": 2}),
+            "granitemoeshared": ("granitemoe", {"num_key_value_heads": 2}),
+            "granitemoe_swa": ("granitemoe_swa", {"num_key_value_heads": 2}),
+            # DeepSeek-V2-Lite: no q-LoRA (q_proj, kv_a_proj_with_mqa unfused), greedy softmax routing, no bias
+            "deepseek_v2": ("deepseek_v2", dict(DEEPSEEK, scoring_func="softmax")),
+            "glm4_moe_lite": ("glm4_moe_lite", DEEPSEEK),
+            "minimax_m2": ("minimax_m2", {"num_key_value_heads": 2}),
+            "ernie4_5_moe": ("ernie4_5_moe", {"num_key_value_heads": 2}),
+            "gpt_oss": ("gpt_oss", {"num_key_value_heads": 2}), "afmoe": ("afmoe", {"num_key_value_heads": 2}),
+            "hy_v3": ("hy_v3", {"num_key_value_heads": 2})}
+# families whose configuration class comes from the checkpoint (vllm_models.REMOTE): SGLang reads them with
+# trust_remote_code, as a user of the published checkpoints does
+REMOTE_CODE = {"internlm3", "iquestcoder", "exaone"}
 # TPFS_SGLANG_FAMILIES=a,b: only those families' Engine starts (and llama's, which the wrong-file cases use), to
 # iterate on one family; unset: every family
 ONLY = [f for f in (os.environ.get("TPFS_SGLANG_FAMILIES") or "").split(",") if f]
@@ -93,17 +115,29 @@ REF_FAMILY = {"gemma3": "sglang_gemma3"}
 # pool is sized to 8 requests: SGLang sizes it from the free memory otherwise (22 s against 7 s an Engine start
 # here, and the next start's check that the ranks see the same free memory, "The memory capacity is unbalanced",
 # failed on a busy machine)
-ENGINE_ARGS = {"qwen3_next": {"disable_overlap_schedule": True, "max_mamba_cache_size": 8}}
+ENGINE_ARGS = {"qwen3_next": {"disable_overlap_schedule": True, "max_mamba_cache_size": 8},
+               # SGLang asserts one of triton, trtllm_mha, fa3, fa4, ascend, intel_amx, intel_xpu, aiter for gpt-oss
+               # (srt/arg_groups/model_hook.py: torch_native has neither sliding windows nor sinks); load-only, so
+               # triton's backend is built and never run (the attention backend holds no weight)
+               "gpt_oss": {"attention_backend": "triton"}}
 # loaders only, no tokens: SGLang's Qwen2-MoE forward calls a Triton kernel (fused_gate_sigmoid_mul_add) that the
 # CPU build of Triton cannot run ("0 active drivers"), for either loader alike; DeepSeek-V3's (and Kimi K2's)
 # torch_native attention cannot run a v head dim other than the qk one; Qwen3-Next's Gated DeltaNet on a CPU calls
 # sgl_kernel's CPU kernels (chunk_gated_delta_rule_cpu, causal_conv1d_fn_cpu, ...: srt/layers/attention/linear/),
 # with no native torch path, and sgl_kernel here is a stand-in
 LOAD_ONLY = {"qwen2_moe", "deepseek_v3", "kimi_k2", "qwen3_next"}
+# issue 49's families: proven by the loaders only (key sets and every tensor after post-load), no tokens, to keep
+# CI's time (each family's two Engine starts, without generation)
+LOAD_ONLY |= {"ministral3", "granite_swa", "internlm3", "iquestcoder", "cohere2", "olmo2", "exaone", "olmoe",
+              "granitemoe", "granitemoeshared", "granitemoe_swa", "deepseek_v2", "glm4_moe_lite", "minimax_m2",
+              "ernie4_5_moe", "gpt_oss", "afmoe", "hy_v3"}
 # keys served in the checkpoint's dtype where SGLang's parameter has the model's (issue 51): SGLang's sharded_state
 # copy casts them as its default loader's weight_loader does, so the loaded bits are equal (checked below with every
 # tensor); narrowing them in the view would be right for one --dtype only. family -> regex; at least one must be cast
-CASTS = {"qwen3_f32norm": r"norm\.weight$"}
+CASTS = {"qwen3_f32norm": r"norm\.weight$",
+         # ERNIE-4.5-MoE's router and correction bias, F32 in the checkpoint (transformers keeps them so), which
+         # SGLang's MoEGate holds in the model's dtype
+         "ernie4_5_moe": r"mlp\.gate\.(weight|e_score_correction_bias)$"}
 # families the SGLang view refuses for a tensor SGLang derives at load time outside the state dict, which its
 # sharded_state loader never refreshes (issue 51): family -> the derived tensors. Such a family is mounted with its
 # view less that last refusal (a view FILE) and run like the others, and the loaders must leave exactly those
@@ -186,7 +220,21 @@ def refusals(fails, work):
              ("no SGLang view for gemma", "gemma", {"num_key_value_heads": 2}, [], "no sglang view for plan"),
              # SGLang refuses the torch_native attention for every EXAONE 4 (transformers always sets
              # sliding_window_pattern): nothing proven
-             ("no SGLang view for exaone4", "exaone4", {"num_key_value_heads": 2}, [], "no sglang view for plan")]
+             ("no SGLang view for exaone4", "exaone4", {"num_key_value_heads": 2}, [], "no sglang view for plan"),
+             # issue 49: families examined and refused, each with the reason from SGLang's code
+             ("qwen3_5 (gemma_weight)", "qwen3_5", {}, [], "every gemma_weight stays 1.0"),
+             ("qwen3_5_moe (gemma_weight)", "qwen3_5_moe", {}, [], "every gemma_weight stays 1.0"),
+             ("minicpm3 (w_kc / w_vc)", "minicpm3", {}, [], "leaves w_kc / w_vc None"),
+             ("olmoe with fewer KV heads than heads", "olmoe",
+              {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}, [],
+              "builds k_norm as RMSNorm(hidden_size)"),
+             ("tied olmoe", "olmoe", {"tie_word_embeddings": True}, [], "never ties lm_head"),
+             ("tied gpt_oss", "gpt_oss", {"tie_word_embeddings": True}, [], "never ties lm_head"),
+             ("tied afmoe", "afmoe", {"num_key_value_heads": 2, "tie_word_embeddings": True}, [], "never ties lm_head"),
+             ("ernie4_5_moe moe_intermediate_size 32 at T=2", "ernie4_5_moe",
+              {"num_key_value_heads": 2, "moe_intermediate_size": 32}, [], "pads moe_intermediate_size"),
+             ("granitemoe intermediate_size 96 at T=2", "granitemoe", {"num_key_value_heads": 2, "intermediate_size": 96},
+              [], "pads intermediate_size to a multiple of 32 x ranks")]
     for what, fam, cfg, extra, want in cases:
         src = vllm_models.make(fam, os.path.join(work, "refused", what.replace(" ", "_")), tp=2, config=cfg)
         p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "sglang", *extra)
@@ -260,7 +308,9 @@ def main():
             for how, model in (("auto", src), ("sharded_state", mnt)):
                 jobs.append({"name": "%s/%s" % (fam, how), "family": fam, "model": model, "load_format": how,
                              "tp": 2, "keys": os.path.join(work, "keys", fam, how),
-                             "prompts": [] if fam in LOAD_ONLY else PROMPTS, "engine_args": ENGINE_ARGS.get(fam, {})})
+                             "prompts": [] if fam in LOAD_ONLY else PROMPTS,
+                             "engine_args": dict(ENGINE_ARGS.get(fam, {}),
+                                                 **({"trust_remote_code": True} if fam in REMOTE_CODE else {}))})
         # wrong files: the vLLM view's (extra keys), the SGLang view's with the ranks swapped (other weights)
         wrong_vllm = stack.enter_context(tpfs_test.Mount(os.path.join(work, "src", "llama"), 2, "--view", "vllm")).path
         swapped = os.path.join(work, "swapped")
