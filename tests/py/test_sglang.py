@@ -21,7 +21,7 @@ names and shapes: the weights and tokens differ). Refusals by name: KV heads few
 an intermediate size SGLang's CPU path pads, a quantized checkpoint, pipeline stages, an untied Gemma 3 (whose
 head SGLang's loader never fills), a tied or partly dense Qwen3-Next, a tied Arcee, HunYuan dense without
 use_qk_norm, Command R with it, Qwen3-Next (its norms' gemma_weight, which SGLang's sharded_state leaves at 1.0: DERIVED
-runs it with that refusal lifted and requires exactly those tensors to differ), a family with no SGLang view (gemma2, gemma, exaone4: views/sglang/README.md says why).
+runs it with that refusal lifted and requires exactly those tensors to differ), a family with no SGLang view (gemma2, gemma: views/sglang/README.md says why).
 TPFS_SGLANG_FAMILIES=a,b starts the Engines of those families only (and llama's): to iterate on a family.
 
 STAND-IN: SGLang's CPU kernels (sgl_kernel) are not on PyPI; sglang_site/sgl_kernel is a module whose
@@ -97,7 +97,11 @@ FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen2": ("llama", {
             "minimax_m2": ("minimax_m2", {"num_key_value_heads": 2}),
             "ernie4_5_moe": ("ernie4_5_moe", {"num_key_value_heads": 2}),
             "gpt_oss": ("gpt_oss", {"num_key_value_heads": 2}), "afmoe": ("afmoe", {"num_key_value_heads": 2}),
-            "hy_v3": ("hy_v3", {"num_key_value_heads": 2})}
+            "hy_v3": ("hy_v3", {"num_key_value_heads": 2}),
+            # EXAONE 4: sliding_window_pattern as published (a string, "LLLG" for 4 layers: SGLang's Exaone4Attention
+            # takes len() of it; transformers' Exaone4Config writes an int)
+            "exaone4": ("llama", {"num_key_value_heads": 2, "sliding_window_pattern": "LG"}), "starcoder2": ("starcoder2", {"num_key_value_heads": 2}),
+            "mellum": ("mellum", {"num_key_value_heads": 2})}
 # families whose configuration class comes from the checkpoint (vllm_models.REMOTE): SGLang reads them with
 # trust_remote_code, as a user of the published checkpoints does
 REMOTE_CODE = {"internlm3", "iquestcoder", "exaone"}
@@ -119,7 +123,10 @@ ENGINE_ARGS = {"qwen3_next": {"disable_overlap_schedule": True, "max_mamba_cache
                # SGLang asserts one of triton, trtllm_mha, fa3, fa4, ascend, intel_amx, intel_xpu, aiter for gpt-oss
                # (srt/arg_groups/model_hook.py: torch_native has neither sliding windows nor sinks); load-only, so
                # triton's backend is built and never run (the attention backend holds no weight)
-               "gpt_oss": {"attention_backend": "triton"}}
+               "gpt_oss": {"attention_backend": "triton"},
+               # the same for EXAONE 4 wherever sliding_window_pattern is set (fa3, triton or trtllm_mha), which
+               # transformers' Exaone4Config always sets
+               "exaone4": {"attention_backend": "triton"}}
 # loaders only, no tokens: SGLang's Qwen2-MoE forward calls a Triton kernel (fused_gate_sigmoid_mul_add) that the
 # CPU build of Triton cannot run ("0 active drivers"), for either loader alike; DeepSeek-V3's (and Kimi K2's)
 # torch_native attention cannot run a v head dim other than the qk one; Qwen3-Next's Gated DeltaNet on a CPU calls
@@ -130,7 +137,7 @@ LOAD_ONLY = {"qwen2_moe", "deepseek_v3", "kimi_k2", "qwen3_next"}
 # CI's time (each family's two Engine starts, without generation)
 LOAD_ONLY |= {"ministral3", "granite_swa", "internlm3", "iquestcoder", "cohere2", "olmo2", "exaone", "olmoe",
               "granitemoe", "granitemoeshared", "granitemoe_swa", "deepseek_v2", "glm4_moe_lite", "minimax_m2",
-              "ernie4_5_moe", "gpt_oss", "afmoe", "hy_v3"}
+              "ernie4_5_moe", "gpt_oss", "afmoe", "hy_v3", "exaone4", "starcoder2", "mellum"}
 # keys served in the checkpoint's dtype where SGLang's parameter has the model's (issue 51): SGLang's sharded_state
 # copy casts them as its default loader's weight_loader does, so the loaded bits are equal (checked below with every
 # tensor); narrowing them in the view would be right for one --dtype only. family -> regex; at least one must be cast
@@ -218,13 +225,12 @@ def refusals(fails, work):
              ("no SGLang view for gemma2", "gemma2", {"num_key_value_heads": 2}, [], "no sglang view for plan"),
              # SGLang's Gemma adds 1 to every norm weight as it loads (srt/models/gemma.py), which no view makes
              ("no SGLang view for gemma", "gemma", {"num_key_value_heads": 2}, [], "no sglang view for plan"),
-             # SGLang refuses the torch_native attention for every EXAONE 4 (transformers always sets
-             # sliding_window_pattern): nothing proven
-             ("no SGLang view for exaone4", "exaone4", {"num_key_value_heads": 2}, [], "no sglang view for plan"),
              # issue 49: families examined and refused, each with the reason from SGLang's code
              ("qwen3_5 (gemma_weight)", "qwen3_5", {}, [], "every gemma_weight stays 1.0"),
              ("qwen3_5_moe (gemma_weight)", "qwen3_5_moe", {}, [], "every gemma_weight stays 1.0"),
              ("minicpm3 (w_kc / w_vc)", "minicpm3", {}, [], "leaves w_kc / w_vc None"),
+             ("gemma4_text (SGLang cannot read its config here)", "gemma4_text", {"num_key_value_heads": 2}, [],
+              "AmbiguousGlobalPerLayerAttributeError"),
              ("olmoe with fewer KV heads than heads", "olmoe",
               {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}, [],
               "builds k_norm as RMSNorm(hidden_size)"),
