@@ -242,6 +242,11 @@ FILL = {
     # query_layernorm / key_layernorm (srt/models/hunyuan.py); the published config.json holds it (true): as published,
     # for --view sglang
     "hunyuan_v1_dense": lambda n: {"use_qk_norm": True},
+    # HunYuanMoEV1Config likewise declares none of use_qk_norm, use_mixed_mlp_moe, num_shared_expert and
+    # moe_intermediate_size, which SGLang's HunYuanMoEV1ForCausalLM reads; Hunyuan-A13B's config.json holds them
+    # (its experts and shared MLP as wide as intermediate_size, as transformers builds them)
+    "hunyuan_v1_moe": lambda n: {"use_qk_norm": True, "use_mixed_mlp_moe": 1, "num_shared_expert": 1,
+                                 "moe_intermediate_size": SMALL["intermediate_size"]},
     # Mixtral's and OLMoE's published configs: head_dim hidden_size / heads (SMALL's 16 of 64 / 8 is not; SGLang's
     # Mixtral and OLMoE attention compute it so), OLMoE's KV heads as many as its heads (16 of 16; SGLang's OLMoE
     # k_norm is hidden_size wide), for --view sglang

@@ -101,7 +101,11 @@ FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen2": ("llama", {
             # EXAONE 4: sliding_window_pattern as published (a string, "LLLG" for 4 layers: SGLang's Exaone4Attention
             # takes len() of it; transformers' Exaone4Config writes an int)
             "exaone4": ("llama", {"num_key_value_heads": 2, "sliding_window_pattern": "LG"}), "starcoder2": ("starcoder2", {"num_key_value_heads": 2}),
-            "mellum": ("mellum", {"num_key_value_heads": 2})}
+            "mellum": ("mellum", {"num_key_value_heads": 2}),
+            # Hunyuan-A13B: the config.json keys SGLang reads, as published (the experts and shared MLP as wide as
+            # intermediate_size, as transformers builds them)
+            "hunyuan_v1_moe": ("hunyuan_v1_moe", {"num_key_value_heads": 2, "use_qk_norm": True, "use_mixed_mlp_moe": 1,
+                                                  "num_shared_expert": 1, "moe_intermediate_size": 64})}
 # families whose configuration class comes from the checkpoint (vllm_models.REMOTE): SGLang reads them with
 # trust_remote_code, as a user of the published checkpoints does
 REMOTE_CODE = {"internlm3", "iquestcoder", "exaone"}
@@ -137,14 +141,16 @@ LOAD_ONLY = {"qwen2_moe", "deepseek_v3", "kimi_k2", "qwen3_next"}
 # CI's time (each family's two Engine starts, without generation)
 LOAD_ONLY |= {"ministral3", "granite_swa", "internlm3", "iquestcoder", "cohere2", "olmo2", "exaone", "olmoe",
               "granitemoe", "granitemoeshared", "granitemoe_swa", "deepseek_v2", "glm4_moe_lite", "minimax_m2",
-              "ernie4_5_moe", "gpt_oss", "afmoe", "hy_v3", "exaone4", "starcoder2", "mellum"}
+              "ernie4_5_moe", "gpt_oss", "afmoe", "hy_v3", "exaone4", "starcoder2", "mellum", "hunyuan_v1_moe"}
 # keys served in the checkpoint's dtype where SGLang's parameter has the model's (issue 51): SGLang's sharded_state
 # copy casts them as its default loader's weight_loader does, so the loaded bits are equal (checked below with every
 # tensor); narrowing them in the view would be right for one --dtype only. family -> regex; at least one must be cast
 CASTS = {"qwen3_f32norm": r"norm\.weight$",
          # ERNIE-4.5-MoE's router and correction bias, F32 in the checkpoint (transformers keeps them so), which
          # SGLang's MoEGate holds in the model's dtype
-         "ernie4_5_moe": r"mlp\.gate\.(weight|e_score_correction_bias)$"}
+         "ernie4_5_moe": r"mlp\.gate\.(weight|e_score_correction_bias)$",
+         # HunYuan MoE's router likewise (mlp.gate.wg, F32 in the checkpoint)
+         "hunyuan_v1_moe": r"mlp\.gate\.weight$"}
 # families the SGLang view refuses for a tensor SGLang derives at load time outside the state dict, which its
 # sharded_state loader never refreshes (issue 51): family -> the derived tensors. Such a family is mounted with its
 # view less that last refusal (a view FILE) and run like the others, and the loaders must leave exactly those
