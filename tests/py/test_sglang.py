@@ -105,7 +105,9 @@ FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen2": ("llama", {
             # Hunyuan-A13B: the config.json keys SGLang reads, as published (the experts and shared MLP as wide as
             # intermediate_size, as transformers builds them)
             "hunyuan_v1_moe": ("hunyuan_v1_moe", {"num_key_value_heads": 2, "use_qk_norm": True, "use_mixed_mlp_moe": 1,
-                                                  "num_shared_expert": 1, "moe_intermediate_size": 64})}
+                                                  "num_shared_expert": 1, "moe_intermediate_size": 64}),
+            # Cohere 2 MoE: its dense first layer said by first_k_dense_replace too (SGLang reads that key)
+            "cohere2_moe": ("cohere2_moe", {"num_key_value_heads": 2, "first_k_dense_replace": 1})}
 # families whose configuration class comes from the checkpoint (vllm_models.REMOTE): SGLang reads them with
 # trust_remote_code, as a user of the published checkpoints does
 REMOTE_CODE = {"internlm3", "iquestcoder", "exaone"}
@@ -141,7 +143,7 @@ LOAD_ONLY = {"qwen2_moe", "deepseek_v3", "kimi_k2", "qwen3_next"}
 # CI's time (each family's two Engine starts, without generation)
 LOAD_ONLY |= {"ministral3", "granite_swa", "internlm3", "iquestcoder", "cohere2", "olmo2", "exaone", "olmoe",
               "granitemoe", "granitemoeshared", "granitemoe_swa", "deepseek_v2", "glm4_moe_lite", "minimax_m2",
-              "ernie4_5_moe", "gpt_oss", "afmoe", "hy_v3", "exaone4", "starcoder2", "mellum", "hunyuan_v1_moe"}
+              "ernie4_5_moe", "gpt_oss", "afmoe", "hy_v3", "exaone4", "starcoder2", "mellum", "hunyuan_v1_moe", "cohere2_moe"}
 # keys served in the checkpoint's dtype where SGLang's parameter has the model's (issue 51): SGLang's sharded_state
 # copy casts them as its default loader's weight_loader does, so the loaded bits are equal (checked below with every
 # tensor); narrowing them in the view would be right for one --dtype only. family -> regex; at least one must be cast
