@@ -242,9 +242,6 @@ FILL = {
     # query_layernorm / key_layernorm (srt/models/hunyuan.py); the published config.json holds it (true): as published,
     # for --view sglang
     "hunyuan_v1_dense": lambda n: {"use_qk_norm": True},
-    # Cohere2MoeConfig says its dense layers by mlp_layer_types (all sparse by default); SGLang's Cohere2Moe reads
-    # first_k_dense_replace (srt/models/cohere2_moe.py): the same count stated for it, for --view sglang
-    "cohere2_moe": lambda n: {"first_k_dense_replace": 0},
     # HunYuanMoEV1Config likewise declares none of use_qk_norm, use_mixed_mlp_moe, num_shared_expert and
     # moe_intermediate_size, which SGLang's HunYuanMoEV1ForCausalLM reads; Hunyuan-A13B's config.json holds them
     # (its experts and shared MLP as wide as intermediate_size, as transformers builds them)

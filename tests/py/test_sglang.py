@@ -247,6 +247,10 @@ def refusals(fails, work):
              ("tied afmoe", "afmoe", {"num_key_value_heads": 2, "tie_word_embeddings": True}, [], "never ties lm_head"),
              ("ernie4_5_moe moe_intermediate_size 32 at T=2", "ernie4_5_moe",
               {"num_key_value_heads": 2, "moe_intermediate_size": 32}, [], "pads moe_intermediate_size"),
+             ("cohere2_moe without first_k_dense_replace", "cohere2_moe", {"num_key_value_heads": 2}, [],
+              "names its first dense layers by mlp_layer_types only"),
+             ("hunyuan_v1_moe as transformers writes it", "hunyuan_v1_moe", {"num_key_value_heads": 2}, [],
+              "which the published config.json holds and this one lacks"),
              ("granitemoe intermediate_size 96 at T=2", "granitemoe", {"num_key_value_heads": 2, "intermediate_size": 96},
               [], "pads intermediate_size to a multiple of 32 x ranks")]
     for what, fam, cfg, extra, want in cases:
