@@ -25,8 +25,16 @@ architecture natively or runs it through its Transformers backend (TransformersF
 `tpfs plan --tp 2` and `--tp 4` with `--view vllm` say: served (and proven by the load-only probe of
 tests/py/test_vllm.py, which names the families it probes) or refused, with the reason.
 
+The SGLang columns: whether SGLang (the venv of `scripts/setup.sh --sglang`, TPFS_SGLANG_VENV or
+build/venv-sglang; its model registry, sglang/srt/models/registry.py ModelRegistry) registers the family's
+architecture natively, or, where not, runs it through its Transformers backend (model_loader/utils.py
+resolve_transformers_arch: the transformers class exists and says it is backend-compatible), and what
+`tpfs plan --tp 2` and `--tp 4` with `--view sglang` say: served (and proven by tests/py/test_sglang.py,
+whose FAMILIES name the families it probes) or refused, with the reason.
+
 --check (CI): also fails when a family is served but no numeric test proves it, when --view vllm
-serves a family the vLLM probe does not probe, when any family
+serves a family the vLLM probe does not probe, when --view sglang serves a family test_sglang does
+not probe, when any family
 is an error, and when the table differs from the committed docs/COVERAGE.md (run without --check
 to regenerate it). Nothing is cached: every run builds every family again (about a minute on
 two cores).
@@ -51,10 +59,11 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-# small sizes, applied to the keys a configuration has (the values divide by 2 and 4)
+# small sizes, applied to the keys a configuration has (the values divide by 2 and 4; the MLP and expert widths
+# by 32 x 4 too, as published widths do: SGLang's CPU path pads other widths, which --view sglang refuses)
 SMALL = dict(hidden_size=64, intermediate_size=128, num_attention_heads=8, num_key_value_heads=4, head_dim=16,
-             vocab_size=256, max_position_embeddings=256, moe_intermediate_size=32,
-             shared_expert_intermediate_size=32, num_experts=4, num_local_experts=4, n_routed_experts=4,
+             vocab_size=256, max_position_embeddings=256, moe_intermediate_size=128,
+             shared_expert_intermediate_size=128, num_experts=4, num_local_experts=4, n_routed_experts=4,
              moe_num_experts=4, num_experts_per_tok=2, n_shared_experts=1, n_group=1, topk_group=1,
              kv_lora_rank=16, q_lora_rank=32, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=16,
              linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=16, linear_value_head_dim=16)
@@ -119,6 +128,55 @@ def vllm_registry():
     return version, out
 
 
+def sglang_registry():
+    """(SGLang's version, {architecture: "native" | "Transformers backend"}) from the SGLang venv's model registry
+    (every module of sglang.srt.models imported, as SGLang does at its first model load; with tests/py/sglang_site's
+    stand-in sgl_kernel, which only lets SGLang import), or (None, {}) where that venv is not available (setup.sh
+    --sglang wrote why). An architecture the registry lacks runs through SGLang's Transformers backend where
+    transformers has its class and the class says it is backend-compatible (model_loader/utils.py
+    resolve_transformers_arch); the names asked for are every model class of that transformers."""
+    venv = os.environ.get("TPFS_SGLANG_VENV") or os.path.join(ROOT, "build", "venv-sglang")
+    py = os.path.join(venv, "bin", "python")
+    if not os.access(py, os.X_OK):
+        return None, {}
+    code = ("import json, logging, sglang, transformers; logging.disable(logging.WARNING); "
+            "from sglang.srt.models.registry import ModelRegistry as R; native = sorted(R.get_supported_archs()); "
+            "names = [n for n in dir(transformers) if n.endswith(('ForCausalLM', 'ForConditionalGeneration', 'Model'))]; "
+            "tb = []\n"
+            "for n in names:\n"
+            "    try:\n"
+            "        c = getattr(transformers, n)\n"
+            "        if n not in native and hasattr(c, 'is_backend_compatible') and c.is_backend_compatible(): tb.append(n)\n"
+            "    except Exception: pass\n"
+            "print(json.dumps([sglang.__version__, native, sorted(tb)]))")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests", "py", "sglang_site"), SGLANG_USE_CPU_ENGINE="1",
+               SGLANG_NCCL_SO_PATH=os.devnull)
+    p = subprocess.run([py, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    if p.returncode != 0:
+        raise RuntimeError("SGLang's model registry could not be read: %s" % p.stderr[-500:])
+    version, native, tb = json.loads(p.stdout.strip().splitlines()[-1])
+    out = {a: "Transformers backend" for a in tb}
+    out.update({a: "native" for a in native})
+    return version, out
+
+
+def sglang_probed():
+    """{model_type: family} of the families tests/py/test_sglang.py proves under --view sglang (its FAMILIES, at
+    T=2: SGLang's default loader against sharded_state on the mount)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+    import test_sglang
+    import vllm_models
+    out = {}
+    for fam in test_sglang.FAMILIES:
+        cfg = vllm_models.FAMILIES[fam]()
+        remote = vllm_models.REMOTE.get(fam)
+        text = getattr(cfg, "text_config", None)
+        for mt in (remote[0] if remote else cfg.model_type, getattr(text, "model_type", None)):
+            if mt:
+                out.setdefault(mt, fam)
+    return out
+
+
 def vllm_probed():
     """{model_type: family} of the families tests/py/test_vllm.py proves under --view vllm (its probe)."""
     sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
@@ -180,6 +238,20 @@ FILL = {
     "mimo_v2_flash": lambda n: {"hybrid_layer_pattern": [int(i % 6 != 0) for i in range(n)],
                                 "swa_num_attention_heads": 64, "swa_num_key_value_heads": 8, "swa_head_dim": 192,
                                 "swa_v_head_dim": 128, "sliding_window_size": 128, "layernorm_epsilon": 1e-5},
+    # HunYuanDenseV1Config declares no use_qk_norm, which SGLang's HunYuanDenseV1ForCausalLM reads to build
+    # query_layernorm / key_layernorm (srt/models/hunyuan.py); the published config.json holds it (true): as published,
+    # for --view sglang
+    "hunyuan_v1_dense": lambda n: {"use_qk_norm": True},
+    # HunYuanMoEV1Config likewise declares none of use_qk_norm, use_mixed_mlp_moe, num_shared_expert and
+    # moe_intermediate_size, which SGLang's HunYuanMoEV1ForCausalLM reads; Hunyuan-A13B's config.json holds them
+    # (its experts and shared MLP as wide as intermediate_size, as transformers builds them)
+    "hunyuan_v1_moe": lambda n: {"use_qk_norm": True, "use_mixed_mlp_moe": 1, "num_shared_expert": 1,
+                                 "moe_intermediate_size": SMALL["intermediate_size"]},
+    # Mixtral's and OLMoE's published configs: head_dim hidden_size / heads (SMALL's 16 of 64 / 8 is not; SGLang's
+    # Mixtral and OLMoE attention compute it so), OLMoE's KV heads as many as its heads (16 of 16; SGLang's OLMoE
+    # k_norm is hidden_size wide), for --view sglang
+    "mixtral": lambda n: {"head_dim": 8},
+    "olmoe": lambda n: {"num_key_value_heads": 8},
     # Emu3TextConfig's special token ids (151643...) index past the small vocabulary (nn.Embedding refuses such
     # a padding_idx), so only its default sizes built, whose vocabulary (184622) no T=4 divides
     "emu3_text_model": lambda n: {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
@@ -343,7 +415,7 @@ def one(args):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     warnings.simplefilter("ignore")
     row = dict(family=mt, cls=CONFIG_MAPPING[mt].__name__, status="", reason="", plan="", tensors=0, how="", arch="",
-               view="", view_reason="")
+               view="", view_reason="", sview="", sview_reason="")
     work = tempfile.mkdtemp(prefix="tpfs-cov-")
     try:
         try:
@@ -367,19 +439,21 @@ def one(args):
                 m = re.search(r"^plan:\s+built-in (\S+)", p.stdout, re.M)
                 row["plan"] = m.group(1) if m else "?"
             res.append((st, ("T=%d: " % T + why) if why and st != "refused" else why))
-        view = []
-        for T in (2, 4):
-            try:
-                p = subprocess.run([tpfs, "plan", work, "--tp", str(T), "--view", "vllm"], capture_output=True,
-                                   text=True, timeout=120)
-                view.append(classify(p))
-            except subprocess.TimeoutExpired:
-                view.append(("error", "T=%d: tpfs plan --view vllm did not finish in 120 s" % T))
-        row["view"] = ("served" if all(v[0] == "served" for v in view) else
-                       next(v for v in view if v[0] != "served")[0])
-        # the refusal without its hint and the list of views (src/view.c: "...; the default hf view ... (views: ...)")
-        row["view_reason"] = re.split(r"; the default hf view| \(views: ",
-                                      next((v[1] for v in view if v[0] != "served"), ""))[0]
+        for engine, key in (("vllm", "view"), ("sglang", "sview")):
+            view = []
+            for T in (2, 4):
+                try:
+                    p = subprocess.run([tpfs, "plan", work, "--tp", str(T), "--view", engine], capture_output=True,
+                                       text=True, timeout=120)
+                    view.append(classify(p))
+                except subprocess.TimeoutExpired:
+                    view.append(("error", "T=%d: tpfs plan --view %s did not finish in 120 s" % (T, engine)))
+            row[key] = ("served" if all(v[0] == "served" for v in view) else
+                        next(v for v in view if v[0] != "served")[0])
+            # the refusal without its hint and the list of views (src/view.c: "...; the default hf view ... (views:
+            # ...)")
+            row[key + "_reason"] = re.split(r"; the default hf view| \(views: ",
+                                            next((v[1] for v in view if v[0] != "served"), ""))[0]
         if all(s == "served" for s, _ in res):
             row["status"] = "served"
         elif any(s == "error" for s, _ in res):
@@ -394,6 +468,7 @@ def one(args):
 
 
 NO_VIEW = re.compile(r"^--view vllm: no vllm view for plan '[^']*' with model_type '[^']*'$")
+NO_SVIEW = re.compile(r"^--view sglang: no sglang view for plan '[^']*' with model_type '[^']*'$")
 # families vLLM registers for which no view can be made or proven here, with why (views/vllm/README.md, "Not served")
 NO_VIEW_WHY = {
     "dots3_note_text": "vLLM 0.32 cannot read a dots3_note_text config.json (\"Transformers does not recognize this "
@@ -401,18 +476,20 @@ NO_VIEW_WHY = {
 }
 
 
-def view_cell(r, probed):
-    """The --view vllm column of a row."""
-    if not r["view"]:
+def view_cell(r, probed, engine="vllm"):
+    """The --view vllm (or --view sglang) column of a row."""
+    key = "view" if engine == "vllm" else "sview"
+    if not r[key]:
         return ""
-    if r["view"] == "served":
+    if r[key] == "served":
         return "served, probed (%s)" % probed[r["family"]] if r["family"] in probed else "served, NOT PROBED"
-    if NO_VIEW.match(r["view_reason"]):
-        return "refused: no view" + (" (%s)" % NO_VIEW_WHY[r["family"]] if r["family"] in NO_VIEW_WHY else "")
-    return "%s: %s" % (r["view"], r["view_reason"].replace("--view vllm: ", ""))
+    if (NO_VIEW if engine == "vllm" else NO_SVIEW).match(r[key + "_reason"]):
+        why = NO_VIEW_WHY if engine == "vllm" else {}
+        return "refused: no view" + (" (%s)" % why[r["family"]] if r["family"] in why else "")
+    return "%s: %s" % (r[key], r[key + "_reason"].replace("--view %s: " % engine, ""))
 
 
-def render(rows, proven, version, vllm_version, registry, probed):
+def render(rows, proven, version, vllm_version, registry, probed, sglang_version=None, sregistry=None, sprobed=None):
     served = [r for r in rows if r["status"] == "served"]
     ok = [r for r in served if r["family"] in proven]
     refused = [r for r in rows if r["status"] == "refused"]
@@ -441,6 +518,22 @@ def render(rows, proven, version, vllm_version, registry, probed):
     if vllm_version and vonly:
         vsummary += "; it also serves %d whose rank folders are refused (%s: %d proven by the vLLM probe)" % (
             len(vonly), ", ".join(r["family"] for r in vonly), sum(r["family"] in probed for r in vonly))
+    sregistry, sprobed = sregistry or {}, sprobed or {}
+    how = [sregistry.get(r["arch"], "not registered") for r in served]
+    sserved = [r for r in served if r["sview"] == "served"]
+    srefused = [r for r in served if r["sview"] == "refused"]
+    snoview = [r for r in srefused if NO_SVIEW.match(r["sview_reason"])]
+    ssummary = ("of the %d served, SGLang %s registers %d natively, %d through its Transformers backend, %d not at "
+                "all; --view sglang serves %d (%d proven by the SGLang probe) and refuses %d by name (%d with no view "
+                "for the family, %d for another reason)"
+                % (len(served), sglang_version, how.count("native"), how.count("Transformers backend"),
+                   how.count("not registered"), len(sserved), sum(r["family"] in sprobed for r in sserved),
+                   len(srefused), len(snoview), len(srefused) - len(snoview))) if sglang_version else \
+        "SGLang columns not generated: no SGLang venv (scripts/setup.sh --sglang)"
+    sonly = [r for r in rows if r["status"] != "served" and r["sview"] == "served"]
+    if sglang_version and sonly:
+        ssummary += "; it also serves %d whose rank folders are refused (%s: %d proven by the SGLang probe)" % (
+            len(sonly), ", ".join(r["family"] for r in sonly), sum(r["family"] in sprobed for r in sonly))
     out = ["# Coverage", "",
            "Generated by `python scripts/coverage.py` (do not edit; `meson test coverage` runs it with `--check`). For",
            "every transformers configuration class that declares a `base_model_tp_plan`, a tiny model of its default",
@@ -457,9 +550,15 @@ def render(rows, proven, version, vllm_version, registry, probed):
            "(proven by the load-only probe of tests/py/test_vllm.py, for the vllm_models.py family named: vLLM's",
            "default loader and sharded_state on the mount leave bitwise equal weights in vLLM's model, at T=2 and 4)",
            "or refused, with the reason (\"no view\": no view file names the family's model_type).",
-           "", "**Summary: %s.**" % summary, "", "**vLLM: %s.**" % vsummary, "",
-           "| family | config class | result | plan | proven by | reason | vLLM | --view vllm |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "",
+           "*SGLang* says how SGLang's model registry takes the architecture (natively, through its Transformers",
+           "backend, or not at all); *--view sglang* what `tpfs plan --tp 2` and `--tp 4` with `--view sglang` say:",
+           "served (proven by tests/py/test_sglang.py, for the family named: SGLang's default loader and",
+           "sharded_state on the mount at T=2 leave equal key sets and bitwise equal weights after SGLang's post-load",
+           "processing) or refused, with the reason.",
+           "", "**Summary: %s.**" % summary, "", "**vLLM: %s.**" % vsummary, "", "**SGLang: %s.**" % ssummary, "",
+           "| family | config class | result | plan | proven by | reason | vLLM | --view vllm | SGLang | --view sglang |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in sorted(rows, key=lambda r: ({"served": 0, "error": 1, "refused": 2, "not built": 3}[r["status"]],
                                          r["family"])):
         reason = (r["reason"] + " (" + r["examined"] + ")" if r.get("examined") else r["reason"]).replace("|", "\\|")
@@ -467,11 +566,13 @@ def render(rows, proven, version, vllm_version, registry, probed):
         if len(reason) > cap:
             reason = reason[:cap - 3] + "..."
         reg = (registry.get(r["arch"], "not registered") if vllm_version else "?") if r["arch"] else ""
-        out.append("| %s | %s | %s | %s | %s | %s | %s | %s |"
+        sreg = (sregistry.get(r["arch"], "not registered") if sglang_version else "?") if r["arch"] else ""
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
                    % (r["family"], r["cls"], r["status"], r["plan"] or "",
                       proven.get(r["family"], "") if r["status"] == "served" else "", reason, reg,
-                      view_cell(r, probed).replace("|", "\\|") if vllm_version else ""))
-    return "\n".join(out) + "\n", summary + "; " + vsummary
+                      view_cell(r, probed).replace("|", "\\|") if vllm_version else "", sreg,
+                      view_cell(r, sprobed, "sglang").replace("|", "\\|") if sglang_version else ""))
+    return "\n".join(out) + "\n", summary + "; " + vsummary + "; " + ssummary
 
 
 def main():
@@ -497,7 +598,10 @@ def main():
             r["examined"] = why[r["family"]]
     vllm_version, registry = vllm_registry()
     probed = vllm_probed()
-    text, summary = render(rows, proven, transformers.__version__, vllm_version, registry, probed)
+    sglang_version, sregistry = sglang_registry()
+    sprobed = sglang_probed()
+    text, summary = render(rows, proven, transformers.__version__, vllm_version, registry, probed, sglang_version,
+                           sregistry, sprobed)
     fail = []
     for r in rows:
         if r["status"] == "error":
@@ -505,6 +609,12 @@ def main():
         if r["view"] == "served" and r["family"] not in probed:
             fail.append("%s: --view vllm serves it but the vLLM probe does not probe it: add it to tests/py/"
                         "test_vllm.py FAMILIES (and vllm_models.py)" % r["family"])
+        if r["sview"] == "served" and r["family"] not in sprobed:
+            fail.append("%s: --view sglang serves it but test_sglang does not probe it: add it to tests/py/"
+                        "test_sglang.py FAMILIES (and vllm_models.py)" % r["family"])
+        if r["sview"] == "error":
+            fail.append("%s: tpfs plan --view sglang failed without a clear refusal: %s"
+                        % (r["family"], r["sview_reason"]))
         if r["view"] == "error":
             fail.append("%s: tpfs plan --view vllm failed without a clear refusal: %s" % (r["family"], r["view_reason"]))
         if r["status"] == "served" and r["family"] not in proven:

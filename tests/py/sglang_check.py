@@ -3,7 +3,8 @@
 python sglang_check.py JOBS.json RESULT.json    (PYTHONPATH=tests/py/sglang_site: the stand-in sgl_kernel and
                                                  the loader hook, sitecustomize.py)
   JOBS:   [{"name", "model", "load_format": "auto" | "sharded_state", "tp", "keys": DIR, "prompts": [[ids]] or
-           [] (load only), "max_tokens", "engine_args": {more sglang.Engine arguments, none touching weights},
+           [] (load only), "max_tokens", "engine_args": {more sglang.Engine arguments, none touching weights; they
+           replace the defaults below where they name one},
            "mounts_under": DIR (optional: the mount points under DIR while the engine is up, as "mounts")}]
   RESULT: {name: {"tokens": [[ids]], "logprobs": [[[[id, logprob] top-5] per step]], "seconds": s} or
            {"error": text}}
@@ -34,9 +35,11 @@ def run(job):
     os.makedirs(job["keys"], exist_ok=True)
     os.environ["TPFS_SGLANG_KEYS"] = job["keys"]  # read by the workers SGLang starts (sitecustomize.py)
     t0 = time.time()
-    eng = sglang.Engine(model_path=job["model"], load_format=job["load_format"], tp_size=job["tp"], device="cpu",
-                        attention_backend="torch_native", skip_tokenizer_init=True, disable_cuda_graph=True,
-                        max_total_tokens=256, log_level="error", random_seed=0, **job.get("engine_args", {}))
+    args = dict(model_path=job["model"], load_format=job["load_format"], tp_size=job["tp"], device="cpu",
+                attention_backend="torch_native", skip_tokenizer_init=True, disable_cuda_graph=True,
+                max_total_tokens=256, log_level="error", random_seed=0)
+    args.update(job.get("engine_args", {}))  # may replace a default (a load-only job's attention_backend)
+    eng = sglang.Engine(**args)
     try:
         out = {"tokens": [], "logprobs": []}
         if job.get("mounts_under"):  # the mounts under that folder while the engine is up (the tpfs plugin's)

@@ -21,7 +21,7 @@ names and shapes: the weights and tokens differ). Refusals by name: KV heads few
 an intermediate size SGLang's CPU path pads, a quantized checkpoint, pipeline stages, an untied Gemma 3 (whose
 head SGLang's loader never fills), a tied or partly dense Qwen3-Next, a tied Arcee, HunYuan dense without
 use_qk_norm, Command R with it, Qwen3-Next (its norms' gemma_weight, which SGLang's sharded_state leaves at 1.0: DERIVED
-runs it with that refusal lifted and requires exactly those tensors to differ), a family with no SGLang view (gemma2, gemma, exaone4: views/sglang/README.md says why).
+runs it with that refusal lifted and requires exactly those tensors to differ), a family with no SGLang view (gemma2, gemma: views/sglang/README.md says why).
 TPFS_SGLANG_FAMILIES=a,b starts the Engines of those families only (and llama's): to iterate on a family.
 
 STAND-IN: SGLang's CPU kernels (sgl_kernel) are not on PyPI; sglang_site/sgl_kernel is a module whose
@@ -78,7 +78,39 @@ FAMILIES = {"llama": ("llama", {"num_key_value_heads": 2}), "qwen2": ("llama", {
             "olmo": ("llama", {"num_key_value_heads": 2}),
             "hunyuan_v1_dense": ("llama", {"num_key_value_heads": 2, "use_qk_norm": True}),
             # Command R: no lm_head (SGLang's logits come from the embedding), tied (CohereConfig's default)
-            "cohere": ("cohere", {"num_key_value_heads": 2})}
+            "cohere": ("cohere", {"num_key_value_heads": 2}),
+            # issue 49, loaders only (LOAD_ONLY: no tokens, two Engine starts each). llama's view: Ministral 3,
+            # Granite SWA (its sinks cut with the heads), InternLM3 and IQuestCoder (SGLang's LlamaForCausalLM; their
+            # configuration class from the checkpoint: REMOTE_CODE); Cohere 2 (SGLang's CohereForCausalLM)
+            "ministral3": ("llama", {"num_key_value_heads": 2}), "granite_swa": ("llama", {"num_key_value_heads": 2}),
+            "internlm3": ("llama", {"num_key_value_heads": 2}), "iquestcoder": ("llama", {"num_key_value_heads": 2}),
+            "cohere2": ("cohere", {"num_key_value_heads": 2}),
+            "olmo2": ("olmo2", {"num_key_value_heads": 2}), "exaone": ("exaone", {"num_key_value_heads": 2}),
+            # OLMoE: KV heads as many as heads (SGLang's k_norm is hidden_size wide)
+            "olmoe": ("olmoe", {"num_key_value_heads": 2}),
+            "granitemoe": ("granitemoe", {"num_key_value_heads": 2}),
+            "granitemoeshared": ("granitemoe", {"num_key_value_heads": 2}),
+            "granitemoe_swa": ("granitemoe_swa", {"num_key_value_heads": 2}),
+            # DeepSeek-V2-Lite: no q-LoRA (q_proj, kv_a_proj_with_mqa unfused), greedy softmax routing, no bias
+            "deepseek_v2": ("deepseek_v2", dict(DEEPSEEK, scoring_func="softmax")),
+            "glm4_moe_lite": ("glm4_moe_lite", DEEPSEEK),
+            "minimax_m2": ("minimax_m2", {"num_key_value_heads": 2}),
+            "ernie4_5_moe": ("ernie4_5_moe", {"num_key_value_heads": 2}),
+            "gpt_oss": ("gpt_oss", {"num_key_value_heads": 2}), "afmoe": ("afmoe", {"num_key_value_heads": 2}),
+            "hy_v3": ("hy_v3", {"num_key_value_heads": 2}),
+            # EXAONE 4: sliding_window_pattern as published (a string, "LLLG" for 4 layers: SGLang's Exaone4Attention
+            # takes len() of it; transformers' Exaone4Config writes an int)
+            "exaone4": ("llama", {"num_key_value_heads": 2, "sliding_window_pattern": "LG"}), "starcoder2": ("starcoder2", {"num_key_value_heads": 2}),
+            "mellum": ("mellum", {"num_key_value_heads": 2}),
+            # Hunyuan-A13B: the config.json keys SGLang reads, as published (the experts and shared MLP as wide as
+            # intermediate_size, as transformers builds them)
+            "hunyuan_v1_moe": ("hunyuan_v1_moe", {"num_key_value_heads": 2, "use_qk_norm": True, "use_mixed_mlp_moe": 1,
+                                                  "num_shared_expert": 1, "moe_intermediate_size": 64}),
+            # Cohere 2 MoE: its dense first layer said by first_k_dense_replace too (SGLang reads that key)
+            "cohere2_moe": ("cohere2_moe", {"num_key_value_heads": 2, "first_k_dense_replace": 1})}
+# families whose configuration class comes from the checkpoint (vllm_models.REMOTE): SGLang reads them with
+# trust_remote_code, as a user of the published checkpoints does
+REMOTE_CODE = {"internlm3", "iquestcoder", "exaone"}
 # TPFS_SGLANG_FAMILIES=a,b: only those families' Engine starts (and llama's, which the wrong-file cases use), to
 # iterate on one family; unset: every family
 ONLY = [f for f in (os.environ.get("TPFS_SGLANG_FAMILIES") or "").split(",") if f]
@@ -93,17 +125,34 @@ REF_FAMILY = {"gemma3": "sglang_gemma3"}
 # pool is sized to 8 requests: SGLang sizes it from the free memory otherwise (22 s against 7 s an Engine start
 # here, and the next start's check that the ranks see the same free memory, "The memory capacity is unbalanced",
 # failed on a busy machine)
-ENGINE_ARGS = {"qwen3_next": {"disable_overlap_schedule": True, "max_mamba_cache_size": 8}}
+ENGINE_ARGS = {"qwen3_next": {"disable_overlap_schedule": True, "max_mamba_cache_size": 8},
+               # SGLang asserts one of triton, trtllm_mha, fa3, fa4, ascend, intel_amx, intel_xpu, aiter for gpt-oss
+               # (srt/arg_groups/model_hook.py: torch_native has neither sliding windows nor sinks); load-only, so
+               # triton's backend is built and never run (the attention backend holds no weight)
+               "gpt_oss": {"attention_backend": "triton"},
+               # the same for EXAONE 4 wherever sliding_window_pattern is set (fa3, triton or trtllm_mha), which
+               # transformers' Exaone4Config always sets
+               "exaone4": {"attention_backend": "triton"}}
 # loaders only, no tokens: SGLang's Qwen2-MoE forward calls a Triton kernel (fused_gate_sigmoid_mul_add) that the
 # CPU build of Triton cannot run ("0 active drivers"), for either loader alike; DeepSeek-V3's (and Kimi K2's)
 # torch_native attention cannot run a v head dim other than the qk one; Qwen3-Next's Gated DeltaNet on a CPU calls
 # sgl_kernel's CPU kernels (chunk_gated_delta_rule_cpu, causal_conv1d_fn_cpu, ...: srt/layers/attention/linear/),
 # with no native torch path, and sgl_kernel here is a stand-in
 LOAD_ONLY = {"qwen2_moe", "deepseek_v3", "kimi_k2", "qwen3_next"}
+# issue 49's families: proven by the loaders only (key sets and every tensor after post-load), no tokens, to keep
+# CI's time (each family's two Engine starts, without generation)
+LOAD_ONLY |= {"ministral3", "granite_swa", "internlm3", "iquestcoder", "cohere2", "olmo2", "exaone", "olmoe",
+              "granitemoe", "granitemoeshared", "granitemoe_swa", "deepseek_v2", "glm4_moe_lite", "minimax_m2",
+              "ernie4_5_moe", "gpt_oss", "afmoe", "hy_v3", "exaone4", "starcoder2", "mellum", "hunyuan_v1_moe", "cohere2_moe"}
 # keys served in the checkpoint's dtype where SGLang's parameter has the model's (issue 51): SGLang's sharded_state
 # copy casts them as its default loader's weight_loader does, so the loaded bits are equal (checked below with every
 # tensor); narrowing them in the view would be right for one --dtype only. family -> regex; at least one must be cast
-CASTS = {"qwen3_f32norm": r"norm\.weight$"}
+CASTS = {"qwen3_f32norm": r"norm\.weight$",
+         # ERNIE-4.5-MoE's router and correction bias, F32 in the checkpoint (transformers keeps them so), which
+         # SGLang's MoEGate holds in the model's dtype
+         "ernie4_5_moe": r"mlp\.gate\.(weight|e_score_correction_bias)$",
+         # HunYuan MoE's router likewise (mlp.gate.wg, F32 in the checkpoint)
+         "hunyuan_v1_moe": r"mlp\.gate\.weight$"}
 # families the SGLang view refuses for a tensor SGLang derives at load time outside the state dict, which its
 # sharded_state loader never refreshes (issue 51): family -> the derived tensors. Such a family is mounted with its
 # view less that last refusal (a view FILE) and run like the others, and the loaders must leave exactly those
@@ -184,9 +233,26 @@ def refusals(fails, work):
              ("no SGLang view for gemma2", "gemma2", {"num_key_value_heads": 2}, [], "no sglang view for plan"),
              # SGLang's Gemma adds 1 to every norm weight as it loads (srt/models/gemma.py), which no view makes
              ("no SGLang view for gemma", "gemma", {"num_key_value_heads": 2}, [], "no sglang view for plan"),
-             # SGLang refuses the torch_native attention for every EXAONE 4 (transformers always sets
-             # sliding_window_pattern): nothing proven
-             ("no SGLang view for exaone4", "exaone4", {"num_key_value_heads": 2}, [], "no sglang view for plan")]
+             # issue 49: families examined and refused, each with the reason from SGLang's code
+             ("qwen3_5 (gemma_weight)", "qwen3_5", {}, [], "every gemma_weight stays 1.0"),
+             ("qwen3_5_moe (gemma_weight)", "qwen3_5_moe", {}, [], "every gemma_weight stays 1.0"),
+             ("minicpm3 (w_kc / w_vc)", "minicpm3", {}, [], "leaves w_kc / w_vc None"),
+             ("gemma4_text (SGLang cannot read its config here)", "gemma4_text", {"num_key_value_heads": 2}, [],
+              "AmbiguousGlobalPerLayerAttributeError"),
+             ("olmoe with fewer KV heads than heads", "olmoe",
+              {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}, [],
+              "builds k_norm as RMSNorm(hidden_size)"),
+             ("tied olmoe", "olmoe", {"tie_word_embeddings": True}, [], "never ties lm_head"),
+             ("tied gpt_oss", "gpt_oss", {"tie_word_embeddings": True}, [], "never ties lm_head"),
+             ("tied afmoe", "afmoe", {"num_key_value_heads": 2, "tie_word_embeddings": True}, [], "never ties lm_head"),
+             ("ernie4_5_moe moe_intermediate_size 32 at T=2", "ernie4_5_moe",
+              {"num_key_value_heads": 2, "moe_intermediate_size": 32}, [], "pads moe_intermediate_size"),
+             ("cohere2_moe without first_k_dense_replace", "cohere2_moe", {"num_key_value_heads": 2}, [],
+              "names its first dense layers by mlp_layer_types only"),
+             ("hunyuan_v1_moe as transformers writes it", "hunyuan_v1_moe", {"num_key_value_heads": 2}, [],
+              "which the published config.json holds and this one lacks"),
+             ("granitemoe intermediate_size 96 at T=2", "granitemoe", {"num_key_value_heads": 2, "intermediate_size": 96},
+              [], "pads intermediate_size to a multiple of 32 x ranks")]
     for what, fam, cfg, extra, want in cases:
         src = vllm_models.make(fam, os.path.join(work, "refused", what.replace(" ", "_")), tp=2, config=cfg)
         p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "sglang", *extra)
@@ -232,6 +298,9 @@ def main():
     # SGLang's Gemma 3 cut (REF_FAMILY): vLLM's llama cuts with the embedding and the tied head whole
     vllm_view_ref.CUTS["sglang_gemma3"] = [(r"(lm_head|model\.embed_tokens)\.weight", "whole")] + vllm_view_ref.CUTS["llama"]
     fails = tpfs_test.Failures()
+    # about 45 mounts stay up through every Engine start; under a load average of 12-18 one daemon of them twice took
+    # more than the default 30 s to exit after its lazy unmount (killed, failing the test), the cause not found
+    tpfs_test.Mount.exit_wait = 180
     t0 = time.time()
     work = tempfile.mkdtemp(prefix="tpfs-sglang-")
     tpfs_test.require_fuse()
@@ -260,7 +329,9 @@ def main():
             for how, model in (("auto", src), ("sharded_state", mnt)):
                 jobs.append({"name": "%s/%s" % (fam, how), "family": fam, "model": model, "load_format": how,
                              "tp": 2, "keys": os.path.join(work, "keys", fam, how),
-                             "prompts": [] if fam in LOAD_ONLY else PROMPTS, "engine_args": ENGINE_ARGS.get(fam, {})})
+                             "prompts": [] if fam in LOAD_ONLY else PROMPTS,
+                             "engine_args": dict(ENGINE_ARGS.get(fam, {}),
+                                                 **({"trust_remote_code": True} if fam in REMOTE_CODE else {}))})
         # wrong files: the vLLM view's (extra keys), the SGLang view's with the ranks swapped (other weights)
         wrong_vllm = stack.enter_context(tpfs_test.Mount(os.path.join(work, "src", "llama"), 2, "--view", "vllm")).path
         swapped = os.path.join(work, "swapped")

@@ -129,6 +129,9 @@ class Mount:
     the page cache before they reach the daemon."""
 
     pin = ()
+    # seconds the daemon is given to exit after its lazy unmount before it is killed (and the test fails on its
+    # exit status): a test that keeps many mounts up on a loaded machine sets more
+    exit_wait = 30
 
     def __init__(self, src, tp, *extra, allow_stderr=(), mnt=None):
         self.src, self.tp, self.extra = src, tp, [str(x) for x in extra]
@@ -166,7 +169,7 @@ class Mount:
             subprocess.run(["fusermount3", "-u", "-z", self.path], capture_output=True)
         if self.proc and self.proc.poll() is None:
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=self.exit_wait)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
