@@ -489,6 +489,30 @@ def view_cell(r, probed, engine="vllm"):
     return "%s: %s" % (r[key], r[key + "_reason"].replace("--view %s: " % engine, ""))
 
 
+def engine_summary(engine, flag, version, registry, probed, served, rows, col, no_view):
+    """The coverage line of one engine's view (col: "view" for vLLM, "sview" for SGLang): how its registry takes the
+    served families, what its view serves and refuses (no_view: the reason of a family no view names), and the
+    families it serves whose rank folders are refused."""
+    if not version:
+        return "%s columns not generated: no %s venv (scripts/setup.sh --%s)" % (engine, engine, flag)
+    how = [registry.get(r["arch"], "not registered") for r in served]
+    vserved = [r for r in served if r[col] == "served"]
+    vrefused = [r for r in served if r[col] == "refused"]
+    noview = [r for r in vrefused if no_view.match(r[col + "_reason"])]
+    line = ("of the %d served, %s %s registers %d natively, %d through its Transformers backend, %d not at all; "
+            "--view %s serves %d (%d proven by the %s probe) and refuses %d by name (%d with no view for the family, "
+            "%d for another reason)"
+            % (len(served), engine, version, how.count("native"), how.count("Transformers backend"),
+               how.count("not registered"), flag, len(vserved), sum(r["family"] in probed for r in vserved), engine,
+               len(vrefused), len(noview), len(vrefused) - len(noview)))
+    # families whose rank folders are refused but the engine's view serves (it sizes modules from the config)
+    only = [r for r in rows if r["status"] != "served" and r[col] == "served"]
+    if only:
+        line += "; it also serves %d whose rank folders are refused (%s: %d proven by the %s probe)" % (
+            len(only), ", ".join(r["family"] for r in only), sum(r["family"] in probed for r in only), engine)
+    return line
+
+
 def render(rows, proven, version, vllm_version, registry, probed, sglang_version=None, sregistry=None, sprobed=None):
     served = [r for r in rows if r["status"] == "served"]
     ok = [r for r in served if r["family"] in proven]
@@ -502,38 +526,9 @@ def render(rows, proven, version, vllm_version, registry, probed, sglang_version
                "code, %d unexamined; %d by a tensor), %d errors, %d not built"
                % (len(rows), version, len(ok), len(served) - len(ok), len(refused), len(unknown), len(seen),
                   len(unknown) - len(seen), len(refused) - len(unknown), len(errors), len(unbuilt)))
-    how = [registry.get(r["arch"], "not registered") for r in served]
-    vserved = [r for r in served if r["view"] == "served"]
-    vrefused = [r for r in served if r["view"] == "refused"]
-    noview = [r for r in vrefused if NO_VIEW.match(r["view_reason"])]
-    vsummary = ("of the %d served, vLLM %s registers %d natively, %d through its Transformers backend, %d not at "
-                "all; --view vllm serves %d (%d proven by the vLLM probe) and refuses %d by name (%d with no view "
-                "for the family, %d for another reason)"
-                % (len(served), vllm_version, how.count("native"), how.count("Transformers backend"),
-                   how.count("not registered"), len(vserved), sum(r["family"] in probed for r in vserved),
-                   len(vrefused), len(noview), len(vrefused) - len(noview))) if vllm_version else \
-        "vLLM columns not generated: no vLLM venv (scripts/setup.sh --vllm)"
-    # families whose rank folders are refused but an engine view serves (vLLM sizes modules from the source's config)
-    vonly = [r for r in rows if r["status"] != "served" and r["view"] == "served"]
-    if vllm_version and vonly:
-        vsummary += "; it also serves %d whose rank folders are refused (%s: %d proven by the vLLM probe)" % (
-            len(vonly), ", ".join(r["family"] for r in vonly), sum(r["family"] in probed for r in vonly))
-    sregistry, sprobed = sregistry or {}, sprobed or {}
-    how = [sregistry.get(r["arch"], "not registered") for r in served]
-    sserved = [r for r in served if r["sview"] == "served"]
-    srefused = [r for r in served if r["sview"] == "refused"]
-    snoview = [r for r in srefused if NO_SVIEW.match(r["sview_reason"])]
-    ssummary = ("of the %d served, SGLang %s registers %d natively, %d through its Transformers backend, %d not at "
-                "all; --view sglang serves %d (%d proven by the SGLang probe) and refuses %d by name (%d with no view "
-                "for the family, %d for another reason)"
-                % (len(served), sglang_version, how.count("native"), how.count("Transformers backend"),
-                   how.count("not registered"), len(sserved), sum(r["family"] in sprobed for r in sserved),
-                   len(srefused), len(snoview), len(srefused) - len(snoview))) if sglang_version else \
-        "SGLang columns not generated: no SGLang venv (scripts/setup.sh --sglang)"
-    sonly = [r for r in rows if r["status"] != "served" and r["sview"] == "served"]
-    if sglang_version and sonly:
-        ssummary += "; it also serves %d whose rank folders are refused (%s: %d proven by the SGLang probe)" % (
-            len(sonly), ", ".join(r["family"] for r in sonly), sum(r["family"] in sprobed for r in sonly))
+    vsummary = engine_summary("vLLM", "vllm", vllm_version, registry, probed, served, rows, "view", NO_VIEW)
+    ssummary = engine_summary("SGLang", "sglang", sglang_version, sregistry or {}, sprobed or {}, served, rows,
+                              "sview", NO_SVIEW)
     out = ["# Coverage", "",
            "Generated by `python scripts/coverage.py` (do not edit; `meson test coverage` runs it with `--check`). For",
            "every transformers configuration class that declares a `base_model_tp_plan`, a tiny model of its default",
