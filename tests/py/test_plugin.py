@@ -43,6 +43,8 @@ import tempfile
 import time
 import urllib.request
 
+from tpfs_test import wait_until
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 PROMPTS = [[1, 5, 9, 600, 999], [3, 700, 20, 511, 512, 513]]  # ids on both ranks' vocab shards
@@ -106,15 +108,6 @@ def tpfs_mounts(run):
     """The mount points under the runtime folder RUN (this test's node mounts)."""
     import tpfs_test
     return sorted(m for m in tpfs_test.mountpoints_list() if m.startswith(run.rstrip("/") + "/"))
-
-
-def wait_until(pred, timeout):
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.2)
-    return pred()
 
 
 def processes_of(mnt, word):

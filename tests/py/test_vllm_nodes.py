@@ -50,6 +50,7 @@ import time
 import urllib.request
 
 import families
+from tpfs_test import wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VIEWS = os.path.join(HERE, "..", "..", "views", "vllm")
@@ -485,15 +486,6 @@ def run_split(work, src, split, mode):
         res["error"] = (res["error"] or "") + " (processes of the nodes' mounts outlived them by 30 s: %s)" % \
             [b" ".join(a).decode() for run in runs for a in cmdlines_with(run)]
     return res
-
-
-def wait_until(pred, timeout):
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.2)
-    return pred()
 
 
 def io_runs(src, split, r):

@@ -117,6 +117,16 @@ def wait_for(pred, timeout=30.0, what="condition"):
     raise AssertionError("timed out waiting for " + what)
 
 
+def wait_until(pred, timeout):
+    """Polls pred every 0.2 s for up to timeout seconds; whether it became true (checked once more at the end)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.2)
+    return pred()
+
+
 class Mount:
     """A foreground tpfs daemon serving src at a fresh mount point.
 
