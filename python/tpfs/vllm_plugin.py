@@ -120,6 +120,15 @@ class TpfsLoader(ShardedStateLoader):
         self.args, self.view = list(args), opts.get("view", "vllm")
         self.mnt = None
 
+    def mount_args(self, pp):
+        """The extra `tpfs mount` arguments: the configured ones, and --pp-layers from VLLM_PP_LAYER_PARTITION
+        under PP where they do not say it."""
+        args = list(self.args)
+        layers = os.environ.get("VLLM_PP_LAYER_PARTITION")
+        if pp > 1 and layers and not any(a.startswith("--pp-layers") for a in args):
+            args += ["--pp-layers", layers]
+        return args
+
     def mount(self, vllm_config, model_config):
         """The node's mount of SRC for this worker's split (made where missing or dead; tpfs.node.acquire)."""
         if self.mnt:
@@ -128,10 +137,7 @@ class TpfsLoader(ShardedStateLoader):
         tp, pp = get_tp_group().world_size, get_pp_group().world_size
         rank, ranks = node_ranks(tp, pp, get_tp_group().rank_in_group, get_pp_group().rank_in_group,
                                  vllm_config.parallel_config)
-        args = list(self.args)
-        layers = os.environ.get("VLLM_PP_LAYER_PARTITION")
-        if pp > 1 and layers and not any(a.startswith("--pp-layers") for a in args):
-            args += ["--pp-layers", layers]
+        args = self.mount_args(pp)
         src = source_folder(model_config)
         self.mnt = node.acquire(src, tp, pp, ranks_text(ranks), self.view, args)
         logger.info("tpfs: rank %d reads %s, the mount of %s for ranks %s of TP=%d PP=%d", rank, self.mnt, src,
@@ -186,11 +192,8 @@ def _mount_early(vllm_config):
         if ranks is None or getattr(pc, "data_parallel_size", 1) != 1:
             return
         loader = TpfsLoader(lc)
-        args = list(loader.args)
-        layers = os.environ.get("VLLM_PP_LAYER_PARTITION")
         pp, tp = pc.pipeline_parallel_size, pc.tensor_parallel_size
-        if pp > 1 and layers and not any(a.startswith("--pp-layers") for a in args):
-            args += ["--pp-layers", layers]
+        args = loader.mount_args(pp)
         src = source_folder(vllm_config.model_config)
         t = time.time()
         mnt = node.acquire(src, tp, pp, ranks_text(ranks), loader.view, args)
