@@ -557,8 +557,8 @@ static int cmd_check(int argc, char **argv)
 	}
 	int bad = 0, files = 0;
 	uint64_t tensors = 0, bytes = 0;
-	for (uint32_t i = 0; i < m.nn; i++) {
-		const tp_node *n = &m.n[i];
+	for (uint32_t i = 0; i < m.tree.nn; i++) {
+		const tp_node *n = &m.tree.n[i];
 		if (n->kind == TN_TENSORS) {
 			files++;
 			tensors += n->h.n;

@@ -34,13 +34,13 @@ static void on_tensor(void *vctx, const struct tp_model *m, uint32_t node, uint3
 {
 	plan_ctx *pc = vctx;
 	if (!pc->rows) {
-		pc->cap = m->nn;
+		pc->cap = m->tree.nn;
 		pc->rows = calloc(pc->cap, sizeof *pc->rows);
 	}
 	if (!pc->rows)
 		return;
 	if (!pc->rows[node])
-		pc->rows[node] = calloc(m->n[node].h.n, sizeof **pc->rows);
+		pc->rows[node] = calloc(m->tree.n[node].h.n, sizeof **pc->rows);
 	if (!pc->rows[node])
 		return;
 	plan_row *r = &pc->rows[node][tensor];
@@ -111,8 +111,8 @@ static void print_json_plan(const tp_model *m, plan_ctx *pc)
 	}
 	cJSON *rules = cJSON_AddArrayToObject(o, "rules");
 	/* longest names first, so that no exact rule also catches another tensor as its role */
-	for (uint32_t i = m->nn; i-- > 0;) {
-		const tp_node *n = &m->n[i];
+	for (uint32_t i = m->tree.nn; i-- > 0;) {
+		const tp_node *n = &m->tree.n[i];
 		if (n->kind != TN_TENSORS || !pc->rows || !pc->rows[i])
 			continue;
 		for (size_t k = n->h.n; k-- > 0;) {
@@ -172,10 +172,10 @@ static void print_ep(const tp_model *m)
 	       "tensors", "bytes");
 	for (uint32_t r = 0; r < m->T; r++) {
 		uint64_t nt = 0, by = 0, first, count;
-		for (uint32_t i = 0; i < m->nn; i++)
-			if (m->n[i].kind == TN_TENSORS && m->n[i].lay) {
-				nt += m->n[i].lay[r].nexpert;
-				by += m->n[i].lay[r].expert_bytes;
+		for (uint32_t i = 0; i < m->tree.nn; i++)
+			if (m->tree.n[i].kind == TN_TENSORS && m->tree.n[i].lay) {
+				nt += m->tree.n[i].lay[r].nexpert;
+				by += m->tree.n[i].lay[r].expert_bytes;
 			}
 		char ex[64] = "", hb[32];
 		size_t w = 0;
@@ -205,7 +205,7 @@ static int io_need(const tp_model *m, const uint8_t *sel, uint64_t page, tp_io_n
 		static const uint32_t none[1];
 		const uint32_t W = tp_model_ranks(m);
 		const size_t np = tp_model_view_parts(m), nf = (size_t)W * (np ? np : 1);
-		tp_io_need *per = calloc(m->nn ? m->nn : 1, sizeof *per);
+		tp_io_need *per = calloc(m->tree.nn ? m->tree.nn : 1, sizeof *per);
 		const uint32_t **node = calloc(nf, sizeof *node);
 		tp_served *vs = calloc(nf, sizeof *vs); /* the part files' layouts (copies that only are read) */
 		if (!per || !node || !vs) {
@@ -224,28 +224,28 @@ static int io_need(const tp_model *m, const uint8_t *sel, uint64_t page, tp_io_n
 				node[(size_t)g * np + k] = vf.nodes;
 				*files += sel[g] ? vf.layout->size : 0;
 			}
-		int rc = tp_io_need_served(vs, W, np, sel, node, m->nn, page, per, e);
+		int rc = tp_io_need_served(vs, W, np, sel, node, m->tree.nn, page, per, e);
 		free(node);
 		free(vs);
 		if (rc < 0) {
 			free(per);
 			return -1;
 		}
-		for (uint32_t i = 0; i < m->nn; i++)
+		for (uint32_t i = 0; i < m->tree.nn; i++)
 			sum->bytes += per[i].bytes, sum->pages += per[i].pages;
 		free(per);
 		return 0;
 	}
-	for (uint32_t i = 0; i < m->nn; i++) {
-		if (m->n[i].kind != TN_TENSORS)
+	for (uint32_t i = 0; i < m->tree.nn; i++) {
+		if (m->tree.n[i].kind != TN_TENSORS)
 			continue;
 		tp_io_need need;
-		if (tp_io_need_of(m->n[i].lay, m->T, sel, page, &need, e) < 0)
+		if (tp_io_need_of(m->tree.n[i].lay, m->T, sel, page, &need, e) < 0)
 			return -1;
 		sum->bytes += need.bytes;
 		sum->pages += need.pages;
 		for (uint32_t q = 0; q < m->T; q++)
-			*files += sel[q] ? m->n[i].lay[q].size : 0;
+			*files += sel[q] ? m->tree.n[i].lay[q].size : 0;
 	}
 	return 0;
 }
@@ -258,8 +258,8 @@ static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const 
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), src = 0;
 	uint8_t one[TP_MAX_T] = {0};
 	char a[32], b[32], c[32];
-	for (uint32_t i = 0; i < m->nn; i++)
-		src += m->n[i].kind == TN_TENSORS ? m->n[i].src_size : 0;
+	for (uint32_t i = 0; i < m->tree.nn; i++)
+		src += m->tree.n[i].kind == TN_TENSORS ? m->tree.n[i].src_size : 0;
 	printf("source: %s\nplan:   %s\n", m->src, m->plan_origin);
 	if (m->view)
 		printf("view:   %s (the part files each rank's loader reads)\n", m->view->origin);
@@ -309,9 +309,12 @@ static void print_view(const tp_model *m, uint32_t rank)
 	if (m->P > 1) {
 		printf("ranks:  %u: %u pipeline stages x %u (showing rank %u: stage %u, TP rank %u)\nstages:", tp_model_ranks(m), m->P, m->T,
 		       rank, rank / m->T, rank % m->T);
-		for (uint32_t s = 0; s < m->P; s++)
-			printf("%s %u: layers [%llu, %llu)%s%s", s ? "," : "", s, (unsigned long long)m->pp_start[s],
-			       (unsigned long long)m->pp_start[s + 1], s == 0 ? " + first" : "", s == m->P - 1 ? " + last" : "");
+		for (uint32_t s = 0; s < m->P; s++) {
+			uint64_t a, b;
+			tp_model_stage_layers(m, s, &a, &b);
+			printf("%s %u: layers [%llu, %llu)%s%s", s ? "," : "", s, (unsigned long long)a, (unsigned long long)b,
+			       s == 0 ? " + first" : "", s == m->P - 1 ? " + last" : "");
+		}
 		printf("\n\n");
 	} else {
 		printf("ranks:  %u (showing rank %u)\n\n", m->T, rank);
@@ -325,7 +328,7 @@ static void print_view(const tp_model *m, uint32_t rank)
 		const tp_served *S = vf.layout;
 		char fname[96], a[32];
 		tp_model_view_name(m, rank, k, fname, sizeof fname);
-		printf("-- %s (%s, from %s)\n", fname, human(S->size, a, sizeof a), m->n[vf.own].path);
+		printf("-- %s (%s, from %s)\n", fname, human(S->size, a, sizeof a), m->tree.n[vf.own].path);
 		total += S->size;
 		for (size_t j0 = 0; j0 < S->n; j0++) {
 			const tp_stensor *t = &S->t[j0];
@@ -342,7 +345,7 @@ static void print_view(const tp_model *m, uint32_t rank)
 				w += (size_t)snprintf(made, sizeof made, "stack of %u x ", d->nstack);
 			for (uint32_t j = 0; d && !d->cbytes && j < d->npieces && w < sizeof made; j++) {
 				const tp_pdesc *pd = &d->pieces[j];
-				const st_header *h = &m->n[vf.nodes[pd->file]].h;
+				const st_header *h = &m->tree.n[vf.nodes[pd->file]].h;
 				w += (size_t)snprintf(made + w, sizeof made - w, "%s%s", j ? " + " : "", h->t[pd->tensor].name);
 				if (pd->deint && w < sizeof made)
 					w += (size_t)snprintf(made + w, sizeof made - w, " (rows deinterleaved by %llu)",
@@ -456,8 +459,8 @@ int cmd_plan(int argc, char **argv)
 	} else {
 		printf("source: %s\nplan:   %s\nranks:  %u (showing rank %u)\n\n", m.src, m.plan_origin, m.T, rank);
 		printf("%-56s %-10s %-44s %-22s %-22s %12s\n", "tensor", "rule", "split", "full shape", "local shape", "local bytes");
-		for (uint32_t i = 0; i < m.nn; i++) {
-			const tp_node *n = &m.n[i];
+		for (uint32_t i = 0; i < m.tree.nn; i++) {
+			const tp_node *n = &m.tree.n[i];
 			if (n->kind != TN_TENSORS)
 				continue;
 			printf("-- %s\n", n->path);
@@ -485,13 +488,13 @@ int cmd_plan(int argc, char **argv)
 		printf("\n%-6s %14s %14s %14s %14s\n", "rank", "local", "replicated", "split", "files");
 		for (uint32_t r = 0; r < m.T; r++) {
 			uint64_t loc = 0, rep = 0, spl = 0, fsz = 0;
-			for (uint32_t i = 0; i < m.nn; i++) {
-				if (m.n[i].kind != TN_TENSORS)
+			for (uint32_t i = 0; i < m.tree.nn; i++) {
+				if (m.tree.n[i].kind != TN_TENSORS)
 					continue;
-				loc += m.n[i].lay[r].data_size;
-				rep += m.n[i].lay[r].repl_bytes;
-				spl += m.n[i].lay[r].split_bytes;
-				fsz += m.n[i].lay[r].size;
+				loc += m.tree.n[i].lay[r].data_size;
+				rep += m.tree.n[i].lay[r].repl_bytes;
+				spl += m.tree.n[i].lay[r].split_bytes;
+				fsz += m.tree.n[i].lay[r].size;
 			}
 			char a[32], b[32], cc[32], d[32];
 			printf("%-6u %14s %14s %14s %14s\n", r, human(loc, a, sizeof a), human(rep, b, sizeof b),
@@ -518,10 +521,10 @@ int cmd_plan(int argc, char **argv)
 		printf("unmatched tensors (%s): %llu\n", mo.unmatched_replicate && !mo.strict ? "replicated" : "refused",
 		       (unsigned long long)m.nunmatched);
 		int shown = 0;
-		for (uint32_t i = 0; i < m.nn && shown < 50; i++)
-			for (size_t k = 0; pc.rows && pc.rows[i] && k < m.n[i].h.n && shown < 50; k++)
+		for (uint32_t i = 0; i < m.tree.nn && shown < 50; i++)
+			for (size_t k = 0; pc.rows && pc.rows[i] && k < m.tree.n[i].h.n && shown < 50; k++)
 				if (pc.rows[i][k].rule == -1) {
-					printf("  %s (%s)\n", m.n[i].h.t[k].name, m.n[i].path);
+					printf("  %s (%s)\n", m.tree.n[i].h.t[k].name, m.tree.n[i].path);
 					shown++;
 				}
 		if (m.nunmatched > 50)

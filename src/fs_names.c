@@ -31,7 +31,7 @@ int decode(const tp_fs *fs, fuse_ino_t ino, uint32_t *r, uint32_t *i)
 	*r = (uint32_t)((ino - 2) / fs->nn);
 	*i = (uint32_t)((ino - 2) % fs->nn);
 	if (fs->m->view) { /* a view shows the source's other files once, as rank 0's (config.json: cfg_ino) */
-		tp_node_kind k = fs->m->n[*i].kind;
+		tp_node_kind k = fs->m->tree.n[*i].kind;
 		return *r == 0 && k != TN_TENSORS && k != TN_INDEX && k != TN_CONFIG ? 0 : -1;
 	}
 	return served(fs, *r) ? 0 : -1;
@@ -86,7 +86,7 @@ static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 		st->st_mode = S_IFDIR | (top_mode & 0555);
 		st->st_nlink = 2 + (fs->vnp ? 0 : fs->o->serve ? fs->o->nserve : fs->T);
 		st->st_size = 4096;
-		st->st_mtim = fs->m->n[0].mtime;
+		st->st_mtim = fs->m->tree.n[0].mtime;
 	} else if (ino == fs->stats_ino) {
 		st->st_mode = S_IFREG | (top_mode & 0444);
 		st->st_nlink = 1;
@@ -99,7 +99,7 @@ static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 		st->st_gid = atomic_load(&fs->ns[c].gid);
 		st->st_nlink = 1;
 		st->st_size = (off_t)fs->m->config_len;
-		st->st_mtim = fs->m->n[fs->m->config_node].mtime;
+		st->st_mtim = fs->m->tree.n[fs->m->config_node].mtime;
 	} else if (fs->vnp && ino >= fs->vpart_ino) {
 		size_t p;
 		tp_view_file vf;
@@ -111,10 +111,10 @@ static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 			st->st_gid = atomic_load(&fs->ns[own].gid);
 			st->st_nlink = 1;
 			st->st_size = (off_t)vf.layout->size;
-			st->st_mtim = fs->m->n[own].mtime;
+			st->st_mtim = fs->m->tree.n[own].mtime;
 		}
 	} else if (decode(fs, ino, &r, &i) == 0) {
-		const tp_node *n = &fs->m->n[i];
+		const tp_node *n = &fs->m->tree.n[i];
 		uint32_t mode = atomic_load(&fs->ns[i].mode);
 		st->st_mtim = n->mtime;
 		st->st_uid = atomic_load(&fs->ns[i].uid);
@@ -123,7 +123,7 @@ static void fill_attr(const tp_fs *fs, fuse_ino_t ino, struct stat *st)
 			st->st_mode = S_IFDIR | (mode & 0555);
 			st->st_nlink = 2;
 			for (uint32_t k = 0; k < n->nchild; k++)
-				st->st_nlink += fs->m->n[n->child[k]].kind == TN_DIR;
+				st->st_nlink += fs->m->tree.n[n->child[k]].kind == TN_DIR;
 			st->st_size = 4096;
 		} else {
 			st->st_mode = S_IFREG | (mode & 0555);
@@ -171,7 +171,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			return;
 		}
 		if (fs->m->view) { /* the source's other files, then the part files */
-			uint32_t c = tp_node_child(fs->m, 0, name);
+			uint32_t c = tp_node_child(&fs->m->tree, 0, name);
 			fuse_ino_t v = vlookup(fs, name);
 			if (v)
 				reply_entry(req, fs, v);
@@ -193,11 +193,11 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	if (decode(fs, parent, &r, &i) < 0 || fs->m->n[i].kind != TN_DIR) {
+	if (decode(fs, parent, &r, &i) < 0 || fs->m->tree.n[i].kind != TN_DIR) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	uint32_t c = tp_node_child(fs->m, i, name), cr, ci;
+	uint32_t c = tp_node_child(&fs->m->tree, i, name), cr, ci;
 	if (c == UINT32_MAX || decode(fs, ino_of(fs, r, c), &cr, &ci) < 0)
 		fuse_reply_err(req, ENOENT);
 	else
@@ -231,14 +231,14 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 	}
 	uint32_t r = 0, i = 0, count;
 	int top = ino == FUSE_ROOT_ID;
-	if (!top && (decode(fs, ino, &r, &i) < 0 || fs->m->n[i].kind != TN_DIR)) {
+	if (!top && (decode(fs, ino, &r, &i) < 0 || fs->m->tree.n[i].kind != TN_DIR)) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
 	uint32_t nranks = fs->o->serve ? fs->o->nserve : fs->T, rk = 0;
-	count = 2 + (top ? nranks + 1 + (fs->cfg_ino != 0) : fs->m->n[i].nchild);
+	count = 2 + (top ? nranks + 1 + (fs->cfg_ino != 0) : fs->m->tree.n[i].nchild);
 	if (top && fs->m->view) /* the source's top files, every served rank's parts, stats, config.json */
-		count = 2 + fs->m->n[0].nchild + nranks * (uint32_t)fs->vnp + 1 + (fs->cfg_ino != 0);
+		count = 2 + fs->m->tree.n[0].nchild + nranks * (uint32_t)fs->vnp + 1 + (fs->cfg_ino != 0);
 	size_t used = 0;
 	for (off_t k = off; k < (off_t)count; k++) {
 		char name[96];
@@ -250,13 +250,13 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 			nm = k ? ".." : ".";
 			child = ino;
 		} else if (top && fs->m->view) {
-			off_t q = k - 2, nc = fs->m->n[0].nchild, np = (off_t)nranks * (off_t)fs->vnp;
+			off_t q = k - 2, nc = fs->m->tree.n[0].nchild, np = (off_t)nranks * (off_t)fs->vnp;
 			uint32_t cr, ci;
 			if (q < nc) {
-				uint32_t c = fs->m->n[0].child[q];
+				uint32_t c = fs->m->tree.n[0].child[q];
 				if (decode(fs, ino_of(fs, 0, c), &cr, &ci) < 0)
 					continue; /* a tensor or index file, or config.json (listed below) */
-				nm = fs->m->n[c].name;
+				nm = fs->m->tree.n[c].name;
 				child = ino_of(fs, 0, c);
 			} else if (q < nc + np) {
 				uint32_t want = (uint32_t)((q - nc) / (off_t)fs->vnp);
@@ -288,10 +288,10 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 			nm = k - 2 == (off_t)nranks ? STATS_NAME : "config.json";
 			child = k - 2 == (off_t)nranks ? fs->stats_ino : fs->cfg_ino;
 		} else {
-			uint32_t c = fs->m->n[i].child[k - 2], cr, ci;
+			uint32_t c = fs->m->tree.n[i].child[k - 2], cr, ci;
 			if (decode(fs, ino_of(fs, r, c), &cr, &ci) < 0)
 				continue; /* under a view: a tensor or index file */
-			nm = fs->m->n[c].name;
+			nm = fs->m->tree.n[c].name;
 			child = ino_of(fs, r, c);
 		}
 		fill_attr(fs, child, &st);
@@ -313,7 +313,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	uint64_t total = 0, files = 2;
 	uint32_t r, i;
 	for (i = 0; i < fs->nn; i++) /* what readdir shows: each file as decode lets it be seen */
-		for (r = 0; r < fs->T && fs->m->n[i].kind != TN_DIR; r++) {
+		for (r = 0; r < fs->T && fs->m->tree.n[i].kind != TN_DIR; r++) {
 			uint32_t rr, ii;
 			if (decode(fs, ino_of(fs, r, i), &rr, &ii) == 0) {
 				total += tp_node_size(fs->m, i, r);

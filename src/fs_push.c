@@ -202,7 +202,7 @@ static const tp_model *sort_model; /* for cmp_path (set under push_list's single
 
 static int cmp_path(const void *a, const void *b)
 {
-	return strcmp(sort_model->n[*(const uint32_t *)a].path, sort_model->n[*(const uint32_t *)b].path);
+	return strcmp(sort_model->tree.n[*(const uint32_t *)a].path, sort_model->tree.n[*(const uint32_t *)b].path);
 }
 
 /* The files to push, in the order loaders read them (*n of them; NULL when out of memory); sets
@@ -229,7 +229,7 @@ static pfile *push_list(tp_fs *fs, size_t *n)
 			return NULL;
 		}
 		for (uint32_t i = 0; i < fs->nn; i++)
-			if (m->n[i].kind == TN_TENSORS)
+			if (m->tree.n[i].kind == TN_TENSORS)
 				ord[no++] = i;
 		sort_model = m;
 		qsort(ord, no, sizeof *ord, cmp_path);

@@ -72,7 +72,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	const tp_node *n = &fs->m->n[i];
+	const tp_node *n = &fs->m->tree.n[i];
 	if (n->kind == TN_DIR) {
 		fuse_reply_err(req, EISDIR);
 		return;
@@ -135,7 +135,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 /* Rank r's copy of tensor file i. */
 static void rfile_tensors(tp_fs *fs, uint32_t r, uint32_t i, rfile *rf)
 {
-	const tp_node *n = &fs->m->n[i];
+	const tp_node *n = &fs->m->tree.n[i];
 	size_t k = (size_t)i * fs->T + r;
 	*rf = (rfile){.f = tp_file_of_layout(&n->lay[r]), .rank = r, .nsrc = 1, .loc = &fs->hdr[k], .win = &fs->win[k],
 		      .path = n->path, .one = {.fd = n->fd, .map = n->map, .size = n->src_size}, .one_node = i};
@@ -189,7 +189,7 @@ static const uint8_t *rf_local(const rfile *rf)
 static int rf_check(tp_fs *fs, const rfile *rf)
 {
 	for (uint32_t k = 0; k < rf->nsrc; k++) {
-		int err = source_check(fs, rf->node[k], fs->m->n[rf->node[k]].fd);
+		int err = source_check(fs, rf->node[k], fs->m->tree.n[rf->node[k]].fd);
 		if (err)
 			return err;
 	}
@@ -236,7 +236,7 @@ static void rf_changed(tp_fs *fs, const rfile *rf)
 {
 	int seen = 0;
 	for (uint32_t k = 0; k < rf->nsrc; k++)
-		seen |= source_check(fs, rf->node[k], fs->m->n[rf->node[k]].fd) != 0;
+		seen |= source_check(fs, rf->node[k], fs->m->tree.n[rf->node[k]].fd) != 0;
 	for (uint32_t k = 0; !seen && k < rf->nsrc; k++)
 		mark_bad(fs, rf->node[k], "shorter than planned, or unreadable under its mapping");
 }
@@ -398,7 +398,7 @@ static void read_plain(fuse_req_t req, tp_fs *fs, uint32_t i, size_t size, off_t
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	int fd = open_real(fs->m->n[i].real, O_RDONLY | O_CLOEXEC);
+	int fd = open_real(fs->m->tree.n[i].real, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		int err = errno;
 		if (err == ELOOP)
@@ -412,7 +412,7 @@ static void read_plain(fuse_req_t req, tp_fs *fs, uint32_t i, size_t size, off_t
 	ssize_t got = err ? -1 : pread(fd, s->buf, size, off);
 	if (!err && got < 0) {
 		err = errno;
-		note_failure(fs->m->n[i].path, "reading the source failed (%s): that read failed with that error", strerror(err));
+		note_failure(fs->m->tree.n[i].path, "reading the source failed (%s): that read failed with that error", strerror(err));
 	} else if (!err) {
 		err = source_check(fs, i, fd); /* again after reading, as for tensors */
 	}
@@ -464,7 +464,7 @@ static void read_one(fuse_req_t req, tp_fs *fs, fuse_ino_t ino, size_t size, off
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	const tp_node *n = &fs->m->n[i];
+	const tp_node *n = &fs->m->tree.n[i];
 	if (n->kind == TN_TENSORS) {
 		rfile_tensors(fs, r, i, &rf);
 		read_file(req, fs, &rf, size, off);
@@ -508,7 +508,7 @@ static int rf_of_ino(tp_fs *fs, fuse_ino_t ino, rfile *rf)
 		rfile_part(fs, r, p, rf);
 		return 0;
 	}
-	if (decode(fs, ino, &r, &i) == 0 && fs->m->n[i].kind == TN_TENSORS) {
+	if (decode(fs, ino, &r, &i) == 0 && fs->m->tree.n[i].kind == TN_TENSORS) {
 		rfile_tensors(fs, r, i, rf);
 		return 0;
 	}

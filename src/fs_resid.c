@@ -140,7 +140,7 @@ static void fetch_ranges(const tp_node *n, _Atomic uint32_t *resid, const tp_io_
 void advise_sources(const tp_fs *fs)
 {
 	for (uint32_t i = 0; i < fs->nn; i++) {
-		const tp_node *n = &fs->m->n[i];
+		const tp_node *n = &fs->m->tree.n[i];
 		if (n->kind == TN_TENSORS && n->map && fs->o->source_io != 1 &&
 		    madvise((void *)n->map, n->src_size, MADV_RANDOM) < 0)
 			tp_log(0, "%s: cannot turn off readahead on the source (%s): a node may read more than its ranks need",
@@ -156,8 +156,8 @@ static void fetch_src(const tp_fs *fs, const rfile *rf, const tp_io_range *rg, s
 		for (b = a + 1; b < ng && rg[b].src == rg[a].src; b++)
 			;
 		uint32_t node = rf->node[rg[a].src];
-		if (fs->m->n[node].map)
-			fetch_ranges(&fs->m->n[node], fs->ns[node].resid, rg + a, b - a);
+		if (fs->m->tree.n[node].map)
+			fetch_ranges(&fs->m->tree.n[node], fs->ns[node].resid, rg + a, b - a);
 	}
 }
 
@@ -224,7 +224,7 @@ void fetch_ahead(const tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, 
 void release_after(tp_fs *fs, const rfile *rf, const tp_run *runs, size_t nr)
 {
 	for (uint32_t k = 0; k < rf->nsrc; k++)
-		release_runs_src(fs, &fs->m->n[rf->node[k]], runs, nr, k);
+		release_runs_src(fs, &fs->m->tree.n[rf->node[k]], runs, nr, k);
 }
 
 /* The reply buffer of each libfuse worker thread (readdir and reads), grown as needed. */

@@ -77,8 +77,8 @@ static void look_up_served(const tp_fs *fs)
 				stat(path, &st);
 		}
 		for (uint32_t i = 0; !fs->vnp && i < fs->nn; i++)
-			if (m->n[i].kind == TN_TENSORS &&
-			    snprintf(path, sizeof path, "%s/rank%u/%s", fs->o->mnt, r, m->n[i].path) < (int)sizeof path)
+			if (m->tree.n[i].kind == TN_TENSORS &&
+			    snprintf(path, sizeof path, "%s/rank%u/%s", fs->o->mnt, r, m->tree.n[i].path) < (int)sizeof path)
 				stat(path, &st);
 	}
 }
@@ -293,9 +293,9 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 	fs.m = m;
 	pthread_mutex_init(&fs.fh_lock, NULL);
 	fs.o = o;
-	fs.nn = m->nn;
+	fs.nn = m->tree.nn;
 	fs.T = tp_model_ranks(m); /* view ranks: P x T with stages */
-	fs.stats_ino = 2 + (fuse_ino_t)fs.T * m->nn;
+	fs.stats_ino = 2 + (fuse_ino_t)fs.T * m->tree.nn;
 	fs.cfg_ino = m->config_text ? fs.stats_ino + 1 : 0;
 	fs.ifd = fs.stop[0] = fs.stop[1] = fs.inval[0] = fs.inval[1] = -1;
 	clock_gettime(CLOCK_REALTIME, &fs.started);
@@ -322,7 +322,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 			if (!(fs.vtab[p] = calloc(nsrc + 1, sizeof *fs.vtab[p])))
 				break;
 			for (uint32_t k = 0; k < nsrc; k++) {
-				const tp_node *n = &m->n[nodes[k]];
+				const tp_node *n = &m->tree.n[nodes[k]];
 				fs.vtab[p][k] = (tp_src){.fd = n->fd, .map = n->map, .size = n->src_size};
 			}
 		}
@@ -331,30 +331,30 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 			goto out_ra;
 		}
 	}
-	fs.hdr = calloc((size_t)m->nn * fs.T, sizeof *fs.hdr);
+	fs.hdr = calloc((size_t)m->tree.nn * fs.T, sizeof *fs.hdr);
 	if (!fs.hdr) {
 		tp_fail(e, TP_ENOMEM, "out of memory");
 		goto out_ra;
 	}
-	fs.ns = calloc(m->nn, sizeof *fs.ns);
+	fs.ns = calloc(m->tree.nn, sizeof *fs.ns);
 	if (!fs.ns) {
 		tp_fail(e, TP_ENOMEM, "out of memory");
 		goto out_hdr;
 	}
-	for (uint32_t i = 0; i < m->nn; i++) {
-		atomic_init(&fs.ns[i].ctime, ts_ns(m->n[i].ctime));
-		atomic_init(&fs.ns[i].mode, (uint32_t)m->n[i].mode);
-		atomic_init(&fs.ns[i].uid, (uint32_t)m->n[i].uid);
-		atomic_init(&fs.ns[i].gid, (uint32_t)m->n[i].gid);
-		if (m->n[i].kind == TN_TENSORS && m->n[i].map && o->source_io == 0) /* no marks: checked each time */
-			fs.ns[i].resid = calloc((m->n[i].src_size + RC_CHUNK - 1) / RC_CHUNK + 1, sizeof *fs.ns[i].resid);
+	for (uint32_t i = 0; i < m->tree.nn; i++) {
+		atomic_init(&fs.ns[i].ctime, ts_ns(m->tree.n[i].ctime));
+		atomic_init(&fs.ns[i].mode, (uint32_t)m->tree.n[i].mode);
+		atomic_init(&fs.ns[i].uid, (uint32_t)m->tree.n[i].uid);
+		atomic_init(&fs.ns[i].gid, (uint32_t)m->tree.n[i].gid);
+		if (m->tree.n[i].kind == TN_TENSORS && m->tree.n[i].map && o->source_io == 0) /* no marks: checked each time */
+			fs.ns[i].resid = calloc((m->tree.n[i].src_size + RC_CHUNK - 1) / RC_CHUNK + 1, sizeof *fs.ns[i].resid);
 	}
 	fs.rs = calloc(fs.T, sizeof *fs.rs);
 	if (!fs.rs) {
 		tp_fail(e, TP_ENOMEM, "out of memory");
 		goto out_ns;
 	}
-	fs.win = calloc((size_t)m->nn * fs.T, sizeof *fs.win);
+	fs.win = calloc((size_t)m->tree.nn * fs.T, sizeof *fs.win);
 	if (!fs.win) {
 		tp_fail(e, TP_ENOMEM, "out of memory");
 		goto out_rs;
@@ -522,11 +522,11 @@ out_win:
 out_rs:
 	free(fs.rs);
 out_ns:
-	for (uint32_t i = 0; i < m->nn; i++)
+	for (uint32_t i = 0; i < m->tree.nn; i++)
 		free((void *)fs.ns[i].resid);
 	free(fs.ns);
 out_hdr:
-	for (size_t k = 0; k < (size_t)m->nn * fs.T; k++)
+	for (size_t k = 0; k < (size_t)m->tree.nn * fs.T; k++)
 		free(atomic_load(&fs.hdr[k]));
 	free(fs.hdr);
 out_ra:

@@ -43,8 +43,8 @@ void mark_bad(tp_fs *fs, uint32_t i, const char *why)
 	if (atomic_exchange(&fs->ns[i].bad, 1))
 		return;
 	tp_log(2, "%s: the source changed since it was mounted (%s); its rank files now fail with EIO "
-		  "(remount to serve the new version)", fs->m->n[i].path, why);
-	note_failure(fs->m->n[i].path, "the source changed since it was mounted (%s): every file served from it "
+		  "(remount to serve the new version)", fs->m->tree.n[i].path, why);
+	note_failure(fs->m->tree.n[i].path, "the source changed since it was mounted (%s): every file served from it "
 		     "fails with EIO until a remount", why);
 	queue_inval(fs, i, 0);
 }
@@ -77,7 +77,7 @@ int transient(int err)
  * be looked at for a transient reason, transient(errno): why says which; nothing is known). */
 static int differs(tp_fs *fs, uint32_t i, int fd, int accept, char *why, size_t len)
 {
-	const tp_node *n = &fs->m->n[i];
+	const tp_node *n = &fs->m->tree.n[i];
 	struct stat st;
 	/* the resolved path is not followed if it, or a folder on it, has become a link since (it may
 	 * lead into the mount) */
@@ -118,8 +118,8 @@ void log_unchecked(const tp_fs *fs, uint32_t i, const char *why, const char *wha
 {
 	char msg[TP_ERR_MSG];
 	tp_fmt(msg, sizeof msg, "%s: the source could not be checked (%s): %s; the file stays served",
-	       fs->m->n[i].path, why, what);
-	note_failure(fs->m->n[i].path, "the source could not be checked (%s): %s; the file stays served", why, what);
+	       fs->m->tree.n[i].path, why, what);
+	note_failure(fs->m->tree.n[i].path, "the source could not be checked (%s): %s; the file stays served", why, what);
 	if (tp_log_shown(msg))
 		tp_log(0, "%s", msg);
 }
@@ -142,7 +142,7 @@ int source_check(tp_fs *fs, uint32_t i, int fd)
 	if (d == 1)
 		mark_bad(fs, i, why);
 	else if (d == 2)
-		note_failure(fs->m->n[i].path, "a read met an attribute change (chmod, chown) the watcher had not seen "
+		note_failure(fs->m->tree.n[i].path, "a read met an attribute change (chmod, chown) the watcher had not seen "
 			     "yet: that read failed with EIO; the file stays served");
 	return d ? EIO : 0;
 }
@@ -272,7 +272,7 @@ static void recheck_all(tp_fs *fs)
 		if (atomic_load(&fs->ns[i].bad))
 			continue;
 		int d = differs(fs, i, -1, 1, why, sizeof why); /* a folder's new mode is accepted */
-		if (d == 1 && fs->m->n[i].kind != TN_DIR)
+		if (d == 1 && fs->m->tree.n[i].kind != TN_DIR)
 			mark_bad(fs, i, why);
 		else if (d == 3) /* reads still check the file themselves */
 			log_unchecked(fs, i, why, "a change notice was not followed up");
@@ -289,7 +289,7 @@ static int cmp_watch(const void *a, const void *b)
 static void on_event(tp_fs *fs, uint32_t i, const struct inotify_event *ev)
 {
 	char why[96];
-	const tp_node *n = &fs->m->n[i];
+	const tp_node *n = &fs->m->tree.n[i];
 	if (ev->len && n->kind == TN_DIR) {
 		/* a folder renamed, removed or replaced: the names under it may now mean other files */
 		if (ev->mask & (IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_MOVED_FROM))
@@ -411,10 +411,10 @@ void start_watching(tp_fs *fs)
 	size_t cap = 0, failed = 0;
 	int err = 0;
 	for (uint32_t i = 0; i < fs->nn; i++) {
-		const tp_node *n = &fs->m->n[i];
+		const tp_node *n = &fs->m->tree.n[i];
 		int rc = add_watch(fs, n->real, "", i, &cap);
 		if (i && rc == 0) /* the name under its folder as given: that folder resolved is the parent's */
-			rc = add_watch(fs, fs->m->n[n->parent].real, n->name, i, &cap);
+			rc = add_watch(fs, fs->m->tree.n[n->parent].real, n->name, i, &cap);
 		if (i && rc == 0 && strcmp(n->real, n->abspath))
 			rc = add_name_watch(fs, n->real, i, &cap);
 		if (rc < 0) {

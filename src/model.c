@@ -1,6 +1,7 @@
-/* model.c: walking, validating and planning a source checkpoint (see model.h). */
+/* model.c: validating and planning a source checkpoint (see model.h), over the source tree
+ * (srctree.h) and, under --view, the engine view's two steps (model_view.h), each handed what it
+ * reads; and the accessors the front ends reach the served files through. */
 #include "model.h"
-#include "model_int.h"
 #include "slurp.h"
 
 #include <cjson/cJSON.h>
@@ -48,9 +49,9 @@ static void mark_needed(tp_model *m, uint32_t idx, const cJSON *j)
 	{
 		if (!cJSON_IsString(it))
 			continue;
-		uint32_t f = tp_node_resolve(m, m->n[idx].parent, it->valuestring);
+		uint32_t f = tp_node_resolve(&m->tree, m->tree.n[idx].parent, it->valuestring);
 		if (f != UINT32_MAX)
-			m->n[f].needed = 1;
+			m->tree.n[f].needed = 1;
 	}
 }
 
@@ -62,8 +63,8 @@ static int load_tensors(tp_model *m, tp_node *n, tp_err *e)
 	if (n->fd < 0 && e->code == TP_EIO && (errno == EMFILE || errno == ENFILE)) {
 		int err = errno;
 		uint32_t files = 0;
-		for (uint32_t i = 0; i < m->nn; i++)
-			files += m->n[i].kind == TN_TENSORS;
+		for (uint32_t i = 0; i < m->tree.nn; i++)
+			files += m->tree.n[i].kind == TN_TENSORS;
 		struct rlimit rl = {0, 0};
 		getrlimit(RLIMIT_NOFILE, &rl);
 		return tp_fail(e, TP_ELIMIT, "%s: cannot open: %s: the checkpoint has %u safetensors files, each held "
@@ -222,9 +223,9 @@ static int build_tindex(const tp_model *m, tp_tindex *x, tp_err *e)
 	if (!f)
 		return tp_fail(e, TP_ENOMEM, "out of memory");
 	size_t nf = 0;
-	for (uint32_t i = 0; i < m->nn; i++)
-		if (m->n[i].kind == TN_TENSORS && nf < m->ntensor_files)
-			f[nf++] = (tp_tindex_file){m->n[i].parent, &m->n[i].h};
+	for (uint32_t i = 0; i < m->tree.nn; i++)
+		if (m->tree.n[i].kind == TN_TENSORS && nf < m->ntensor_files)
+			f[nf++] = (tp_tindex_file){m->tree.n[i].parent, &m->tree.n[i].h};
 	int rc = tp_tindex_build(x, f, nf, m->o->strict, m->o->log, m->o->ctx, e);
 	free(f);
 	return rc;
@@ -232,7 +233,7 @@ static int build_tindex(const tp_model *m, tp_tindex *x, tp_err *e)
 
 static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 {
-	tp_node *n = &m->n[idx];
+	tp_node *n = &m->tree.n[idx];
 	tp_resolve_opts ro = {.T = m->T, .pad_vocab = m->pad_vocab, .ep = m->o->ep};
 	tp_spec *specs = calloc(n->h.n ? n->h.n : 1, sizeof *specs);
 	char (*why)[200] = calloc(n->h.n ? n->h.n : 1, sizeof *why);
@@ -303,7 +304,7 @@ static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 		}
 	}
 	if (rs) {
-		tp_resolved_keep(&m->rf, m->nn, idx, &n->h, &rt, rs);
+		tp_resolved_keep(&m->rf, m->tree.nn, idx, &n->h, &rt, rs);
 	} else {
 		free(rt.p);
 		m->rf.resolved_failed = 1;
@@ -354,18 +355,18 @@ typedef struct index_ctx {
 static tp_index_file index_find(void *vc, const char *rel)
 {
 	const index_ctx *c = vc;
-	uint32_t f = tp_node_resolve(c->m, c->dir, rel);
-	if (f == UINT32_MAX || c->m->n[f].kind == TN_DIR)
+	uint32_t f = tp_node_resolve(&c->m->tree, c->dir, rel);
+	if (f == UINT32_MAX || c->m->tree.n[f].kind == TN_DIR)
 		return (tp_index_file){.kind = TP_IX_NONE};
-	if (c->m->n[f].kind != TN_TENSORS)
+	if (c->m->tree.n[f].kind != TN_TENSORS)
 		return (tp_index_file){.kind = TP_IX_OTHER};
-	return (tp_index_file){.kind = TP_IX_TENSORS, .h = &c->m->n[f].h, .lay = c->m->n[f].lay};
+	return (tp_index_file){.kind = TP_IX_TENSORS, .h = &c->m->tree.n[f].h, .lay = c->m->tree.n[f].lay};
 }
 
 /* Writes the T rewrites of index node idx (parsed as j) into its gen / gen_len. */
 static int rewrite_index(tp_model *m, uint32_t idx, const cJSON *j, tp_err *e)
 {
-	tp_node *n = &m->n[idx];
+	tp_node *n = &m->tree.n[idx];
 	index_ctx c = {m, n->parent};
 	tp_index_in in = {.path = n->path, .T = m->T, .find = index_find, .find_ctx = &c, .log = m->o->log,
 			  .log_ctx = m->o->ctx};
@@ -383,13 +384,13 @@ static int build_rank_folders(tp_model *m, tp_err *e)
 	if (!f)
 		return tp_fail(e, TP_ENOMEM, "out of memory");
 	size_t nf = 0;
-	for (uint32_t i = 0; i < m->nn; i++)
-		if (m->n[i].kind == TN_TENSORS && nf < m->ntensor_files)
-			f[nf++] = (tp_rf_file){&m->n[i].h, m->n[i].lay};
-	m->config_node = tp_node_child(m, 0, "config.json");
-	if (m->config_node == UINT32_MAX || !m->config || m->n[m->config_node].kind != TN_PLAIN)
+	for (uint32_t i = 0; i < m->tree.nn; i++)
+		if (m->tree.n[i].kind == TN_TENSORS && nf < m->ntensor_files)
+			f[nf++] = (tp_rf_file){&m->tree.n[i].h, m->tree.n[i].lay};
+	m->config_node = tp_node_child(&m->tree, 0, "config.json");
+	if (m->config_node == UINT32_MAX || !m->config || m->tree.n[m->config_node].kind != TN_PLAIN)
 		m->config_node = UINT32_MAX;
-	tp_node *cn = m->config_node != UINT32_MAX ? &m->n[m->config_node] : NULL;
+	tp_node *cn = m->config_node != UINT32_MAX ? &m->tree.n[m->config_node] : NULL;
 	const tp_model_opts *o = m->o;
 	tp_rf_in in = {.plan = &m->plan, .cfg = &m->cfg, .T = m->T, .pad_vocab = m->pad_vocab, .ep = o->ep,
 		       .config_global = o->config_global, .keep_going = o->keep_going, .ep_count = m->ep_count,
@@ -416,7 +417,6 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 	m->o = o;
 	m->T = o->T;
 	m->P = o->pp > 1 ? o->pp : 1;
-	m->W = m->P * o->T;
 	if (o->T < 1 || o->T > TP_MAX_T)
 		return tp_fail(e, TP_ELIMIT, "--tp %u: T must be between 1 and %d", o->T, TP_MAX_T);
 	if (o->pp > TP_PP_MAX || (uint64_t)o->pp * o->T > TP_MAX_T)
@@ -427,31 +427,18 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 		tp_fail(e, TP_ENOMEM, "out of memory");
 		goto fail;
 	}
-	struct stat st;
-	if (stat(o->src, &st) < 0) {
-		tp_fail(e, TP_EINVAL, "%s: %s", o->src, strerror(errno));
-		goto fail;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		tp_fail(e, TP_EINVAL, "%s: not a folder (give the folder that holds config.json and the .safetensors files)",
-			o->src);
-		goto fail;
-	}
-	uint32_t root;
-	if (tp_model_add_node(m, 0, "", o->src, TN_DIR, &st, &root, e) < 0)
-		goto fail;
-	if (tp_model_walk(m, 0, 0, e) < 0)
+	if (tp_srctree_open(&m->tree, o->src, o->mnt, o->log, o->ctx, e) < 0)
 		goto fail;
 
 	/* indexes first: they say which tensor files are needed */
-	cJSON **idx_json = calloc(m->nn, sizeof *idx_json);
+	cJSON **idx_json = calloc(m->tree.nn, sizeof *idx_json);
 	if (!idx_json) {
 		tp_fail(e, TP_ENOMEM, "out of memory");
 		goto fail;
 	}
 	int rc = 0;
-	for (uint32_t i = 0; i < m->nn && rc == 0; i++) {
-		tp_node *n = &m->n[i];
+	for (uint32_t i = 0; i < m->tree.nn && rc == 0; i++) {
+		tp_node *n = &m->tree.n[i];
 		if (n->kind == TN_TENSORS && n->parent == 0)
 			n->needed = 1;
 		if (n->kind != TN_INDEX)
@@ -474,8 +461,8 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 		}
 		mark_needed(m, i, idx_json[i]);
 	}
-	for (uint32_t i = 0; i < m->nn && rc == 0; i++) {
-		tp_node *n = &m->n[i];
+	for (uint32_t i = 0; i < m->tree.nn && rc == 0; i++) {
+		tp_node *n = &m->tree.n[i];
 		if (n->kind != TN_TENSORS)
 			continue;
 		tp_err le;
@@ -494,14 +481,14 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 		}
 	}
 	if (rc == 0 && !o->check_only) {
-		uint32_t cfg = tp_node_child(m, 0, "config.json");
-		if (cfg != UINT32_MAX && m->n[cfg].kind == TN_PLAIN && m->n[cfg].src_size > TP_MAX_CONFIG) {
+		uint32_t cfg = tp_node_child(&m->tree, 0, "config.json");
+		if (cfg != UINT32_MAX && m->tree.n[cfg].kind == TN_PLAIN && m->tree.n[cfg].src_size > TP_MAX_CONFIG) {
 			/* each rank's config.json is held in memory: the limit bounds what that costs */
 			rc = tp_fail(e, TP_ELIMIT, "config.json: %llu bytes, more than the %d MiB tpfs reads of a config.json "
 				     "(every rank's copy is held in memory; real ones are under a few MB)",
-				     (unsigned long long)m->n[cfg].src_size, TP_MAX_CONFIG >> 20);
-		} else if (cfg != UINT32_MAX && m->n[cfg].kind == TN_PLAIN) {
-			m->config = parse_json_file(&m->n[cfg], &m->config_text, &m->config_len, e);
+				     (unsigned long long)m->tree.n[cfg].src_size, TP_MAX_CONFIG >> 20);
+		} else if (cfg != UINT32_MAX && m->tree.n[cfg].kind == TN_PLAIN) {
+			m->config = parse_json_file(&m->tree.n[cfg], &m->config_text, &m->config_len, e);
 			if (!m->config || !cJSON_IsObject(m->config)) {
 				if (m->config)
 					tp_fail(e, TP_EINVAL, "config.json: not a JSON object");
@@ -518,32 +505,39 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 			for (int i = 0; i < m->plan.nprefix; i++)
 				m->cfg.prefix[i] = m->plan.prefix[i];
 		}
-		if (rc == 0)
-			rc = tp_model_view_choose(m, e);
+		if (rc == 0) {
+			tp_mview_choice vc = {.view = o->view, .pad_vocab = o->pad_vocab, .P = m->P, .ep = o->ep,
+					      .config = m->config, .log = o->log, .log_ctx = o->ctx};
+			rc = tp_mview_choose(&vc, &m->plan, &m->view, &m->pad_vocab, e);
+		}
 		if (rc == 0 && o->ep)
 			rc = tp_plan_ep_check(&m->plan, &m->cfg, m->T, m->ep_count, e);
 		/* the tensor index for companions */
 		tp_tindex lc = {0};
 		if (rc == 0)
 			rc = build_tindex(m, &lc, e);
-		for (uint32_t i = 0; i < m->nn && rc == 0; i++)
-			if (m->n[i].kind == TN_TENSORS)
+		for (uint32_t i = 0; i < m->tree.nn && rc == 0; i++)
+			if (m->tree.n[i].kind == TN_TENSORS)
 				rc = plan_file(m, i, &lc, e);
 		tp_tindex_free(&lc);
 		if (rc == 0 && o->ep && !m->ep_tensors)
 			tp_model_log(m, 0, "--ep: no tensor of %s is a routed expert of plan '%s' (its experts declarations match none)",
 			      m->src, m->plan.name);
-		for (uint32_t i = 0; i < m->nn && rc == 0 && !m->view; i++) /* an engine view serves no index (fs_names.c decode) */
-			if (m->n[i].kind == TN_INDEX && idx_json[i])
+		for (uint32_t i = 0; i < m->tree.nn && rc == 0 && !m->view; i++) /* an engine view serves no index (fs_names.c decode) */
+			if (m->tree.n[i].kind == TN_INDEX && idx_json[i])
 				rc = rewrite_index(m, i, idx_json[i], e);
 		if (rc == 0)
 			rc = build_rank_folders(m, e);
-		if (rc == 0 && o->view) {
-			uint32_t ri = tp_node_child(m, 0, "model.safetensors.index.json");
-			rc = tp_model_view_build(m, ri != UINT32_MAX ? idx_json[ri] : NULL, e);
+		if (rc == 0 && m->view) {
+			uint32_t ri = tp_node_child(&m->tree, 0, "model.safetensors.index.json");
+			tp_mview_in vi = {.view = m->view, .tree = &m->tree, .ntensor_files = (uint32_t)m->ntensor_files,
+					  .root_index = ri != UINT32_MAX ? idx_json[ri] : NULL, .cfg = &m->cfg, .T = m->T,
+					  .P = m->P, .ep = o->ep, .pp_layers = o->pp_layers, .rank_meta = m->rf.rank_meta,
+					  .log = o->log, .log_ctx = o->ctx};
+			rc = tp_mview_build(&vi, &m->mv, e);
 		}
 	}
-	for (uint32_t i = 0; i < m->nn; i++)
+	for (uint32_t i = 0; i < m->tree.nn; i++)
 		cJSON_Delete(idx_json[i]);
 	free(idx_json);
 	if (rc == 0)
@@ -555,9 +549,12 @@ fail:
 
 void tp_model_close(tp_model *m)
 {
-	tp_model_view_free(m); /* it points into the headers and the rank metadata */
-	for (uint32_t i = 0; i < m->nn; i++) {
-		tp_node *n = &m->n[i];
+	tp_mview_free(&m->mv); /* it points into the headers and the rank metadata */
+	if (m->view)
+		tp_view_free(m->view);
+	free(m->view);
+	for (uint32_t i = 0; i < m->tree.nn; i++) {
+		tp_node *n = &m->tree.n[i];
 		if (n->lay) /* rank 0 last: the others may borrow from it */
 			for (uint32_t r = m->T; r-- > 0;)
 				tp_layout_free(&n->lay[r]);
@@ -569,15 +566,11 @@ void tp_model_close(tp_model *m)
 		free(n->gen);
 		free(n->gen_len);
 		unload_tensors(n);
-		free(n->child);
-		free(n->path);
-		free(n->abspath);
-		free(n->real);
 		free(n->error);
 	}
+	tp_srctree_free(&m->tree);
 	tp_rank_folder_free(&m->rf);
 	free(m->config_text);
-	free(m->n);
 	cJSON_Delete(m->config);
 	tp_plan_free(&m->plan);
 	free(m->src);
@@ -586,7 +579,7 @@ void tp_model_close(tp_model *m)
 
 uint64_t tp_node_size(const tp_model *m, uint32_t i, uint32_t r)
 {
-	const tp_node *n = &m->n[i];
+	const tp_node *n = &m->tree.n[i];
 	switch (n->kind) {
 	case TN_TENSORS:
 		return n->lay ? n->lay[r].size : n->src_size;
@@ -624,4 +617,43 @@ int64_t tp_model_rank_count(const tp_model *m, const tp_per_rank *pr, uint32_t r
 	if (tp_share_of((uint64_t)v, &s, m->T, r, &sh, pr->key, &e) < 0)
 		return -1;
 	return (int64_t)(sh.count + sh.zeros);
+}
+
+/* ---- the served files, as the front ends reach them (model.h) ---- */
+
+void tp_model_view_name(const tp_model *m, uint32_t g, size_t k, char *out, size_t cap)
+{
+	tp_mview_name(m->T, m->P, g, k, out, cap);
+}
+
+int tp_model_view_slot(const tp_model *m, uint32_t g, size_t k)
+{
+	return tp_mview_slot(&m->mv, g, k);
+}
+
+void tp_model_stage_layers(const tp_model *m, uint32_t s, uint64_t *first, uint64_t *end)
+{
+	*first = m->mv.pp_start[s];
+	*end = m->mv.pp_start[s + 1];
+}
+
+uint32_t tp_model_ranks(const tp_model *m)
+{
+	return m->view ? m->mv.W : m->T;
+}
+
+size_t tp_model_view_parts(const tp_model *m)
+{
+	return m->view ? m->mv.vplan.nparts : 0;
+}
+
+const uint32_t *tp_model_view_part_nodes(const tp_model *m, size_t p, uint32_t *nsrc)
+{
+	*nsrc = m->mv.vplan.parts[p].nsrc;
+	return m->mv.node[p];
+}
+
+int tp_model_view_file(const tp_model *m, uint32_t g, size_t k, tp_view_file *f)
+{
+	return tp_mview_file(&m->mv, g, k, f);
 }

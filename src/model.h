@@ -1,10 +1,12 @@
 /* model.h: one source checkpoint folder, planned for T ranks.
  *
- * tp_model_open walks SRC (following symbolic links, so a Hugging Face snapshot folder works),
- * validates every safetensors header, reads config.json, picks and resolves the plan, builds the
- * layout of every safetensors file for every rank, and rewrites every *.safetensors.index.json
- * per rank. Everything a mount serves is decided here, before anything is mounted, and any
- * failure names the file, the tensor and the rule. The filesystem layer only reads the result.
+ * tp_model_open walks SRC (following symbolic links, so a Hugging Face snapshot folder works: the
+ * source tree, srctree.h), validates every safetensors header, reads config.json, picks and
+ * resolves the plan, builds the layout of every safetensors file for every rank, and rewrites
+ * every *.safetensors.index.json per rank, or under an engine view builds every view rank's part
+ * files (model_view.h, told what it reads: it knows no model). Everything a mount serves is
+ * decided here, before anything is mounted, and any failure names the file, the tensor and the
+ * rule. The filesystem layer only reads the result.
  *
  * Policy for bad files: a safetensors file that is invalid (or unreadable) refuses the model
  * when it is needed (at the top level or listed by an index) or under --strict; otherwise it is
@@ -20,9 +22,11 @@
 #include <time.h>
 
 #include "layout.h"
+#include "model_view.h"
 #include "plan.h"
 #include "planner.h"
 #include "rank_folder.h"
+#include "srctree.h"
 #include "st_format.h"
 #include "tp_err.h"
 #include "view.h"
@@ -30,49 +34,7 @@
 struct cJSON;
 struct tp_model;
 
-#define TP_MAX_NODES 1000000       /* files and folders in SRC */
-#define TP_MAX_DIR_ENTRIES 100000  /* entries of one folder */
-#define TP_MAX_DEPTH 64            /* folder nesting */
 #define TP_MAX_CONFIG (16 << 20)   /* bytes of config.json */
-
-typedef enum tp_node_kind {
-	TN_DIR,     /* a folder */
-	TN_TENSORS, /* a valid safetensors file, served per rank from its layouts */
-	TN_INDEX,   /* a *.safetensors.index.json, rewritten per rank */
-	TN_PLAIN,   /* any other file (or an unneeded invalid one), served unchanged */
-	TN_CONFIG,  /* the root's config.json, rewritten per rank (rank_folder.h) */
-} tp_node_kind;
-
-typedef struct tp_node {
-	const char *name;          /* last path component; "" for the root */
-	char *path;                /* path relative to SRC (for messages); "" for the root */
-	char *abspath;             /* path under SRC as given, for opening */
-	uint32_t parent;           /* the root is its own parent */
-	tp_node_kind kind;
-	uint32_t *child;           /* children sorted by name (bytewise) */
-	uint32_t nchild;
-	struct timespec mtime;     /* of the source (folders and files) */
-	uint64_t src_size;         /* files: bytes of the source */
-	dev_t dev;
-	ino_t ino;
-	mode_t mode;               /* of the file or folder actually read (a link's target) */
-	uid_t uid;
-	gid_t gid;
-	struct timespec ctime;     /* of the source at planning */
-	char *real;                /* abspath with every symbolic link resolved (at planning, before
-	                            * any mount exists): what the filesystem stats and opens */
-	int needed;                /* tensors: at the top level or listed by an index */
-	char *error;               /* why a safetensors file was not planned (check), or NULL */
-	/* TN_TENSORS */
-	int fd;                    /* open read-only, or -1 */
-	const uint8_t *map;        /* read-only shared mapping of src_size bytes, or NULL */
-	st_header h;
-	tp_layout *lay;            /* T layouts */
-	tp_spec *specs;            /* --view: h.n specs, the plan's (the view cuts pieces with them) */
-	/* TN_INDEX, TN_CONFIG */
-	char **gen;                /* T rewritten files */
-	uint64_t *gen_len;
-} tp_node;
 
 typedef void (*tp_tensor_fn)(void *ctx, const struct tp_model *m, uint32_t node, uint32_t tensor,
 			     const tp_resolved *res);
@@ -105,8 +67,7 @@ typedef struct tp_model_opts {
 typedef struct tp_model {
 	char *src;             /* SRC as given */
 	uint32_t T;
-	tp_node *n;            /* n[0] is the root */
-	uint32_t nn, cap;
+	tp_srctree tree;       /* SRC walked (srctree.h): tree.n[0] is the root */
 	struct cJSON *config;  /* config.json of the root, or NULL */
 	tp_plan plan;
 	char plan_origin[256]; /* "built-in llama (detected from model_type 'llama')", a path, ... */
@@ -124,20 +85,11 @@ typedef struct tp_model {
 	size_t config_len;
 	uint32_t config_node;    /* its node, or UINT32_MAX */
 	uint64_t pad_vocab;      /* the vocabulary multiple planned with: o->pad_vocab, or the view's */
-	/* --view (model_view.c): the engine view and every rank's served files */
+	/* --view: the engine view (model_view.h), chosen before planning, and every rank's served files,
+	 * built after it; P stages of T ranks (P 1 without --pp) */
 	tp_view *view;           /* NULL: the hf view */
-	tp_vplan vplan;
-	uint32_t *vsrc_node;     /* vplan's source index -> node */
-	uint32_t **vnode;        /* [p]: part p's table of sources as nodes (vsrc_node of its srcs) */
-	/* Pipeline stages (--pp): P stages of T ranks; view rank g = s x T + t (stage s, TP rank t), as
-	 * vLLM numbers its workers. Stage s's files are its parts k < vstage_np[s], each vplan part
-	 * vslot_part[s x nparts + k] cut for TP rank t and holding the stage's tensors only. Without
-	 * --pp: P 1, and slot k is part k. */
-	uint32_t P, W;           /* stages; view ranks, P x T */
-	uint64_t pp_start[TP_PP_MAX + 1]; /* stage s holds layers [pp_start[s], pp_start[s + 1]) */
-	uint32_t *vstage_np;     /* [s] */
-	uint32_t *vslot_part;    /* [s x nparts + k] */
-	tp_served *vs;           /* [g x vplan.nparts + k]: view rank g's part file k */
+	uint32_t P;
+	tp_mview mv;
 } tp_model;
 
 /* Hands a message to the model's log callback (o->log), if any: level 0 warn, 1 info, 2 error. */
@@ -150,13 +102,6 @@ void tp_model_close(tp_model *m);
 /* Size of node i as rank r sees it. */
 uint64_t tp_node_size(const tp_model *m, uint32_t i, uint32_t r);
 
-/* The child of folder node dir called name, or UINT32_MAX. O(log n). */
-uint32_t tp_node_child(const tp_model *m, uint32_t dir, const char *name);
-
-/* The node a relative path (as an index's weight_map gives it: "a/b.safetensors", "../x") leads
- * to from folder dir, or UINT32_MAX. */
-uint32_t tp_node_resolve(const tp_model *m, uint32_t dir, const char *rel);
-
 /* Expert parallelism (--ep): the routed experts of the plan's experts declaration d that rank r
  * holds, [*first, *first + *count). Both 0 without --ep. */
 void tp_model_ep_range(const tp_model *m, int d, uint32_t r, uint64_t *first, uint64_t *count);
@@ -168,18 +113,11 @@ void tp_model_view_name(const tp_model *m, uint32_t g, size_t k, char *out, size
 /* Whether view rank g has a part file k (a stage may have fewer parts than the view). */
 int tp_model_view_slot(const tp_model *m, uint32_t g, size_t k);
 
+/* The layers pipeline stage s holds under --pp: [*first, *end). */
+void tp_model_stage_layers(const tp_model *m, uint32_t s, uint64_t *first, uint64_t *end);
+
 /* ---- the served files, as the front ends (the file system, `tpfs plan`) reach them: only
  * through these; tests/py/test_seam.py fails on a front end that reads the view's fields ---- */
-
-/* One part file of a view rank. */
-typedef struct tp_view_file {
-	const tp_served *layout; /* its bytes: size, header, the pieces of every tensor (served.h) */
-	const tp_vpart *vpart;   /* the resolved part it is cut from: its tensors as the view made them */
-	size_t part;             /* that part's number, below tp_model_view_parts() */
-	uint32_t nsrc;           /* the source files its pieces read, */
-	const uint32_t *nodes;   /* [nsrc]: as model nodes, in the order its pieces number them */
-	uint32_t own;            /* the node of the source file it is cut from (its owner, mode, mtime) */
-} tp_view_file;
 
 /* The ranks files are served for: the view's ranks (P x T: stages of T) under a view, else T. */
 uint32_t tp_model_ranks(const tp_model *m);
@@ -191,7 +129,8 @@ size_t tp_model_view_parts(const tp_model *m);
 /* Part p's sources as model nodes, *nsrc of them. */
 const uint32_t *tp_model_view_part_nodes(const tp_model *m, size_t p, uint32_t *nsrc);
 
-/* View rank g's part file k into *f: 1, or 0 (f untouched) where g has no file k. */
+/* View rank g's part file k into *f (tp_view_file: model_view.h): 1, or 0 (f untouched) where g
+ * has no file k. */
 int tp_model_view_file(const tp_model *m, uint32_t g, size_t k, tp_view_file *f);
 
 /* Per-rank value of a config count the plan lists under per_rank; -1 if missing. */

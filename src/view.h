@@ -100,7 +100,7 @@ typedef struct tp_view {
 	                             * it only for several expert groups, else it falls back to linear) */
 	uint32_t nep_rr_types;
 	/* "rules": plan rules (the plan file's format) for tensors the engine cuts otherwise than the
-	 * plan does; put before the plan's own when the view is chosen (tp_model_view_choose), so they
+	 * plan does; put before the plan's own when the view is chosen (tp_mview_choose), so they
 	 * win: an engine sizes its modules from the source's config.json, where a rank folder's model
 	 * must be sized from its own (LFM2's short convolutions, whole in the plan, cut by channel in
 	 * vLLM). NULL: the plan's cuts only. A child view's list replaces its parent's. */

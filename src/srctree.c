@@ -1,10 +1,9 @@
-/* model_walk.c: walking SRC into the model's tree of nodes (see model.h): folders in name order,
+/* srctree.c: walking SRC into the source tree's nodes (see srctree.h): folders in name order,
  * symbolic links resolved before any mount exists (a link into the mount point refused), link
  * loops, dangling links and special files skipped with a warning, paths past PATH_MAX left out by
  * name, the named limits (files, entries per folder, depth) enforced; and finding nodes by name
  * and by relative path. */
-#include "model.h"
-#include "model_int.h"
+#include "srctree.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -33,20 +32,34 @@ static char *join(const char *a, const char *b)
 	return s;
 }
 
-int tp_model_add_node(tp_model *m, uint32_t parent, const char *rel, const char *abs,
-		    int kind, const struct stat *st, uint32_t *out, tp_err *e)
+/* One walk: the tree it fills and what it was told. */
+typedef struct walk {
+	tp_srctree *t;
+	const char *src; /* SRC as given, for messages */
+	const char *mnt; /* the mount point, or NULL */
+	tp_log_fn log;
+	void *log_ctx;
+} walk;
+
+#define walk_log(w, ...) tp_logf((w)->log, (w)->log_ctx, 0, __VA_ARGS__)
+
+/* Adds node (rel, abs, kind, st) under parent, resolving its links, its number in *out. Returns
+ * 0, or -1 with e set (the node limit, a link into the mount point, out of memory). */
+static int add_node(walk *w, uint32_t parent, const char *rel, const char *abs, tp_node_kind kind,
+		    const struct stat *st, uint32_t *out, tp_err *e)
 {
-	if (m->nn >= TP_MAX_NODES)
-		return tp_fail(e, TP_ELIMIT, "%s: more than %d files and folders, the tpfs limit", m->src, TP_MAX_NODES);
-	if (m->nn == m->cap) {
-		uint32_t cap = m->cap ? m->cap * 2 : 64;
-		tp_node *n = realloc(m->n, cap * sizeof *n);
+	tp_srctree *t = w->t;
+	if (t->nn >= TP_MAX_NODES)
+		return tp_fail(e, TP_ELIMIT, "%s: more than %d files and folders, the tpfs limit", w->src, TP_MAX_NODES);
+	if (t->nn == t->cap) {
+		uint32_t cap = t->cap ? t->cap * 2 : 64;
+		tp_node *n = realloc(t->n, cap * sizeof *n);
 		if (!n)
 			return tp_fail(e, TP_ENOMEM, "out of memory");
-		m->n = n;
-		m->cap = cap;
+		t->n = n;
+		t->cap = cap;
 	}
-	tp_node *n = &m->n[m->nn];
+	tp_node *n = &t->n[t->nn];
 	memset(n, 0, sizeof *n);
 	n->path = strdup(rel);
 	n->abspath = strdup(abs);
@@ -62,7 +75,7 @@ int tp_model_add_node(tp_model *m, uint32_t parent, const char *rel, const char 
 		free(n->real);
 		return tp_fail(e, TP_ENOMEM, "out of memory");
 	}
-	const char *mnt = m->o ? m->o->mnt : NULL;
+	const char *mnt = w->mnt;
 	size_t ml = mnt ? strlen(mnt) : 0;
 	if (mnt && ml && !strncmp(n->real, mnt, ml) && (n->real[ml] == '/' || n->real[ml] == 0 || ml == 1)) {
 		tp_fail(e, TP_EINVAL, "%s: leads into the mount point %s (as %s): the mount would read itself; "
@@ -85,7 +98,7 @@ int tp_model_add_node(tp_model *m, uint32_t parent, const char *rel, const char 
 	n->uid = st->st_uid;
 	n->gid = st->st_gid;
 	n->ctime = st->st_ctim;
-	*out = m->nn++;
+	*out = t->nn++;
 	return 0;
 }
 
@@ -94,19 +107,21 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Adds the entries of folder node dir (whose source is abs) and recurses. */
-int tp_model_walk(tp_model *m, uint32_t dir, int depth, tp_err *e)
+/* Adds the entries of folder node dir (depth: its nesting) and recurses. Returns 0, or -1 with e
+ * set (a named limit, an unreadable folder, out of memory). */
+static int walk_dir(walk *w, uint32_t dir, int depth, tp_err *e)
 {
+	tp_srctree *t = w->t;
 	if (depth > TP_MAX_DEPTH)
-		return tp_fail(e, TP_ELIMIT, "%s: folders nested deeper than %d, the tpfs limit", m->n[dir].path,
+		return tp_fail(e, TP_ELIMIT, "%s: folders nested deeper than %d, the tpfs limit", t->n[dir].path,
 			       TP_MAX_DEPTH);
-	char *abs = strdup(m->n[dir].abspath), *rel = strdup(m->n[dir].path);
+	char *abs = strdup(t->n[dir].abspath), *rel = strdup(t->n[dir].path);
 	DIR *d = abs ? opendir(abs) : NULL;
 	if (!d) {
 		int err = errno;
 		free(abs);
 		free(rel);
-		return tp_fail(e, TP_EIO, "%s: cannot read folder: %s", m->n[dir].path[0] ? m->n[dir].path : m->src,
+		return tp_fail(e, TP_EIO, "%s: cannot read folder: %s", t->n[dir].path[0] ? t->n[dir].path : w->src,
 			       strerror(err));
 	}
 	char **names = NULL;
@@ -118,7 +133,7 @@ int tp_model_walk(tp_model *m, uint32_t dir, int depth, tp_err *e)
 			continue;
 		if (nnames == TP_MAX_DIR_ENTRIES) {
 			rc = tp_fail(e, TP_ELIMIT, "%s: more than %d entries in one folder, the tpfs limit",
-				     rel[0] ? rel : m->src, TP_MAX_DIR_ENTRIES);
+				     rel[0] ? rel : w->src, TP_MAX_DIR_ENTRIES);
 			break;
 		}
 		if (nnames == cap) {
@@ -154,33 +169,33 @@ int tp_model_walk(tp_model *m, uint32_t dir, int depth, tp_err *e)
 			char shown[256];
 			size_t l = strlen(crel);
 			tp_fmt(shown, sizeof shown, "%.120s...%s", crel, crel + (l > 100 ? l - 100 : 0));
-			tp_model_log(m, 0, "%s: left out of every rank, with everything under it: its source path is %zu "
+			walk_log(w, "%s: left out of every rank, with everything under it: its source path is %zu "
 				     "bytes, longer than the %d-byte path limit (PATH_MAX) of the system calls tpfs reads "
 				     "sources with", l > 220 ? shown : crel, strlen(cabs), PATH_MAX);
 		} else if (stat(cabs, &st) < 0) {
-			tp_model_log(m, 0, "%s: skipped: %s", crel,
+			walk_log(w, "%s: skipped: %s", crel,
 			      errno == ELOOP ? "symbolic link loop" : errno == ENOENT ? "dangling symbolic link" : strerror(errno));
 		} else if (S_ISDIR(st.st_mode)) {
 			int loop = 0;
-			for (uint32_t a = dir;; a = m->n[a].parent) {
-				if (m->n[a].dev == st.st_dev && m->n[a].ino == st.st_ino)
+			for (uint32_t a = dir;; a = t->n[a].parent) {
+				if (t->n[a].dev == st.st_dev && t->n[a].ino == st.st_ino)
 					loop = 1;
 				if (a == 0)
 					break;
 			}
 			uint32_t id;
 			if (loop)
-				tp_model_log(m, 0, "%s: skipped: symbolic link loop (it leads back to a folder above it)", crel);
-			else if ((rc = tp_model_add_node(m, dir, crel, cabs, TN_DIR, &st, &id, e)) == 0)
+				walk_log(w, "%s: skipped: symbolic link loop (it leads back to a folder above it)", crel);
+			else if ((rc = add_node(w, dir, crel, cabs, TN_DIR, &st, &id, e)) == 0)
 				kids[nk++] = id;
 		} else if (S_ISREG(st.st_mode)) {
 			tp_node_kind k = ends_with(names[i], ".safetensors") ? TN_TENSORS
 					 : ends_with(names[i], ".safetensors.index.json") ? TN_INDEX : TN_PLAIN;
 			uint32_t id;
-			if ((rc = tp_model_add_node(m, dir, crel, cabs, k, &st, &id, e)) == 0)
+			if ((rc = add_node(w, dir, crel, cabs, k, &st, &id, e)) == 0)
 				kids[nk++] = id;
 		} else {
-			tp_model_log(m, 0, "%s: skipped: not a regular file or folder", crel);
+			walk_log(w, "%s: skipped: not a regular file or folder", crel);
 		}
 		free(cabs);
 		free(crel);
@@ -194,21 +209,21 @@ int tp_model_walk(tp_model *m, uint32_t dir, int depth, tp_err *e)
 		free(kids);
 		return rc;
 	}
-	m->n[dir].child = kids;
-	m->n[dir].nchild = nk;
+	t->n[dir].child = kids;
+	t->n[dir].nchild = nk;
 	for (uint32_t i = 0; i < nk && rc == 0; i++)
-		if (m->n[kids[i]].kind == TN_DIR)
-			rc = tp_model_walk(m, kids[i], depth + 1, e);
+		if (t->n[kids[i]].kind == TN_DIR)
+			rc = walk_dir(w, kids[i], depth + 1, e);
 	return rc;
 }
 
-uint32_t tp_node_child(const tp_model *m, uint32_t dir, const char *name)
+uint32_t tp_node_child(const tp_srctree *t, uint32_t dir, const char *name)
 {
-	const tp_node *d = &m->n[dir];
+	const tp_node *d = &t->n[dir];
 	size_t lo = 0, hi = d->nchild;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(name, m->n[d->child[mid]].name);
+		int c = strcmp(name, t->n[d->child[mid]].name);
 		if (c == 0)
 			return d->child[mid];
 		if (c < 0)
@@ -220,7 +235,7 @@ uint32_t tp_node_child(const tp_model *m, uint32_t dir, const char *name)
 }
 
 /* Resolves a relative file path (as an index's weight_map gives it) from folder dir. */
-static uint32_t resolve_rel(const tp_model *m, uint32_t dir, const char *rel)
+static uint32_t resolve_rel(const tp_srctree *t, uint32_t dir, const char *rel)
 {
 	char part[4096];
 	uint32_t cur = dir;
@@ -232,9 +247,9 @@ static uint32_t resolve_rel(const tp_model *m, uint32_t dir, const char *rel)
 		memcpy(part, rel, l);
 		part[l] = 0;
 		if (strcmp(part, ".") != 0 && l) {
-			if (m->n[cur].kind != TN_DIR)
+			if (t->n[cur].kind != TN_DIR)
 				return UINT32_MAX;
-			cur = strcmp(part, "..") == 0 ? m->n[cur].parent : tp_node_child(m, cur, part);
+			cur = strcmp(part, "..") == 0 ? t->n[cur].parent : tp_node_child(t, cur, part);
 			if (cur == UINT32_MAX)
 				return UINT32_MAX;
 		}
@@ -243,8 +258,37 @@ static uint32_t resolve_rel(const tp_model *m, uint32_t dir, const char *rel)
 	return cur;
 }
 
-uint32_t tp_node_resolve(const tp_model *m, uint32_t dir, const char *rel)
+uint32_t tp_node_resolve(const tp_srctree *t, uint32_t dir, const char *rel)
 {
-	return resolve_rel(m, dir, rel);
+	return resolve_rel(t, dir, rel);
 }
 
+
+int tp_srctree_open(tp_srctree *t, const char *src, const char *mnt, tp_log_fn log, void *log_ctx, tp_err *e)
+{
+	memset(t, 0, sizeof *t);
+	walk w = {t, src, mnt, log, log_ctx};
+	struct stat st;
+	if (stat(src, &st) < 0)
+		return tp_fail(e, TP_EINVAL, "%s: %s", src, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return tp_fail(e, TP_EINVAL, "%s: not a folder (give the folder that holds config.json and the .safetensors "
+			       "files)", src);
+	uint32_t root;
+	if (add_node(&w, 0, "", src, TN_DIR, &st, &root, e) < 0)
+		return -1;
+	return walk_dir(&w, 0, 0, e);
+}
+
+void tp_srctree_free(tp_srctree *t)
+{
+	for (uint32_t i = 0; i < t->nn; i++) {
+		tp_node *n = &t->n[i];
+		free(n->child);
+		free(n->path);
+		free(n->abspath);
+		free(n->real);
+	}
+	free(t->n);
+	memset(t, 0, sizeof *t);
+}
