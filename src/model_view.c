@@ -181,6 +181,58 @@ static void read_by_loader(const tp_srctree *t, const cJSON *root_index, uint8_t
 	}
 }
 
+/* The amend step: view v's entries as config.json settles them (c: its lookup, with the view's
+ * defaults and T bound): off[k] where entry k's "if" (not a per-match one: tp_view_resolve
+ * evaluates those) is false, dil_rows[k][j] piece j's "deinterleave" rows (0: none); then the
+ * view's "refuse" entries, one that holds refusing the checkpoint (T: for the message). Reads v
+ * and changes nothing of it. Returns 0, or -1 with e set naming the view and the entry. */
+static int settle(const tp_view *v, tp_expr_ctx *c, uint32_t T, uint8_t *off, uint64_t (*dil_rows)[8], tp_err *e)
+{
+	for (size_t k = 0; k < v->ne; k++) { /* "if": the entries this config.json leaves out */
+		const tp_ventry *x = &v->e[k];
+		if (!x->cond || x->per_match) /* tensor(): tp_view_resolve evaluates it for each match */
+			continue;
+		char what[160];
+		snprintf(what, sizeof what, "tensors[%zu] (%s) \"if\"", k, x->name ? x->name : x->per ? x->per : "");
+		int hit = view_cond(v, c, x->cond, what, e);
+		if (hit < 0)
+			return -1;
+		off[k] = hit == 0;
+	}
+	for (size_t k = 0; k < v->ne; k++) { /* "deinterleave": each piece's block of rows */
+		const tp_ventry *x = &v->e[k];
+		for (uint32_t j = 0; j < 8; j++) {
+			int64_t rows = 0;
+			tp_err pe;
+			tp_err_clear(&pe);
+			if (!x->dil[j] || off[k])
+				continue;
+			if (tp_expr_int(c, x->dil[j], &rows, &pe) != 0 || c->missing[0] || rows < 2 || rows % 2 ||
+			    rows > (1LL << 32))
+				return tp_fail(e, TP_EPLAN, "%s: tensors[%zu] (%s) \"deinterleave\"[%u]: '%s' %s%s (%s)", v->origin,
+					       k, x->name ? x->name : "", j, x->dil[j],
+					       pe.msg[0] ? pe.msg : "is not an even number of rows, at least 2",
+					       c->missing[0] ? ": config.json has no such key" : "", tp_expr_used(c));
+			dil_rows[k][j] = (uint64_t)rows;
+		}
+	}
+	const cJSON *it;
+	size_t k = 0;
+	cJSON_ArrayForEach(it, v->refuse) /* "refuse": layouts the engine holds otherwise */
+	{
+		const char *cond = cJSON_GetObjectItemCaseSensitive(it, "if")->valuestring;
+		char what[32];
+		snprintf(what, sizeof what, "refuse[%zu] \"if\"", k++);
+		int hit = view_cond(v, c, cond, what, e);
+		if (hit < 0)
+			return -1;
+		if (hit)
+			return tp_fail(e, TP_EPLAN, "%s refuses this checkpoint at T=%u: %s (%s; %s)", v->origin, T,
+				       cJSON_GetObjectItemCaseSensitive(it, "reason")->valuestring, cond, tp_expr_used(c));
+	}
+	return 0;
+}
+
 static int build_stages(const tp_mview_in *in, tp_mview *m, tp_expr_ctx *c, tp_err *e);
 
 int tp_mview_build(const tp_mview_in *in, tp_mview *m, tp_err *e)
@@ -189,7 +241,7 @@ int tp_mview_build(const tp_mview_in *in, tp_mview *m, tp_err *e)
 	m->T = in->T;
 	m->P = in->P;
 	m->W = in->P * in->T;
-	tp_view *v = in->view;
+	const tp_view *v = in->view;
 	const tp_srctree *t = in->tree;
 	tp_vsource *src = calloc(in->ntensor_files ? in->ntensor_files : 1, sizeof *src);
 	m->src_node = calloc(in->ntensor_files ? in->ntensor_files : 1, sizeof *m->src_node);
@@ -215,60 +267,14 @@ int tp_mview_build(const tp_mview_in *in, tp_mview *m, tp_err *e)
 	tp_expr_bind(&c, "P", in->P);
 	tp_expr_bind(&c, "EP", in->ep != 0);
 	tp_expr_bind(&c, "EP_RR", in->ep == 2);
-	int rc = 0;
-	for (size_t k = 0; rc == 0 && k < v->ne; k++) { /* "if": the entries this config.json leaves out */
-		tp_ventry *x = &v->e[k];
-		if (!x->cond || x->per_match) /* tensor(): tp_view_resolve evaluates it for each match */
-			continue;
-		char what[160];
-		snprintf(what, sizeof what, "tensors[%zu] (%s) \"if\"", k, x->name ? x->name : x->per ? x->per : "");
-		int hit = view_cond(v, &c, x->cond, what, e);
-		if (hit < 0)
-			rc = -1;
-		x->off = hit == 0;
-	}
-	for (size_t k = 0; rc == 0 && k < v->ne; k++) { /* "deinterleave": each piece's block of rows */
-		tp_ventry *x = &v->e[k];
-		for (uint32_t j = 0; rc == 0 && j < 8; j++) {
-			int64_t rows = 0;
-			tp_err pe;
-			tp_err_clear(&pe);
-			x->dil_rows[j] = 0;
-			if (!x->dil[j] || x->off)
-				continue;
-			if (tp_expr_int(&c, x->dil[j], &rows, &pe) != 0 || c.missing[0] || rows < 2 || rows % 2 ||
-			    rows > (1LL << 32))
-				rc = tp_fail(e, TP_EPLAN, "%s: tensors[%zu] (%s) \"deinterleave\"[%u]: '%s' %s%s (%s)", v->origin,
-					     k, x->name ? x->name : "", j, x->dil[j],
-					     pe.msg[0] ? pe.msg : "is not an even number of rows, at least 2",
-					     c.missing[0] ? ": config.json has no such key" : "", tp_expr_used(&c));
-			else
-				x->dil_rows[j] = (uint64_t)rows;
-		}
-	}
-	const cJSON *it;
-	size_t k = 0;
-	cJSON_ArrayForEach(it, v->refuse) /* "refuse": layouts the engine holds otherwise */
-	{
-		const char *cond = cJSON_GetObjectItemCaseSensitive(it, "if")->valuestring;
-		char what[32];
-		snprintf(what, sizeof what, "refuse[%zu] \"if\"", k++);
-		int hit = rc < 0 ? 0 : view_cond(v, &c, cond, what, e);
-		if (hit < 0)
-			rc = -1;
-		else if (hit)
-			rc = tp_fail(e, TP_EPLAN, "%s refuses this checkpoint at T=%u: %s (%s; %s)", v->origin, in->T,
-				     cJSON_GetObjectItemCaseSensitive(it, "reason")->valuestring, cond, tp_expr_used(&c));
-		if (rc < 0)
-			break;
-	}
-	if (rc < 0) {
-		free(src);
-		return -1;
-	}
-	v->cond_ctx = &c; /* the per-match conditions' config.json */
-	rc = tp_view_resolve(v, src, ns, &m->vplan, e);
-	v->cond_ctx = NULL;
+	uint8_t *off = calloc(v->ne ? v->ne : 1, sizeof *off);
+	uint64_t(*dil_rows)[8] = calloc(v->ne ? v->ne : 1, sizeof *dil_rows);
+	int rc = off && dil_rows ? settle(v, &c, in->T, off, dil_rows, e) : tp_fail(e, TP_ENOMEM, "out of memory");
+	tp_vcfg vc = {.cond_ctx = &c, .off = off, .dil_rows = (const uint64_t(*)[8])dil_rows};
+	if (rc == 0)
+		rc = tp_view_resolve(v, &vc, src, ns, &m->vplan, e);
+	free(off);
+	free(dil_rows);
 	free(src);
 	if (rc < 0)
 		return -1;

@@ -5,9 +5,11 @@
  * knows the model): tp_mview_choose, once the plan is and before any tensor is planned, picks the
  * view for the plan and config.json (refusing what no view serves) and returns the vocabulary
  * multiple it asks for and the plan with the view's own rules before the plan's; tp_mview_build,
- * once every source file is planned (each keeping its specs), resolves the view over the source
- * files a loader reads and builds every view rank's part files (served.c) into a tp_mview. The
- * rest reads a tp_mview: which rank has which part file, its name, its bytes and sources.
+ * once every source file is planned (each keeping its specs), settles the view's entries for
+ * config.json beside it (which apply, each piece's deinterleave rows, the refusals: a tp_vcfg;
+ * the parsed view is never changed), resolves it over the source files a loader reads and builds
+ * every view rank's part files (served.c) into a tp_mview. The rest reads a tp_mview: which rank
+ * has which part file, its name, its bytes and sources.
  */
 #ifndef TP_MODEL_VIEW_H
 #define TP_MODEL_VIEW_H
@@ -56,8 +58,8 @@ int tp_mview_choose(const tp_mview_choice *in, tp_plan *plan, tp_view **view, ui
 
 /* What tp_mview_build reads. */
 typedef struct tp_mview_in {
-	tp_view *view;                /* chosen by tp_mview_choose; its entries' "if" and "deinterleave"
-	                               * are evaluated into it (x->off, x->dil_rows) */
+	const tp_view *view;          /* chosen by tp_mview_choose, read only: its entries' "if" and
+	                               * "deinterleave" are evaluated beside it (tp_vcfg, view.h) */
 	const tp_srctree *tree;       /* planned: every TN_TENSORS node's header and specs */
 	uint32_t ntensor_files;       /* TN_TENSORS nodes in the tree */
 	const struct cJSON *root_index; /* the root's model.safetensors.index.json, or NULL */

@@ -48,10 +48,8 @@ typedef struct tp_ventry {
 	int rank0_only;        /* "other_ranks": "zeros": zeros on ranks other than 0 (tp_sdesc.rank0_only) */
 	/* "deinterleave": per piece (cat order), NULL or a plan expression N over config.json: the
 	 * piece's local rows in blocks of N, each served as its even rows, then its odd rows (vLLM's
-	 * Llama 4 q / k rows: tp_pdesc.deint); dil_rows[j]: N, set by the caller (model_view.c) from
-	 * config.json before tp_view_resolve (0: none) */
+	 * Llama 4 q / k rows: tp_pdesc.deint); N evaluated by the caller (tp_vcfg.dil_rows) */
 	const char *dil[8];
-	uint64_t dil_rows[8];
 	uint32_t rs_ndim;      /* "reshape": [d, ...] (one d may be -1): the served shape, same bytes;
 	                        * CONST: the constant's shape (0: a scalar) */
 	int64_t rs_shape[ST_MAX_DIMS];
@@ -60,9 +58,8 @@ typedef struct tp_ventry {
 	                        * first piece's, per's or drop's: `n >= num_hidden_layers`), for each
 	                        * match (per_match) */
 	int per_match;         /* cond reads the source's tensors or the match's variables: evaluated by
-	                        * tp_view_resolve, per match, with the variables bound,
-	                        * over cond_ctx; otherwise by the caller, once, setting off */
-	int off;               /* set by the caller from a cond that is not per_match: the entry is left out */
+	                        * tp_view_resolve, per match, with the variables bound, over
+	                        * tp_vcfg.cond_ctx; otherwise by the caller, once (tp_vcfg.off) */
 	st_dtype cdtype;       /* CONST: F32 or BF16 */
 	uint32_t cbits;        /* CONST: the element's bits in cdtype (BF16: the low 16), finite: view.c
 	                        * refuses a value that rounds to infinity */
@@ -106,9 +103,6 @@ typedef struct tp_view {
 	 * vLLM). NULL: the plan's cuts only. A child view's list replaces its parent's. */
 	const struct cJSON *rules;
 	int keep_rest;
-	/* the config.json context (the plan's prefixes, the view's defaults, T...) per-match conditions
-	 * read, set by the caller before tp_view_resolve; NULL: every config key is missing */
-	const struct tp_expr_ctx *cond_ctx;
 	/* "rename": [{"from": P, "to": Q, "names": [TEMPLATE...]}]: a source tensor no entry uses whose
 	 * name is P followed by one of the names (templates: {x} binds digits; no names: anything) is
 	 * served as Q and that rest (the first pair that takes it, in order), keep_rest or not; a
@@ -159,10 +153,24 @@ typedef struct tp_vplan {
 	uint64_t ntensors, nconsts, nfused;
 } tp_vplan;
 
-/* Resolves view v over the nsrc planned source files. Returns 0, or -1 with e set: a piece
- * missing for a binding (unless optional), a stack with a missing member, two entries making one
- * served name, a source tensor no entry uses without keep_rest, out of memory. */
-int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_vplan *out, tp_err *e);
+/* A parsed view's entries as one checkpoint's config.json settles them (the caller evaluates them:
+ * model_view.c): what tp_view_resolve reads besides the view, which nothing changes once parsed. */
+typedef struct tp_vcfg {
+	const struct tp_expr_ctx *cond_ctx; /* the config.json context (the plan's prefixes, the view's
+	                                    * defaults, T...) per-match conditions read; NULL: every
+	                                    * config key is missing */
+	const uint8_t *off;                 /* [ne] or NULL: 1 where entry k's "if" (not per_match) is
+	                                    * false: the entry is left out */
+	const uint64_t (*dil_rows)[8];      /* [ne] or NULL: entry k's piece j's "deinterleave" rows N
+	                                    * (0: none) */
+} tp_vcfg;
+
+/* Resolves view v, settled by cfg (NULL: every entry on, no deinterleave, no config.json), over
+ * the nsrc planned source files. Returns 0, or -1 with e set: a piece missing for a binding
+ * (unless optional), a stack with a missing member, two entries making one served name, a source
+ * tensor no entry uses without keep_rest, out of memory. */
+int tp_view_resolve(const tp_view *v, const tp_vcfg *cfg, const tp_vsource *src, uint32_t nsrc, tp_vplan *out,
+		    tp_err *e);
 void tp_vplan_free(tp_vplan *p);
 
 /* ---- pipeline stages (view_pp.c) ---- */

@@ -104,6 +104,7 @@ typedef struct vname {
 
 typedef struct vres {
 	const tp_view *v;
+	const tp_vcfg *cfg;  /* never NULL here */
 	const tp_vsource *src;
 	uint32_t nsrc;
 	vname *all;      /* every source tensor, sorted by name */
@@ -227,8 +228,8 @@ static int match_cond(vres *c, size_t k, const vbind *b)
 {
 	const tp_ventry *x = &c->v->e[k];
 	tp_expr_ctx ctx = {0};
-	if (c->v->cond_ctx)
-		ctx = *c->v->cond_ctx;
+	if (c->cfg->cond_ctx)
+		ctx = *c->cfg->cond_ctx;
 	for (int j = 0; j < b->n; j++) {
 		if (strlen(b->var[j]) > 15) /* one an "if" cannot read (view.c): not bound */
 			continue;
@@ -352,7 +353,7 @@ static int resolve_cat(vres *c, size_t k)
 		if (rc == 0 && found == 1) {
 			for (size_t j = 0; j < np; j++) {
 				c->used[ix[j]] = 1;
-				pd[j].deint = x->dil_rows[j % x->ncat]; /* "deinterleave" (0: none) */
+				pd[j].deint = c->cfg->dil_rows ? c->cfg->dil_rows[k][j % x->ncat] : 0; /* "deinterleave" */
 			}
 			tp_sdesc d = {.name = keep_name(c, ms[g].name), .pieces = pd, .npieces = x->ncat,
 				      .nstack = x->stack ? groups : 0, .to_f32 = x->to_f32, .rs_ndim = x->rs_ndim,
@@ -489,7 +490,7 @@ static int apply_drops(vres *c)
 	int rc = 0;
 	for (size_t k = 0; k < c->v->ne && rc == 0; k++) {
 		const tp_ventry *x = &c->v->e[k];
-		if (x->kind != TP_VE_DROP || x->off)
+		if (x->kind != TP_VE_DROP || (c->cfg->off && c->cfg->off[k]))
 			continue;
 		for (size_t i = 0; i < c->nall && rc == 0; i++) {
 			vbind b = {.n = 0};
@@ -511,10 +512,12 @@ static int apply_drops(vres *c)
 	return rc;
 }
 
-int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_vplan *out, tp_err *e)
+int tp_view_resolve(const tp_view *v, const tp_vcfg *cfg, const tp_vsource *src, uint32_t nsrc, tp_vplan *out,
+		    tp_err *e)
 {
 	memset(out, 0, sizeof *out);
-	vres c = {.v = v, .src = src, .nsrc = nsrc, .p = out, .e = e};
+	static const tp_vcfg none = {0};
+	vres c = {.v = v, .cfg = cfg ? cfg : &none, .src = src, .nsrc = nsrc, .p = out, .e = e};
 	for (uint32_t f = 0; f < nsrc; f++)
 		c.nall += src[f].h->n;
 	c.all = malloc((c.nall ? c.nall : 1) * sizeof *c.all);
@@ -541,7 +544,7 @@ int tp_view_resolve(const tp_view *v, const tp_vsource *src, uint32_t nsrc, tp_v
 	}
 	for (size_t k = 0; k < v->ne && rc == 0; k++) {
 		const tp_ventry *x = &v->e[k];
-		if (x->off)
+		if (c.cfg->off && c.cfg->off[k])
 			continue;
 		if (x->kind == TP_VE_CAT)
 			rc = resolve_cat(&c, k);

@@ -83,11 +83,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	tp_err e;
 	if (tp_view_parse((const char *)data, size, "fuzz", &v, &e) < 0)
 		return 0;
-	for (int pass = 0; pass < 2; pass++) {
+	uint8_t *off = calloc(v.ne ? v.ne : 1, 1);
+	for (int pass = 0; off && pass < 2; pass++) {
 		for (size_t k = 0; k < v.ne; k++)
-			v.e[k].off = pass && v.e[k].cond && !v.e[k].per_match; /* the second pass: every conditional entry off */
+			off[k] = pass && v.e[k].cond && !v.e[k].per_match; /* the second pass: every conditional entry off */
+		tp_vcfg vc = {.off = off};
 		tp_vplan p;
-		if (tp_view_resolve(&v, src, 2, &p, &e) < 0)
+		if (tp_view_resolve(&v, &vc, src, 2, &p, &e) < 0)
 			continue;
 		for (size_t q = 0; q < p.nparts; q++)
 			for (size_t j = 0; j < p.parts[q].n; j++)
@@ -98,6 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				}
 		tp_vplan_free(&p);
 	}
+	free(off);
 	tp_view_free(&v);
 	return 0;
 }

@@ -77,7 +77,7 @@ static int resolve(fixture *f, const char *tensors, const char *extra, tp_vplan 
 	tp_view v;
 	if (tp_view_parse(text, strlen(text), "t.json", &v, e) < 0)
 		return -2;
-	int rc = tp_view_resolve(&v, f->src, f->n, p, e);
+	int rc = tp_view_resolve(&v, NULL, f->src, f->n, p, e);
 	tp_view_free(&v);
 	return rc;
 }
@@ -173,13 +173,12 @@ static void test_if_tensor(void **state)
 	tp_view v;
 	assert_int_equal(tp_view_parse(text, strlen(text), "t.json", &v, &e), 0);
 	assert_true(v.e[0].per_match);
-	v.cond_ctx = &c;
-	if (tp_view_resolve(&v, f.src, f.n, &p, &e) < 0)
+	tp_vcfg vc = {.cond_ctx = &c};
+	if (tp_view_resolve(&v, &vc, f.src, f.n, &p, &e) < 0)
 		fail_msg("%s", e.msg);
 	assert_non_null(find(&p, "L.0.qk", NULL));
 	tp_vplan_free(&p);
-	v.cond_ctx = NULL;
-	assert_int_equal(tp_view_resolve(&v, f.src, f.n, &p, &e), -1);
+	assert_int_equal(tp_view_resolve(&v, NULL, f.src, f.n, &p, &e), -1);
 	if (!strstr(e.msg, "tensors[0] \"if\"") || !strstr(e.msg, "'T'"))
 		fail_msg("%s", e.msg);
 	tp_view_free(&v);
@@ -247,8 +246,8 @@ static void test_drop(void **state)
 	cJSON *cfg = cJSON_Parse("{\"num_hidden_layers\": 2}");
 	tp_expr_ctx c = {0};
 	c.config = cfg;
-	v.cond_ctx = &c;
-	if (tp_view_resolve(&v, f.src, f.n, &p, &e) < 0)
+	tp_vcfg vc = {.cond_ctx = &c};
+	if (tp_view_resolve(&v, &vc, f.src, f.n, &p, &e) < 0)
 		fail_msg("%s", e.msg);
 	assert_non_null(find(&p, "L.1.qk", NULL));
 	assert_non_null(find(&p, "L.1.mark", NULL));
@@ -263,7 +262,7 @@ static void test_drop(void **state)
 	cJSON_Delete(cfg); /* no count: refused, naming the key */
 	cfg = cJSON_Parse("{\"hidden_size\": 2}");
 	c.config = cfg;
-	assert_int_equal(tp_view_resolve(&v, f.src, f.n, &p, &e), -1);
+	assert_int_equal(tp_view_resolve(&v, &vc, f.src, f.n, &p, &e), -1);
 	if (!strstr(e.msg, "tensors[2] \"if\"") || !strstr(e.msg, "'num_hidden_layers'"))
 		fail_msg("%s", e.msg);
 	cJSON_Delete(cfg);
@@ -287,7 +286,8 @@ static void test_drop(void **state)
 	fx_free(&f);
 }
 
-/* "if" over config.json: the caller sets off; an entry left off makes nothing. */
+/* "if" over config.json: the caller settles it (tp_vcfg.off); an entry left off makes nothing. One parsed view
+ * serves both settlings, in turn: resolving changes nothing of it. */
 static void test_if(void **state)
 {
 	(void)state;
@@ -296,15 +296,18 @@ static void test_if(void **state)
 	const char *text = "{\"tpfs_view\": 1, \"engine\": \"vllm\", \"name\": \"t\", \"plans\": [\"llama\"], \"tensors\": ["
 			   "{\"name\": \"head\", \"from\": \"embed\", \"if\": \"tie_word_embeddings\"},"
 			   "{\"drop\": \"head\", \"if\": \"tie_word_embeddings\"}]}";
-	for (int tied = 0; tied < 2; tied++) {
-		tp_view v;
+	tp_view v;
+	tp_err e;
+	assert_int_equal(tp_view_parse(text, strlen(text), "t.json", &v, &e), 0);
+	assert_string_equal(v.e[0].cond, "tie_word_embeddings");
+	assert_false(v.e[0].per_match);
+	const int order[] = {0, 1, 0, 1};
+	for (int i = 0; i < 4; i++) {
+		int tied = order[i];
 		tp_vplan p;
-		tp_err e;
-		assert_int_equal(tp_view_parse(text, strlen(text), "t.json", &v, &e), 0);
-		assert_string_equal(v.e[0].cond, "tie_word_embeddings");
-		assert_false(v.e[0].per_match);
-		v.e[0].off = v.e[1].off = !tied;
-		if (tp_view_resolve(&v, f.src, f.n, &p, &e) < 0)
+		uint8_t off[2] = {!tied, !tied};
+		tp_vcfg vc = {.off = off};
+		if (tp_view_resolve(&v, &vc, f.src, f.n, &p, &e) < 0)
 			fail_msg("%s", e.msg);
 		const tp_sdesc *h = find(&p, "head", NULL);
 		assert_non_null(h);
@@ -312,8 +315,8 @@ static void test_if(void **state)
 		assert_true((find(&p, "embed", NULL) == NULL) == tied);
 		assert_int_equal(p.ntensors, tied ? 1 : 2);
 		tp_vplan_free(&p);
-		tp_view_free(&v);
 	}
+	tp_view_free(&v);
 	fx_free(&f);
 }
 
@@ -594,7 +597,7 @@ static void test_const_range(void **state)
 }
 
 /* "deinterleave": one item per piece (cat order), null or a plan expression, read into the entry (the
- * model evaluates it at the mount: dil_rows); a list of another length, an item neither null nor a
+ * model evaluates it at the mount: tp_vcfg.dil_rows); a list of another length, an item neither null nor a
  * string, an expression that does not parse, and deinterleave on a stacked, widened or transposed entry,
  * or on a constant or a drop, are refused, naming the entry. */
 static void test_deinterleave(void **state)
