@@ -234,6 +234,7 @@ typedef struct stage_rg {
 	uint64_t lo, hi;  /* page-aligned source span (hi may pass the source's end: a short last read) */
 	uint64_t pos;     /* where it lies in buf */
 	uint64_t need;    /* the bytes from lo that the runs read (a shorter read: the source changed) */
+	uint64_t skip;    /* bytes from lo already in buf (the previous pass's last page) */
 	uint32_t src;     /* the file's source index */
 	int direct;       /* read into buf (else its runs stay on the mapping) */
 } stage_rg;
@@ -250,6 +251,11 @@ typedef struct push_stage {
 	uint32_t tabcap;
 	unsigned long aio; /* a Linux AIO context (aio_context_t), or 0: reads one at a time */
 	uint32_t nn;       /* nodes dfd covers */
+	uint8_t *tail;     /* the last page the previous pass read (a run crossing a chunk's end reads it
+	                    * again): of node tail_node at tail_off, when tail_ok */
+	uint32_t tail_node;
+	uint64_t tail_off;
+	int tail_ok;
 } push_stage;
 #define STAGE_MAX (64u << 20)  /* most bytes staged for one pass (beyond: that pass maps) */
 #define STAGE_SPAN (64u << 20) /* most source bytes one residency check covers */

@@ -288,7 +288,8 @@ int stage_init(push_stage *ps, uint32_t nn)
 	ps->rg = malloc(RUN_CAP * sizeof *ps->rg);
 	ps->of = malloc(RUN_CAP * sizeof *ps->of);
 	ps->vec = malloc(STAGE_SPAN / sys_page() + 1);
-	if (!ps->dfd || !ps->rg || !ps->of || !ps->vec) {
+	ps->tail = malloc(sys_page());
+	if (!ps->dfd || !ps->rg || !ps->of || !ps->vec || !ps->tail) {
 		stage_free(ps);
 		return -1;
 	}
@@ -311,6 +312,7 @@ void stage_free(push_stage *ps)
 	free(ps->rg);
 	free(ps->of);
 	free(ps->vec);
+	free(ps->tail);
 	free(ps->tab);
 	free(ps->buf);
 	memset(ps, 0, sizeof *ps);
@@ -357,8 +359,9 @@ static int read_ranges(const tp_fs *fs, push_stage *ps, const rfile *rf, size_t 
 			if (ps->rg[b].direct)
 				idx[q++] = b;
 		for (size_t j = 0; j < q; j++)
-			done[j] = 0;
-		if (ps->aio && q > 1) { /* all of them in flight at once; what is short or left is read below */
+			done[j] = ps->rg[idx[j]].skip;
+		if (ps->aio && q > 1) { /* all of them in flight at once; what is short or left is read below (a
+					  * range wholly in the tail is submitted for nothing: q counts it, nbytes 0) */
 			struct iocb cb[STAGE_QD], *cbp[STAGE_QD];
 			for (size_t j = 0; j < q; j++) {
 				const stage_rg *g = &ps->rg[idx[j]];
@@ -366,9 +369,9 @@ static int read_ranges(const tp_fs *fs, push_stage *ps, const rfile *rf, size_t 
 				cb[j].aio_data = j;
 				cb[j].aio_lio_opcode = IOCB_CMD_PREAD;
 				cb[j].aio_fildes = (uint32_t)ps->dfd[rf->node[g->src]];
-				cb[j].aio_buf = (uint64_t)(uintptr_t)(ps->buf + g->pos);
-				cb[j].aio_nbytes = g->hi - g->lo;
-				cb[j].aio_offset = (int64_t)g->lo;
+				cb[j].aio_buf = (uint64_t)(uintptr_t)(ps->buf + g->pos + g->skip);
+				cb[j].aio_nbytes = g->hi - g->lo - g->skip;
+				cb[j].aio_offset = (int64_t)(g->lo + g->skip);
 				cbp[j] = &cb[j];
 			}
 			long sub = syscall(SYS_io_submit, (aio_context_t)ps->aio, (long)q, cbp);
@@ -385,7 +388,7 @@ static int read_ranges(const tp_fs *fs, push_stage *ps, const rfile *rf, size_t 
 				}
 				for (long e = 0; e < k; e++)
 					if (ev[e].res > 0)
-						done[ev[e].data] = (uint64_t)ev[e].res;
+						done[ev[e].data] += (uint64_t)ev[e].res;
 					else if (ev[e].res == -EINVAL) {
 						no_direct(ps, rf->node[ps->rg[idx[ev[e].data]].src]);
 						done[ev[e].data] = UINT64_MAX;
@@ -419,7 +422,7 @@ static int read_ranges(const tp_fs *fs, push_stage *ps, const rfile *rf, size_t 
 					return ESTALE;
 				done[j] += (uint64_t)r;
 			}
-			*got += done[j];
+			*got += done[j] - g->skip;
 		}
 		a = b;
 	}
@@ -484,6 +487,8 @@ int stage_cold(tp_fs *fs, push_stage *ps, const rfile *rf, tp_run *runs, size_t 
 			g->direct = 1;
 			g->pos = total;
 			total += g->hi - g->lo;
+			/* the previous pass's last page, where a run crossed the chunk's end: copied, not read again */
+			g->skip = ps->tail_ok && ps->tail_node == rf->node[g->src] && ps->tail_off == g->lo ? page : 0;
 		}
 	}
 	if (!total)
@@ -504,6 +509,10 @@ int stage_cold(tp_fs *fs, push_stage *ps, const rfile *rf, tp_run *runs, size_t 
 		ps->buf = b;
 		ps->cap = cap;
 	}
+	for (size_t j = 0; j < ng; j++)
+		if (ps->rg[j].direct && ps->rg[j].skip)
+			memcpy(ps->buf + ps->rg[j].pos, ps->tail, page);
+	ps->tail_ok = 0; /* kept below only when this pass's reads all succeed */
 	uint64_t got;
 	int rc = read_ranges(fs, ps, rf, ng, &got);
 	if (rc == 1)
@@ -517,6 +526,19 @@ int stage_cold(tp_fs *fs, push_stage *ps, const rfile *rf, tp_run *runs, size_t 
 		runs[k].off = runs[k].off - g->lo + g->pos;
 		runs[k].src = rf->nsrc;
 	}
+	for (size_t j = ng; j-- > 0;) /* the last page this pass read, for the next (the sources' identity checks,
+				       * before and after each pass, hold for it as for any byte read) */
+		if (ps->rg[j].direct) {
+			const stage_rg *g = &ps->rg[j];
+			const tp_node *n = &fs->m->n[rf->node[g->src]];
+			if (g->hi <= n->src_size) { /* a whole page, read in full */
+				memcpy(ps->tail, ps->buf + g->pos + (g->hi - page - g->lo), page);
+				ps->tail_node = rf->node[g->src];
+				ps->tail_off = g->hi - page;
+				ps->tail_ok = 1;
+			}
+			break;
+		}
 	memcpy(ps->tab, rf->tab, rf->nsrc * sizeof *ps->tab);
 	ps->tab[rf->nsrc] = (tp_src){.fd = -1, .map = ps->buf, .size = total};
 	*tab = ps->tab;
