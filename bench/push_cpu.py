@@ -114,7 +114,8 @@ def main():
         llama_gen.write(gen, c)
         open(os.path.join(gen, ".complete"), "w").close()
     size = sum(os.path.getsize(p) for p in IO.st_files(gen))
-    store = IO.SlowStore(tempfile.mkdtemp(dir=a.work), int(size * 1.3) + (256 << 20), a.rate)
+    scratch = tempfile.mkdtemp(dir=a.work)
+    store = IO.SlowStore(scratch, int(size * 1.3) + (256 << 20), a.rate)
     res = {name: [] for name, _ in variants}
     setup = []
     try:
@@ -133,6 +134,11 @@ def main():
         pmin, _ = IO.page_touch(a.tpfs, src, 2, "1")
     finally:
         store.close()
+        for d in (store.mnt, scratch):  # the image is gone: the empty mount point and its folder are left
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
     su = statistics.median(setup)
     print("\nCold push, `--view vllm --tp 2 --ranks 1`, %s; page cache dropped before each mount; page-touch "
           "minimum %.1f MB; medians of %d. The daemon's CPU is counted from its start (mounting: %.2f s, the "
