@@ -235,6 +235,7 @@ typedef struct stage_rg {
 	uint64_t pos;     /* where it lies in buf */
 	uint64_t need;    /* the bytes from lo that the runs read (a shorter read: the source changed) */
 	uint64_t skip;    /* bytes from lo already in buf (the previous pass's last page) */
+	uint64_t got;     /* bytes from lo in buf once read (skip included) */
 	uint32_t src;     /* the file's source index */
 	int direct;       /* read into buf (else its runs stay on the mapping) */
 } stage_rg;

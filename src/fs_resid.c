@@ -403,6 +403,8 @@ static int read_ranges(const tp_fs *fs, push_stage *ps, const rfile *rf, size_t 
 			const stage_rg *g = &ps->rg[idx[j]];
 			uint32_t node = rf->node[g->src];
 			while (done[j] < g->need) {
+				if (done[j] % sys_page())
+					return ESTALE; /* a read ended mid-page: the file ends there, before the runs' bytes */
 				ssize_t r = pread(ps->dfd[node], ps->buf + g->pos + done[j], g->hi - g->lo - done[j],
 						  (off_t)(g->lo + done[j]));
 				if (r < 0 && errno == EINTR)
@@ -422,6 +424,7 @@ static int read_ranges(const tp_fs *fs, push_stage *ps, const rfile *rf, size_t 
 					return ESTALE;
 				done[j] += (uint64_t)r;
 			}
+			ps->rg[idx[j]].got = done[j];
 			*got += done[j] - g->skip;
 		}
 		a = b;
@@ -531,7 +534,7 @@ int stage_cold(tp_fs *fs, push_stage *ps, const rfile *rf, tp_run *runs, size_t 
 		if (ps->rg[j].direct) {
 			const stage_rg *g = &ps->rg[j];
 			const tp_node *n = &fs->m->n[rf->node[g->src]];
-			if (g->hi <= n->src_size) { /* a whole page, read in full */
+			if (g->hi <= n->src_size && g->got == g->hi - g->lo) { /* a whole page, read in full */
 				memcpy(ps->tail, ps->buf + g->pos + (g->hi - page - g->lo), page);
 				ps->tail_node = rf->node[g->src];
 				ps->tail_off = g->hi - page;
