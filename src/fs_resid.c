@@ -5,7 +5,9 @@
  * other ranks' rows); a read asks for exactly its runs' source pages and the next PF_AHEAD bytes' with
  * MADV_WILLNEED, skipping pages a recent check found cached; after the copy the daemon drops its page-table
  * entries of those pages (they stay in the page cache), so its RSS stays flat. Nothing here changes a byte
- * a read returns: a prefetch that races or is dropped only costs a fault later.
+ * a read returns: a prefetch that races or is dropped only costs a fault later. Also the push's direct
+ * reads (--push-io, at the end): the source pages of a push's pass that are not cached, read with
+ * O_DIRECT into the push thread's buffer instead of through the page cache and the mapping.
  */
 #include "fs_int.h"
 
