@@ -133,7 +133,7 @@ static const struct option mount_lo[] = {
 	{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
 	{"pp", required_argument, 0, 'Q'}, {"pp-layers", required_argument, 0, 'G'},
 	{"push", required_argument, 0, 'H'}, {"nice", required_argument, 0, 'N'},
-	{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
+	{"push-io", required_argument, 0, 'J'}, {"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 
 /* Options of -o that tpfs takes as given and drops: fstab's and mount(8)'s own (mount.fuse3 drops the same
  * ones, and mount(8) most: x-*, comment=, _netdev), ro and rw (the mount is read-only either way), and
@@ -292,6 +292,11 @@ static int mount_option(int c, const char *arg, struct mount_args *a)
 			return die_usage(usage_mount, "--source-io: exact, readahead or random");
 		fo->source_io = arg[0] == 'e' ? 0 : arg[0] == 'r' && arg[1] == 'e' ? 1 : 2;
 		break;
+	case 'J':
+		if (strcmp(arg, "auto") && strcmp(arg, "direct") && strcmp(arg, "map"))
+			return die_usage(usage_mount, "--push-io: auto, direct or map");
+		fo->push_io = arg[0] == 'a' ? -1 : arg[0] == 'm';
+		break;
 	case 'H':
 		if (parse_push(arg, &fo->push) < 0)
 			return die_usage(usage_mount, "--push: off, auto, or a size in bytes (suffix K, M, G or T: binary)");
@@ -318,7 +323,7 @@ static int cmd_mount(int argc, char **argv)
 	static struct mount_args a; /* static: 12 KiB of buffers, and one mount per process */
 	a = (struct mount_args){.mo = {.log = tp_log_model},
 				.fo = {.readahead_kb = 4096, .threads = 16, .gather = TP_GATHER_AUTO,
-				       .release_pages = -1, .mnt_lock = -1, .push = -1,
+				       .release_pages = -1, .mnt_lock = -1, .push = -1, .push_io = -1,
 				       .nice = TP_NICE_DEFAULT}};
 	tp_model_opts mo;
 	tp_fs_opts fo;

@@ -45,6 +45,10 @@ typedef struct tp_fs_opts {
 	                          * readahead, 2 no readahead and no prefetch (for measuring) */
 	long long push;          /* --push: bytes of served files stored into the page cache ahead of
 	                          * reads; 0 off; -1 (auto, the default) a quarter of MemAvailable at mount */
+	int push_io;             /* --push-io: how the push reads source pages that are not in the page
+	                          * cache: 0 direct (O_DIRECT into its buffer), 1 map (ask for them with
+	                          * MADV_WILLNEED and copy from the mapping, as a read does), -1 auto (the
+	                          * default): direct where one rank is served, else map */
 	int nice;                /* --nice: the nice value of the threads that answer FUSE requests (-20..19);
 	                          * TP_NICE_KEEP leaves the one the daemon inherits */
 } tp_fs_opts;

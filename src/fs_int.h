@@ -118,6 +118,7 @@ typedef struct tp_fs {
 	_Atomic int push_stop; /* set at unmount: the push thread ends */
 	_Atomic int push_done; /* set by the push thread as it ends */
 	_Atomic uint64_t push_total; /* bytes of the files to push (set once the push has listed them) */
+	_Atomic uint64_t push_direct; /* source bytes the push read with O_DIRECT (--push-io direct) */
 	_Atomic int push_term; /* a signal asked the loop to end (on_term in fs_push.c) */
 	pthread_t loop_thread; /* the thread that runs the FUSE loop (on_term ends it) */
 	pthread_t pusher;
@@ -226,6 +227,54 @@ void fetch_ahead(const tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, 
  * process's page table (--release-pages). */
 void release_after(tp_fs *fs, const rfile *rf, const tp_run *runs, size_t nr);
 
+/* The push thread's direct source reads (--push-io direct): the runs of a pass whose source pages are
+ * not all in the page cache are read with O_DIRECT into buf (no source page cache made, no prefetch,
+ * no fault) and gathered from there. Owned by the push thread (fs_push.c makes and frees it). */
+typedef struct stage_rg {
+	uint64_t lo, hi;  /* page-aligned source span (hi may pass the source's end: a short last read) */
+	uint64_t pos;     /* where it lies in buf */
+	uint64_t need;    /* the bytes from lo that the runs read (a shorter read: the source changed) */
+	uint64_t skip;    /* bytes from lo already in buf (the previous pass's last page) */
+	uint64_t got;     /* bytes from lo in buf once read (skip included) */
+	uint32_t src;     /* the file's source index */
+	int direct;       /* read into buf (else its runs stay on the mapping) */
+} stage_rg;
+
+typedef struct push_stage {
+	uint8_t *buf;      /* page-aligned, cap bytes */
+	size_t cap;
+	int *dfd;          /* [nn]: an O_DIRECT descriptor of the node's source; -1 not opened yet,
+	                    * -2 none (refused, or O_DIRECT reads fail there: the mapping is used) */
+	stage_rg *rg;      /* [RUN_CAP] */
+	uint32_t *of;      /* [RUN_CAP]: each run's range, or UINT32_MAX for one that reads no source */
+	unsigned char *vec;/* mincore's answer, STAGE_SPAN / page entries */
+	tp_src *tab;       /* the file's table and the buffer as its last source */
+	uint32_t tabcap;
+	unsigned long aio; /* a Linux AIO context (aio_context_t), or 0: reads one at a time */
+	uint32_t nn;       /* nodes dfd covers */
+	uint8_t *tail;     /* the last page the previous pass read (a run crossing a chunk's end reads it
+	                    * again): of node tail_node at tail_off, when tail_ok */
+	uint32_t tail_node;
+	uint64_t tail_off;
+	int tail_ok;
+} push_stage;
+#define STAGE_MAX (64u << 20)  /* most bytes staged for one pass (beyond: that pass maps) */
+#define STAGE_SPAN (64u << 20) /* most source bytes one residency check covers */
+#define STAGE_QD 64            /* direct reads in flight */
+
+/* Makes ps (nothing allocated until first used): 0, or -1 out of memory. */
+int stage_init(push_stage *ps, uint32_t nn);
+void stage_free(push_stage *ps);
+/* For the push (--push-io direct): the source pages of runs[0..nr) of rf, coalesced per source into
+ * page ranges, that are not all in the page cache are read with O_DIRECT into ps->buf, and the runs in
+ * them rewritten to read from there: source index rf->nsrc of *tab (rf's table and the buffer), whose
+ * *ntab entries the gather takes. Runs of resident ranges stay on the mapping (nothing is changed
+ * where a source cannot be read so). The caller checks the sources before and after, as for any copy.
+ * Returns 0, EIO (a source read failed: logged as a failed read), or ESTALE (a source ended before
+ * the bytes the runs read: the caller treats it as a changed source). *direct: bytes read. */
+int stage_cold(tp_fs *fs, push_stage *ps, const rfile *rf, tp_run *runs, size_t nr, const tp_src **tab, uint32_t *ntab,
+	       uint64_t *direct);
+
 /* Whether rank r's folder is served (--ranks). */
 int served(const tp_fs *fs, uint32_t r);
 /* This thread's scratch with a buffer of at least need bytes, or NULL (out of memory). */
@@ -234,10 +283,13 @@ void scratch_key_make(void);
 
 /* The push's bytes of served file ino (a rank folder's tensor file or a view's part file):
  * [off, off + want) made exactly as a read makes them (every source checked before and after the
- * copy, a changed one marked), into this thread's scratch (*out). want at most the scratch's
+ * copy, a changed one marked), into this thread's scratch (*out); with ps (--push-io direct) the
+ * source pages not in the page cache are read with O_DIRECT (stage_cold) instead of prefetched and
+ * copied from the mapping. want at most the scratch's
  * 1 MiB; *touched: the source bytes it copied. 0, or the errno a read would fail with (ENOENT: not
  * such a file). */
-int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uint8_t **out, uint64_t *touched);
+int push_bytes(tp_fs *fs, push_stage *ps, fuse_ino_t ino, uint64_t off, uint64_t want, const uint8_t **out,
+	       uint64_t *touched);
 /* After storing push_bytes's bytes of ino: as after a reply (a change seen meanwhile drops them);
  * touched (the source bytes of a store the kernel took, else 0) counts in the rank's source_bytes. */
 void push_stored(tp_fs *fs, fuse_ino_t ino, uint64_t touched);

@@ -455,8 +455,8 @@ static int64_t storage_read(void)
 }
 
 /* The stats file's push line into b (at most cap bytes, NUL included): "push: off", or the bytes
- * pushed, the budget, the state (running, done, stopped at the budget, stopped) and the bytes of the
- * files to push. Returns what snprintf returns. */
+ * pushed, the budget, the state (running, done, stopped at the budget, stopped), the source bytes it
+ * read with O_DIRECT (--push-io direct) and the bytes of the files to push. Returns what snprintf returns. */
 static size_t push_text(const tp_fs *fs, char *b, size_t cap)
 {
 	if (!fs->push_budget)
@@ -467,9 +467,10 @@ static size_t push_text(const tp_fs *fs, char *b, size_t cap)
 			    : pushed >= total                 ? "done"
 			    : pushed + page > fs->push_budget ? "stopped at the budget"
 							      : "stopped (the log says why)";
-	return (size_t)snprintf(b, cap, "push: pushed %llu of %llu bytes, %s; the served files hold %llu\n",
+	return (size_t)snprintf(b, cap, "push: pushed %llu of %llu bytes, %s; source bytes read with O_DIRECT %llu; "
+				"the served files hold %llu\n",
 				(unsigned long long)pushed, (unsigned long long)fs->push_budget, state,
-				(unsigned long long)total);
+				(unsigned long long)atomic_load(&fs->push_direct), (unsigned long long)total);
 }
 
 /* The stats file's size: its text is padded to it, so that stat tells exactly what a read gives
@@ -478,7 +479,7 @@ static size_t push_text(const tp_fs *fs, char *b, size_t cap)
  * source byte counts), 128 bytes a rank, and the failed files' lines. */
 static size_t stats_size(const tp_fs *fs)
 {
-	return 1024 + 96 /* the push line */ + 32 + sizeof fs->oom_note /* the oom_score_adj line */ + 16 + sizeof fs->nice_note + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
+	return 1024 + 160 /* the push line */ + 32 + sizeof fs->oom_note /* the oom_score_adj line */ + 16 + sizeof fs->nice_note + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
 	       (size_t)(fs->o->serve ? fs->o->nserve : fs->T) * 128 + failures_text_max();
 }
 

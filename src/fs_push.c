@@ -7,7 +7,12 @@
  * loaders run at once), each file from its header on, in chunks of at most PUSH_CHUNK. Each chunk
  * is made by the read path itself (push_bytes in fs_read.c: the same runs, the same checks of
  * every source before and after the copy, the same release of the daemon's source pages) into
- * this thread's own buffer, and stored with fuse_lowlevel_notify_store. A changed source pushes
+ * this thread's own buffer, and stored with fuse_lowlevel_notify_store. The source pages a chunk
+ * needs that are not in the page cache are read with O_DIRECT into the thread's staging buffer
+ * (--push-io direct, and auto where one rank is served: fs_resid.c's stage_cold), not prefetched into
+ * the source's page cache and copied from the mapping as a read's are (--push-io map, and auto where
+ * more ranks are served: their pushes then share the source pages their cuts have in common, which
+ * direct reads, caching nothing, would fetch once per rank). A changed source pushes
  * nothing more and fails its files, as a read would; a change after a push drops the pushed pages
  * with every other cached page (fs_watch.c invalidates the served inodes).
  *
@@ -141,7 +146,7 @@ uint64_t push_budget_of(const tp_fs_opts *o)
 /* Pushes file pf on from pf->next, chunk after chunk, until it is whole, fails, the budget is
  * spent or the thread is told to stop. Returns PUSH_ON (go on with the next file: this one is
  * whole, failed, or waits for a lookup or a passing shortage), or PUSH_END. *moved: bytes stored. */
-static int push_file(tp_fs *fs, pfile *pf, uint64_t *moved)
+static int push_file(tp_fs *fs, push_stage *ps, pfile *pf, uint64_t *moved)
 {
 	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	while (pf->next < pf->size) {
@@ -157,7 +162,7 @@ static int push_file(tp_fs *fs, pfile *pf, uint64_t *moved)
 			return PUSH_END;
 		const uint8_t *buf;
 		uint64_t touched = 0;
-		int err = push_bytes(fs, pf->ino, pf->next, len, &buf, &touched);
+		int err = push_bytes(fs, ps, pf->ino, pf->next, len, &buf, &touched);
 		if (err) {
 			if (transient(err))
 				return PUSH_ON; /* out of memory or descriptors for now: this file again later */
@@ -260,6 +265,10 @@ static void *push_thread(void *arg)
 		tp_log(0, "push-ahead: out of memory; reads are served as without it");
 		return NULL;
 	}
+	push_stage stage, *ps = NULL; /* --push-io direct: cold source pages read with O_DIRECT (fs_resid.c) */
+	uint32_t nranks = fs->o->serve ? fs->o->nserve : fs->T; /* auto: direct for one rank (O_DIRECT reads share no page) */
+	if ((fs->o->push_io == 0 || (fs->o->push_io < 0 && nranks == 1)) && stage_init(&stage, fs->nn) == 0)
+		ps = &stage;
 	unsigned idle = 1;
 	while (!atomic_load(&fs->push_stop)) {
 		uint64_t moved = 0;
@@ -273,7 +282,7 @@ static void *push_thread(void *arg)
 			uint32_t seen = atomic_load_explicit(&fs->looked[pf->ino], memory_order_relaxed);
 			if (!seen || (pf->tries >= PUSH_ENOENT_TRIES && seen == pf->seen))
 				continue; /* not known to the kernel: waits for a lookup */
-			end = push_file(fs, pf, &moved) == PUSH_END;
+			end = push_file(fs, ps, pf, &moved) == PUSH_END;
 		}
 		if (end || !todo)
 			break;
@@ -282,6 +291,8 @@ static void *push_thread(void *arg)
 			sleep_ms(idle - t < 10 ? idle - t : 10);
 	}
 	free(l);
+	if (ps)
+		stage_free(ps);
 	atomic_store(&fs->push_done, 1);
 	if (atomic_load(&fs->push_term)) /* a signal waits for the push to end: the loop ends now */
 		pthread_kill(fs->loop_thread, SIGTERM);

@@ -244,11 +244,13 @@ static void rf_changed(tp_fs *fs, const rfile *rf)
 /* Copies file bytes [off, off + want) into out: runs[0..nr) are the first pass's runs (covering
  * cov bytes, nwiden of them widened or transposed), the rest are mapped as the copy goes, into the
  * same runs array (RUN_CAP). Each pass is gathered by backend (the CPU where it widens or
- * transposes) under the SIGBUS guard and its source pages released. Returns 0 (*touched: source
+ * transposes) under the SIGBUS guard and its source pages released; with ps (the push, --push-io direct)
+ * each pass's cold source pages are first read into ps's buffer (stage_cold). Returns 0 (*touched: source
  * bytes read, *on_gpu: a CUDA gather was used), or EIO: a changed source is marked (rf_changed),
  * any other failure logged. The sources are not checked here: the caller checks before and after. */
 static int rf_copy(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, const uint8_t *loc, const tp_gather *backend,
-		   tp_run *runs, size_t nr, uint64_t cov, size_t nwiden, uint8_t *out, uint64_t *touched, int *on_gpu)
+		   tp_run *runs, size_t nr, uint64_t cov, size_t nwiden, uint8_t *out, uint64_t *touched, int *on_gpu,
+		   push_stage *ps)
 {
 	char nm[160];
 	uint64_t done = 0;
@@ -269,10 +271,24 @@ static int rf_copy(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, cons
 		for (size_t k = 0; k < nr; k++)
 			*touched += tp_run_src_bytes(&runs[k]);
 		const tp_gather *b = nwiden ? &tp_gather_cpu_backend : backend; /* only the CPU backend widens and transposes */
+		const tp_src *tab = rf->tab;
+		uint32_t ntab = rf->nsrc;
+		if (ps) { /* the push: cold source pages read with O_DIRECT, those runs gathered from its buffer */
+			uint64_t direct;
+			int err = stage_cold(fs, ps, rf, runs, nr, &tab, &ntab, &direct);
+			if (err == ESTALE)
+				rf_changed(fs, rf);
+			if (err)
+				return EIO;
+			if (direct) {
+				b = &tp_gather_cpu_backend;
+				atomic_fetch_add_explicit(&fs->push_direct, direct, memory_order_relaxed);
+			}
+		}
 		*on_gpu |= b == &fs->gpu;
 		tp_err ge;
 		tp_err_clear(&ge);
-		if (tp_guarded_gather_n(b, runs, nr, rf->tab, rf->nsrc, loc, out + done, &ge) < 0) {
+		if (tp_guarded_gather_n(b, runs, nr, tab, ntab, loc, out + done, &ge) < 0) {
 			if (ge.code == TP_ECHANGED)
 				rf_changed(fs, rf);
 			else {
@@ -289,8 +305,8 @@ static int rf_copy(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, cons
 
 /* The first steps of making file bytes [off, off + want) (want > 0, inside the file), shared by a read
  * and the push: every source checked, the local bytes where the range needs them, this thread's
- * scratch, the first pass's runs mapped into it and their source pages (and the next PF_AHEAD
- * bytes') asked for, and the gather backend chosen. Returns 0 with *m set, or the errno of a
+ * scratch, the first pass's runs mapped into it and, with prefetch, their source pages (and the next
+ * PF_AHEAD bytes') asked for, and the gather backend chosen. Returns 0 with *m set, or the errno of a
  * failed check, or ENOMEM (scratch or local bytes). */
 typedef struct {
 	scratch *s;
@@ -300,7 +316,7 @@ typedef struct {
 	const tp_gather *backend;
 } rf_make;
 
-static int rf_begin(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, rf_make *m)
+static int rf_begin(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, int prefetch, rf_make *m)
 {
 	int err = rf_check(fs, rf);
 	if (err)
@@ -311,7 +327,8 @@ static int rf_begin(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, rf_
 	if (!m->s || (need_loc && !m->loc))
 		return ENOMEM;
 	m->nr = tp_file_map(rf->f, off, want, m->s->runs, RUN_CAP, &m->cov);
-	fetch_ahead(fs, rf, off, want, m->s->runs, m->nr, m->cov);
+	if (prefetch)
+		fetch_ahead(fs, rf, off, want, m->s->runs, m->nr, m->cov);
 	m->nsrc = m->nwiden = 0;
 	for (size_t k = 0; k < m->nr; k++) {
 		m->nsrc += m->s->runs[k].kind == TP_RUN_SRC;
@@ -345,7 +362,7 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 	}
 	uint64_t want = fsize - (uint64_t)off < size ? fsize - (uint64_t)off : size;
 	rf_make m;
-	int err = rf_begin(fs, rf, (uint64_t)off, want, &m);
+	int err = rf_begin(fs, rf, (uint64_t)off, want, 1, &m);
 	if (err) {
 		if (err == ENOMEM)
 			note_failure(rf_name(rf, nm, sizeof nm),
@@ -371,7 +388,7 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 	}
 	int on_gpu = 0;
 	if ((err = rf_copy(fs, rf, (uint64_t)off, want, m.loc, m.backend, s->runs, nr, m.cov, m.nwiden, s->buf, &touched,
-			   &on_gpu))) {
+			   &on_gpu, NULL))) {
 		fuse_reply_err(req, err);
 		return;
 	}
@@ -515,7 +532,8 @@ static int rf_of_ino(tp_fs *fs, fuse_ino_t ino, rfile *rf)
 	return -1;
 }
 
-int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uint8_t **out, uint64_t *touched)
+int push_bytes(tp_fs *fs, push_stage *ps, fuse_ino_t ino, uint64_t off, uint64_t want, const uint8_t **out,
+	       uint64_t *touched)
 {
 	rfile rf;
 	if (rf_of_ino(fs, ino, &rf) < 0)
@@ -525,10 +543,10 @@ int push_bytes(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t want, const uin
 		return EINVAL;
 	want = fsize - off < want ? fsize - off : want;
 	rf_make m;
-	int on_gpu = 0, err = rf_begin(fs, &rf, off, want, &m);
+	int on_gpu = 0, err = rf_begin(fs, &rf, off, want, !ps, &m);
 	if (!err)
 		err = rf_copy(fs, &rf, off, want, m.loc, m.backend, m.s->runs, m.nr, m.cov, m.nwiden, m.s->buf, touched,
-			      &on_gpu);
+			      &on_gpu, ps);
 	if (!err)
 		err = rf_check(fs, &rf); /* every source again, after the copy */
 	if (!err)

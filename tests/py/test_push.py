@@ -18,7 +18,12 @@ Checked here, on the hf view (rank folders) and on --view vllm, at T=2 and 4:
 - reads racing the push over the same ranges (a larger checkpoint: 128 MiB of embedding) give the same
   bytes as a `--push off` mount;
 - an unmount while the push runs is clean: the daemon exits 0, with nothing unexpected on stderr; so is a
-  SIGTERM while the push runs beside readers of the same files.
+  SIGTERM while the push runs beside readers of the same files;
+- from a cold source (its pages dropped with POSIX_FADV_DONTNEED), the push reads with O_DIRECT
+  (`--push-io direct`, and the default auto where one rank is served; the stats count those bytes, and the
+  source's pages stay out of the page cache) and the files equal a `--push off` mount's; `--push-io map`
+  reads none so; a source
+  rewritten during or after such a push gives EIO, never bytes (neither the old pushed ones nor new ones).
 """
 import contextlib
 import glob
@@ -336,6 +341,101 @@ for attempt in range(6):
         m.cleanup()
     bad = [l for l in m.stderr().splitlines() if l and not any(a.search(l) for a in tt.ALLOWED_STDERR)]
     F.check(not bad, "SIGTERM during the push: nothing unexpected on stderr: %s" % bad[:3])
+
+
+
+# 6. --push-io direct (the default) from a cold source: the push reads the source pages that are not cached
+# with O_DIRECT into its own buffer; the bytes are the same, and a rewrite during or after it gives EIO
+def direct_bytes(mnt):
+    """The source bytes the push read with O_DIRECT (the stats' push line)."""
+    w = push_line(mnt).split("; ")
+    return int([x for x in w if x.startswith("source bytes read with O_DIRECT ")][0].split()[-1])
+
+
+def drop_cached(d):
+    """Drops the page cache of every file of folder d (clean pages: written and synced first)."""
+    os.sync()
+    for fn in os.listdir(d):
+        fd = os.open(os.path.join(d, fn), os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
+def src_cached(d):
+    return sum(tt.resident(os.path.join(d, fn)) for fn in os.listdir(d) if fn.endswith(".safetensors"))
+
+
+src_bytes = sum(os.path.getsize(os.path.join(big, fn)) for fn in os.listdir(big) if fn.endswith(".safetensors"))
+for view in ([], ["--view", "vllm"]):
+    name = "vllm view" if view else "hf view"
+    with tt.Mount(big, 2, *view, "--push", "off") as m:
+        off_bytes = raw(m.path)
+    for mode in ("auto", "direct", "map"):  # auto: direct where one rank is served (here rank 1), else map
+        drop_cached(big)
+        extra = ["--ranks", "1"] if mode == "auto" else ["--push-io", mode]
+        with tt.Mount(big, 2, *view, "--push", "auto", *extra) as m:
+            files = tensor_files(m.path)
+            total = sum(os.path.getsize(f) for f in files)
+            tt.wait_for(lambda: ", running;" not in push_line(m.path), timeout=60, what="the push's end")
+            pushed, direct, cached = stats(m.path)[0], direct_bytes(m.path), src_cached(big)
+            if mode != "map":
+                # every page the push needs is read with O_DIRECT, at least its share of the served bytes
+                F.check(pushed == total and direct >= total * 0.9 and cached < src_bytes // 4,
+                        "%s, cold source, %s: pushed %s of %d bytes, %d read with O_DIRECT, the source's "
+                        "pages cached after it %d of %d" % (name, " ".join(extra), pushed, total, direct, cached,
+                                                            src_bytes))
+            else:
+                F.check(pushed == total and direct == 0,
+                        "%s, cold source, --push-io map: pushed %s of %d bytes, none with O_DIRECT (%d)"
+                        % (name, pushed, total, direct))
+            got_raw = raw(m.path)
+            want = {k: v for k, v in off_bytes.items() if k in got_raw} if mode == "auto" else off_bytes  # rank 1's
+            F.check(got_raw and got_raw == want, "%s, cold source, %s: every file equals a --push off mount's (%s)"
+                    % (name, " ".join(extra), sorted(k for k in want if got_raw.get(k) != want[k])[:3]))
+
+    # a source rewritten during (as soon as the push has stored something) or after the direct push: every file
+    # read from it fails with EIO within 2 s; a read that returns bytes before that returns the old ones
+    for when in ("during", "after"):
+        chg = os.path.join(work, "big-changed")
+        shutil.rmtree(chg, ignore_errors=True)
+        shutil.copytree(big, chg)
+        drop_cached(chg)
+        with tt.Mount(chg, 2, *view, "--push", "auto", "--push-io", "direct", allow_stderr=CHANGED) as m:
+            files = tensor_files(m.path)
+            fds = {fn: os.open(fn, os.O_RDONLY) for fn in files}
+            if when == "during":
+                tt.wait_for(lambda: (stats(m.path)[0] or 0) > 0, timeout=60, what="the push's first store")
+            else:
+                tt.wait_for(lambda: ", running;" not in push_line(m.path), timeout=60, what="the push's end")
+            seen = push_line(m.path)
+            for fn in sorted(os.listdir(chg)):  # every byte of every source file, in place
+                if fn.endswith(".safetensors"):
+                    p = os.path.join(chg, fn)
+                    with open(p, "r+b") as f:
+                        f.seek(4096)
+                        f.write(b"\x5a" * (os.path.getsize(p) - 4096))
+            t0, reads, mixed = time.time(), {}, []
+            while time.time() < t0 + 5:
+                for fn in files:
+                    try:
+                        data = os.pread(fds[fn], os.path.getsize(fn), 0)
+                        reads[fn] = len(data)
+                        if hashlib.sha256(data).hexdigest() != off_bytes[os.path.relpath(fn, m.path)]:
+                            mixed.append(os.path.relpath(fn, m.path))
+                    except OSError as e:
+                        reads[fn] = e.errno
+                if all(v == 5 for v in reads.values()):
+                    break
+                time.sleep(0.05)
+            took = time.time() - t0
+            for fd in fds.values():
+                os.close(fd)
+            F.check(all(v == 5 for v in reads.values()) and took < 2 and not mixed,
+                    "%s, source rewritten %s a direct push (%s): every file fails with EIO, %.2f s after the write; "
+                    "bytes other than the old ones: %s; last reads %s" % (
+                        name, when, seen, took, mixed[:3],
+                        {os.path.relpath(k, m.path): v for k, v in reads.items()}))
+        shutil.rmtree(chg, ignore_errors=True)
 
 shutil.rmtree(work, ignore_errors=True)
 F.done("push")
