@@ -216,8 +216,12 @@ FILL = {
     # Lfm2MLP rounds the MLP width (2/3 of intermediate_size) up to block_multiple_of, 256 by default: at the
     # small intermediate size (128: width 85, rounded to 256) no rank's width is the source's / T, which the lfm
     # plan refuses by name, while published widths divide (12288 -> 8192, a rank's 6144 -> 4096 at T=2). 96
-    # rounded to 8 is of that kind (64; 48 -> 32 at T=2, 24 -> 16 at T=4)
-    "lfm2": lambda n: {"intermediate_size": 96, "block_multiple_of": 8},
+    # rounded to 8 is of that kind (64; 48 -> 32 at T=2, 24 -> 16 at T=4). Lfm2Config declares neither conv_dim nor
+    # block_dim, by which vLLM's Lfm2 sizes the short convolutions and the MLP's input (models/lfm2.py:
+    # ShortConv(dim=config.conv_dim), Lfm2MLP(dim=config.block_dim)); LFM2's published config.json holds both, equal
+    # to hidden_size (as tests/py/vllm_models.py's lfm2 edit writes them): as published, for --view vllm
+    "lfm2": lambda n: {"intermediate_size": 96, "block_multiple_of": 8, "conv_dim": SMALL["hidden_size"],
+                       "block_dim": SMALL["hidden_size"]},
     # Glm4MoeLiteConfig says which layers are dense by mlp_layer_types and declares no first_k_dense_replace, which
     # vLLM's Glm4MoeLiteDecoderLayer reads (models/glm4_moe_lite.py); GLM-4.7-Flash's published config.json holds
     # both (first_k_dense_replace 1, the default mlp_layer_types' one dense layer): as published, for --view vllm

@@ -258,6 +258,25 @@ def refusals(fails, work):
         p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "sglang", *extra)
         fails.check(p.returncode != 0 and want in p.stderr, "--view sglang, %s: refused with %r, got %d %r"
                     % (what, want, p.returncode, p.stderr[-400:]))
+    # the SGLang views over vLLM's parts (minimax_m2 over vllm/mixtral, granitemoe over vllm/llama; their shared
+    # tensors in vllm/ fragments) refuse by SGLang's reason, naming SGLang's code, not vLLM's
+    engine_own = [("minimax_m2 without rotary_dim", "minimax_m2", {}, "rotary_dim", "SGLang's MiniMaxM2 reads"),
+                  ("granitemoe head_dim 32", "granitemoe", {"num_key_value_heads": 2, "head_dim": 32}, None,
+                   "SGLang's GraniteMoeAttention takes head_dim"),
+                  ("granitemoe_swa head_dim 32", "granitemoe_swa", {"num_key_value_heads": 2, "head_dim": 32}, None,
+                   "SGLang's GraniteMoeAttention takes head_dim")]
+    for what, fam, cfg, pop, want in engine_own:
+        src = vllm_models.make(fam, os.path.join(work, "refused", what.replace(" ", "_")), tp=2, config=cfg)
+        if pop:
+            with open(os.path.join(src, "config.json")) as f:
+                c = json.load(f)
+            c.pop(pop)
+            with open(os.path.join(src, "config.json"), "w") as f:
+                json.dump(c, f)
+        p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "sglang")
+        fails.check(p.returncode != 0 and want in p.stderr and "vLLM" not in p.stderr,
+                    "--view sglang, %s: refused with %r and no vLLM reason, got %d %r"
+                    % (what, want, p.returncode, p.stderr[-400:]))
     src = os.path.join(work, "refused", "fp8")
     shutil.copytree(os.path.join(work, "src", "llama"), src)
     with open(os.path.join(src, "config.json")) as f:
