@@ -325,7 +325,7 @@ static int direct_fd(const tp_fs *fs, push_stage *ps, uint32_t i)
 {
 	if (ps->dfd[i] != -1)
 		return ps->dfd[i] >= 0 ? ps->dfd[i] : -1;
-	const tp_node *n = &fs->m->n[i];
+	const tp_node *n = &fs->m->tree.n[i];
 	char p[64];
 	int d = -1;
 	struct stat a, b;
@@ -416,9 +416,9 @@ static int read_ranges(const tp_fs *fs, push_stage *ps, const rfile *rf, size_t 
 					return 1;
 				}
 				if (r < 0) {
-					note_failure(fs->m->n[node].path, "reading the source failed (%s): that read failed with EIO",
+					note_failure(fs->m->tree.n[node].path, "reading the source failed (%s): that read failed with EIO",
 						     strerror(errno));
-					tp_log(2, "%s: direct read at %llu failed: %s", fs->m->n[node].path,
+					tp_log(2, "%s: direct read at %llu failed: %s", fs->m->tree.n[node].path,
 					       (unsigned long long)(g->lo + done[j]), strerror(errno));
 					return EIO;
 				}
@@ -468,7 +468,7 @@ int stage_cold(tp_fs *fs, push_stage *ps, const rfile *rf, tp_run *runs, size_t 
 	uint32_t wsrc = UINT32_MAX;
 	for (size_t j = 0; j < ng; j++) {
 		stage_rg *g = &ps->rg[j];
-		const tp_node *n = &fs->m->n[rf->node[g->src]];
+		const tp_node *n = &fs->m->tree.n[rf->node[g->src]];
 		const uint64_t end = (n->src_size + page - 1) / page * page, hi = g->hi < end ? g->hi : end;
 		if (hi - g->lo > STAGE_SPAN || total + (g->hi - g->lo) > STAGE_MAX)
 			continue; /* maps */
@@ -535,7 +535,7 @@ int stage_cold(tp_fs *fs, push_stage *ps, const rfile *rf, tp_run *runs, size_t 
 				       * before and after each pass, hold for it as for any byte read) */
 		if (ps->rg[j].direct) {
 			const stage_rg *g = &ps->rg[j];
-			const tp_node *n = &fs->m->n[rf->node[g->src]];
+			const tp_node *n = &fs->m->tree.n[rf->node[g->src]];
 			if (g->hi <= n->src_size && g->got == g->hi - g->lo) { /* a whole page, read in full */
 				memcpy(ps->tail, ps->buf + g->pos + (g->hi - page - g->lo), page);
 				ps->tail_node = rf->node[g->src];
