@@ -45,6 +45,8 @@ typedef struct tp_fs_opts {
 	                          * readahead, 2 no readahead and no prefetch (for measuring) */
 	long long push;          /* --push: bytes of served files stored into the page cache ahead of
 	                          * reads; 0 off; -1 (auto, the default) a quarter of MemAvailable at mount */
+	int passthrough;         /* --passthrough on: pushed files served from private copies by FUSE
+	                          * passthrough (fs_pass.c); 0 off */
 	int nice;                /* --nice: the nice value of the threads that answer FUSE requests (-20..19);
 	                          * TP_NICE_KEEP leaves the one the daemon inherits */
 } tp_fs_opts;
