@@ -133,7 +133,8 @@ static const struct option mount_lo[] = {
 	{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
 	{"pp", required_argument, 0, 'Q'}, {"pp-layers", required_argument, 0, 'G'},
 	{"push", required_argument, 0, 'H'}, {"nice", required_argument, 0, 'N'},
-	{"push-io", required_argument, 0, 'J'}, {"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
+	{"push-io", required_argument, 0, 'J'}, {"passthrough", required_argument, 0, 'X'},
+	{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 
 /* Options of -o that tpfs takes as given and drops: fstab's and mount(8)'s own (mount.fuse3 drops the same
  * ones, and mount(8) most: x-*, comment=, _netdev), ro and rw (the mount is read-only either way), and
@@ -281,6 +282,11 @@ static int mount_option(int c, const char *arg, struct mount_args *a)
 		if (strcmp(arg, "on") && strcmp(arg, "off"))
 			return die_usage(usage_mount, "--release-pages: on or off");
 		fo->release_pages = arg[1] == 'n';
+		break;
+	case 'X':
+		if (strcmp(arg, "on") && strcmp(arg, "off"))
+			return die_usage(usage_mount, "--passthrough: on or off");
+		fo->passthrough = arg[1] == 'n';
 		break;
 	case 'K':
 		if (a->ranks)

@@ -49,6 +49,8 @@ typedef struct tp_fs_opts {
 	                          * cache: 0 direct (O_DIRECT into its buffer), 1 map (ask for them with
 	                          * MADV_WILLNEED and copy from the mapping, as a read does), -1 auto (the
 	                          * default): direct where one rank is served, else map */
+	int passthrough;         /* --passthrough on: pushed files served from private copies by FUSE
+	                          * passthrough (fs_pass.c); 0 off */
 	int nice;                /* --nice: the nice value of the threads that answer FUSE requests (-20..19);
 	                          * TP_NICE_KEEP leaves the one the daemon inherits */
 } tp_fs_opts;

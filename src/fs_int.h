@@ -123,7 +123,10 @@ typedef struct tp_fs {
 	pthread_t loop_thread; /* the thread that runs the FUSE loop (on_term ends it) */
 	pthread_t pusher;
 	int pushing;           /* the push thread runs (and must be joined) */
+	struct pass_tab *pass; /* --passthrough: the copies (fs_pass.c), or NULL */
 } tp_fs;
+
+#define PASS_FH 1 /* the fh of an open served from a copy (no handle is ever at address 1) */
 
 /* Per node: what reads and the watcher share. */
 typedef struct nstate {
@@ -305,6 +308,41 @@ void stop_push(tp_fs *fs);
  * more than MemAvailable; where this process's memory cgroup (or one above it) has a lower limit,
  * that limit stands for MemAvailable (0 where neither can be read and no size was given). */
 uint64_t push_budget_of(const tp_fs_opts *o);
+
+/* ---- fs_pass.c ---- */
+/* --passthrough (with a push budget): makes the private tmpfs and installs the custom I/O that asks
+ * the kernel for passthrough, after the mount and before the loop; a failure is logged and leaves
+ * files served as without it. */
+void pass_setup(tp_fs *fs);
+/* The files that may get a copy: ino[k] of size[k] bytes, k < n (the push's list). 0, or -1 out of
+ * memory. Before the loop starts. */
+int pass_table(tp_fs *fs, const fuse_ino_t *ino, const uint64_t *size, size_t n);
+/* Whether copies may be made (set up, kernel not known to refuse). */
+int pass_on(const tp_fs *fs);
+/* The push thread: 1 when file ino gets a copy (a tmpfs file of its size made, its memory counted
+ * in fs->pushed; whole huge pages, within the budget), else 0 (push it into the page cache). */
+int pass_claim(tp_fs *fs, fuse_ino_t ino);
+/* The push thread: len bytes of ino's copy at off. 0, or an errno. */
+int pass_fill(tp_fs *fs, fuse_ino_t ino, uint64_t off, const uint8_t *buf, uint64_t len);
+/* The push thread: ino's copy is whole (whole = 1: opens may now be served from it), or abandoned. */
+void pass_end_file(tp_fs *fs, fuse_ino_t ino, int whole);
+/* An open of served file ino: 1 when it was answered from the copy (fh PASS_FH), 0 when the caller
+ * answers it as usual (counted as an open through the daemon). Call only where the open succeeds. */
+int pass_open(tp_fs *fs, fuse_req_t req, fuse_ino_t ino);
+/* The release of an open of ino (fh: its fh). The last release of opens served from a copy drops
+ * the copy; the push then stores the file into the page cache (pass_gen, pass_dropped). */
+void pass_release(tp_fs *fs, fuse_ino_t ino, uint64_t fh);
+/* A source of ino changed: its copy, if any, is emptied and dropped; no open is served from a copy
+ * of it again. The invalidation thread. */
+void pass_revoke(tp_fs *fs, fuse_ino_t ino);
+/* Bumped at each drop after use. */
+uint32_t pass_gen(const tp_fs *fs);
+/* 1 (once) when ino's copy was dropped after use: the push stores it into the page cache now. */
+int pass_dropped(tp_fs *fs, fuse_ino_t ino);
+/* The stats file's passthrough line into b (cap bytes). */
+size_t pass_text(tp_fs *fs, char *b, size_t cap);
+/* Closes every copy and the tmpfs, after the loop and the push have ended. */
+void pass_free(tp_fs *fs);
 
 /* ---- fs_watch.c ---- */
 /* Starts a thread with every signal blocked (SIGTERM and SIGINT reach the loop's thread). */

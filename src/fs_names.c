@@ -479,7 +479,7 @@ static size_t push_text(const tp_fs *fs, char *b, size_t cap)
  * source byte counts), 128 bytes a rank, and the failed files' lines. */
 static size_t stats_size(const tp_fs *fs)
 {
-	return 1024 + 160 /* the push line */ + 32 + sizeof fs->oom_note /* the oom_score_adj line */ + 16 + sizeof fs->nice_note + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
+	return 1024 + 160 /* the push line */ + 400 /* the passthrough line */ + 32 + sizeof fs->oom_note /* the oom_score_adj line */ + 16 + sizeof fs->nice_note + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
 	       (size_t)(fs->o->serve ? fs->o->nserve : fs->T) * 128 + failures_text_max();
 }
 
@@ -520,6 +520,8 @@ char *stats_text(tp_fs *fs, size_t *len)
 				      (unsigned long long)atomic_load(&fs->rs[r].gpu));
 	if (w < cap) /* push-ahead (fs_push.c) */
 		w += push_text(fs, b + w, cap - w);
+	if (w < cap) /* copies served by passthrough (fs_pass.c) */
+		w += pass_text(fs, b + w, cap - w);
 	if (w < cap) /* what the kernel's OOM killer sees of the daemon (fs_session.c) */
 		w += (size_t)snprintf(b + w, cap - w, "oom_score_adj: %s\n", fs->oom_note[0] ? fs->oom_note : "not set yet");
 	if (w < cap) /* the request threads' priority (fs_session.c) */

@@ -50,10 +50,12 @@ typedef struct pfile {
 	uint32_t seen;     /* fs->looked[ino] when a store last failed with ENOENT */
 	uint8_t tries;     /* stores failed with ENOENT since the file's last lookup */
 	uint8_t state;     /* PF_TODO, PF_DONE, PF_FAILED */
+	uint8_t copy;      /* pushed into a copy for passthrough (fs_pass.c), not the page cache */
 } pfile;
 
 enum { PF_TODO, PF_DONE, PF_FAILED };
-enum { PUSH_ON, PUSH_WAIT, PUSH_END }; /* push_file: go on with the next file, or end the push */
+enum { PUSH_ON, PUSH_WAIT, PUSH_END }; /* push_file: go on with the next file, or end the push;
+                                        * copy_chunk: PUSH_WAIT, go on with this file */
 
 static void sleep_ms(unsigned ms)
 {
@@ -143,6 +145,38 @@ uint64_t push_budget_of(const tp_fs_opts *o)
 	return avail && (uint64_t)o->push > avail ? avail : (uint64_t)o->push;
 }
 
+/* One chunk of file pf (pushed into its copy, fs_pass.c) at pf->next: PUSH_WAIT when it went on
+ * (pf->next advanced), else what push_file returns (the copy abandoned: a changed source fails the
+ * file; a passing shortage leaves it to the page cache's push later). The copy's memory was counted
+ * whole when it was claimed. */
+static int copy_chunk(tp_fs *fs, push_stage *ps, pfile *pf, uint64_t *moved)
+{
+	while (atomic_load_explicit(&fs->reads_now, memory_order_relaxed) > 0 && !atomic_load(&fs->push_stop))
+		sleep_ms(1); /* demand reads first */
+	if (atomic_load(&fs->push_stop)) {
+		pass_end_file(fs, pf->ino, 0);
+		return PUSH_END;
+	}
+	uint64_t len = pf->size - pf->next < PUSH_CHUNK ? pf->size - pf->next : PUSH_CHUNK, touched = 0;
+	const uint8_t *buf;
+	int err = push_bytes(fs, ps, pf->ino, pf->next, len, &buf, &touched);
+	if (!err) {
+		err = pass_fill(fs, pf->ino, pf->next, buf, len);
+		push_stored(fs, pf->ino, err ? 0 : touched);
+	}
+	if (err) {
+		pass_end_file(fs, pf->ino, 0);
+		pf->copy = 0;
+		pf->next = 0;
+		if (!transient(err) && err != ENOSPC)
+			pf->state = PF_FAILED; /* a changed source (marked and logged as for a read) */
+		return PUSH_ON;
+	}
+	pf->next += len;
+	*moved += len;
+	return PUSH_WAIT;
+}
+
 /* Pushes file pf on from pf->next, chunk after chunk, until it is whole, fails, the budget is
  * spent or the thread is told to stop. Returns PUSH_ON (go on with the next file: this one is
  * whole, failed, or waits for a lookup or a passing shortage), or PUSH_END. *moved: bytes stored. */
@@ -150,11 +184,17 @@ static int push_file(tp_fs *fs, push_stage *ps, pfile *pf, uint64_t *moved)
 {
 	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	while (pf->next < pf->size) {
+		if (pf->copy) {
+			int r = copy_chunk(fs, ps, pf, moved);
+			if (r != PUSH_WAIT)
+				return r;
+			continue;
+		}
 		while (atomic_load_explicit(&fs->reads_now, memory_order_relaxed) > 0 && !atomic_load(&fs->push_stop))
 			sleep_ms(1); /* demand reads first */
 		if (atomic_load(&fs->push_stop))
 			return PUSH_END;
-		uint64_t done = atomic_load(&fs->pushed), left = fs->push_budget - done;
+		uint64_t done = atomic_load(&fs->pushed), left = done < fs->push_budget ? fs->push_budget - done : 0;
 		uint64_t len = pf->size - pf->next < PUSH_CHUNK ? pf->size - pf->next : PUSH_CHUNK;
 		if (len > left) /* the budget's last pages (a partial page only at the file's end) */
 			len = left / page * page;
@@ -187,10 +227,12 @@ static int push_file(tp_fs *fs, push_stage *ps, pfile *pf, uint64_t *moved)
 			return PUSH_END;
 		}
 		pf->tries = 0;
-		atomic_store(&fs->pushed, done + len);
+		atomic_fetch_add(&fs->pushed, len);
 		pf->next += len;
 		*moved += len;
 	}
+	if (pf->copy)
+		pass_end_file(fs, pf->ino, 1);
 	pf->state = PF_DONE;
 	return PUSH_ON;
 }
@@ -256,15 +298,28 @@ static pfile *push_list(tp_fs *fs, size_t *n)
 	return l;
 }
 
+static pfile *push_l; /* the list start_push made for the thread (one mount per process) */
+static size_t push_n;
+
+/* With copies (fs_pass.c), once every file is pushed: waits until a copy is dropped after use
+ * (then its file is pushed again, into the page cache) or the push is told to stop. Returns 1 when
+ * there is work again. push_done is set while waiting: a signal then ends the loop at once (on_term
+ * sets push_stop before it reads push_done; this clears push_done before it reads push_stop, so one
+ * of them sees the other). */
+static int wait_for_drop(tp_fs *fs, uint32_t gen)
+{
+	atomic_store(&fs->push_done, 1);
+	while (!atomic_load(&fs->push_stop) && pass_gen(fs) == gen)
+		sleep_ms(20);
+	atomic_store(&fs->push_done, 0);
+	return !atomic_load(&fs->push_stop);
+}
+
 static void *push_thread(void *arg)
 {
 	tp_fs *fs = arg;
-	size_t n = 0;
-	pfile *l = push_list(fs, &n);
-	if (!l) {
-		tp_log(0, "push-ahead: out of memory; reads are served as without it");
-		return NULL;
-	}
+	size_t n = push_n;
+	pfile *l = push_l;
 	push_stage stage, *ps = NULL; /* --push-io direct: cold source pages read with O_DIRECT (fs_resid.c) */
 	uint32_t nranks = fs->o->serve ? fs->o->nserve : fs->T; /* auto: direct for one rank (O_DIRECT reads share no page) */
 	if ((fs->o->push_io == 0 || (fs->o->push_io < 0 && nranks == 1)) && stage_init(&stage, fs->nn) == 0)
@@ -274,16 +329,24 @@ static void *push_thread(void *arg)
 		uint64_t moved = 0;
 		size_t todo = 0;
 		int end = 0;
+		uint32_t gen = pass_gen(fs);
+		for (size_t k = 0; gen && k < n; k++) /* copies dropped after use: into the page cache now */
+			if (l[k].state == PF_DONE && pass_dropped(fs, l[k].ino))
+				l[k] = (pfile){.ino = l[k].ino, .size = l[k].size, .state = PF_TODO};
 		for (size_t k = 0; k < n && !end; k++) {
 			pfile *pf = &l[k];
 			if (pf->state != PF_TODO)
 				continue;
 			todo++;
+			if (pf->next == 0 && !pf->copy && pass_claim(fs, pf->ino))
+				pf->copy = 1;
 			uint32_t seen = atomic_load_explicit(&fs->looked[pf->ino], memory_order_relaxed);
-			if (!seen || (pf->tries >= PUSH_ENOENT_TRIES && seen == pf->seen))
+			if (!pf->copy && (!seen || (pf->tries >= PUSH_ENOENT_TRIES && seen == pf->seen)))
 				continue; /* not known to the kernel: waits for a lookup */
 			end = push_file(fs, ps, pf, &moved) == PUSH_END;
 		}
+		if (!end && !todo && pass_on(fs) && wait_for_drop(fs, gen))
+			continue;
 		if (end || !todo)
 			break;
 		idle = moved ? 1 : idle * 2 > PUSH_IDLE_MS ? PUSH_IDLE_MS : idle * 2;
@@ -293,6 +356,7 @@ static void *push_thread(void *arg)
 	free(l);
 	if (ps)
 		stage_free(ps);
+	push_l = NULL;
 	atomic_store(&fs->push_done, 1);
 	if (atomic_load(&fs->push_term)) /* a signal waits for the push to end: the loop ends now */
 		pthread_kill(fs->loop_thread, SIGTERM);
@@ -322,9 +386,26 @@ void start_push(tp_fs *fs)
 {
 	if (!fs->push_budget || !fs->looked)
 		return;
+	push_l = push_list(fs, &push_n);
+	if (!push_l) {
+		tp_log(0, "push-ahead: out of memory; reads are served as without it");
+		return;
+	}
+	if (fs->pass) { /* the files that may get a copy: the same list */
+		fuse_ino_t *ino = calloc(push_n + 1, sizeof *ino);
+		uint64_t *size = calloc(push_n + 1, sizeof *size);
+		for (size_t k = 0; ino && size && k < push_n; k++)
+			ino[k] = push_l[k].ino, size[k] = push_l[k].size;
+		if (!ino || !size || pass_table(fs, ino, size, push_n) < 0)
+			tp_log(0, "--passthrough: out of memory; files are served as without it");
+		free(ino);
+		free(size);
+	}
 	fs->loop_thread = pthread_self();
 	if (start_thread(&fs->pusher, push_thread, fs) != 0) {
 		tp_log(0, "cannot start the push-ahead thread (%s); reads are served as without it", strerror(errno));
+		free(push_l);
+		push_l = NULL;
 		return;
 	}
 	fs->pushing = 1;

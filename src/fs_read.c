@@ -65,7 +65,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (vdecode(fs, ino, &r, &vp) == 0) { /* a part file of the view: checked on every read */
 		fi->keep_cache = 1;
 		fi->noflush = 1;
-		fuse_reply_open(req, fi);
+		if (!pass_open(fs, req, ino)) /* or served from its copy (fs_pass.c) */
+			fuse_reply_open(req, fi);
 		return;
 	}
 	if (decode(fs, ino, &r, &i) < 0) {
@@ -88,7 +89,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int err = n->kind == TN_PLAIN ? source_check(fs, i, -1) : 0;
 	if (err)
 		fuse_reply_err(req, err);
-	else
+	else if (n->kind == TN_PLAIN || !pass_open(fs, req, ino)) /* or served from its copy (fs_pass.c) */
 		fuse_reply_open(req, fi);
 }
 
@@ -118,10 +119,11 @@ static void fh_release(tp_fs *fs, fhandle *h)
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)ino;
+	tp_fs *fs = fuse_req_userdata(req);
 	fhandle *h = (fhandle *)(uintptr_t)fi->fh;
-	if (h)
-		fh_release(fuse_req_userdata(req), h);
+	if (h && fi->fh != PASS_FH)
+		fh_release(fs, h);
+	pass_release(fs, ino, fi->fh);
 	fuse_reply_err(req, 0);
 }
 

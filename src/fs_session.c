@@ -434,6 +434,7 @@ int tp_fs_main(tp_model *m, const tp_fs_opts *o, int *parent, tp_err *e)
 		goto out_signals;
 	}
 	tp_guard_install();
+	pass_setup(&fs); /* before the loop reads INIT: the custom I/O asks for passthrough */
 	if (start_inval(&fs) < 0) {
 		tp_fail(e, TP_EIO, "cannot start the invalidation thread: %s", strerror(errno));
 		goto out_unmount;
@@ -486,6 +487,7 @@ out_inval:
 	stop_inval(&fs);
 out_unmount:
 	fuse_session_unmount(fs.se);
+	pass_free(&fs);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);
 out_session:

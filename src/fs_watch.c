@@ -155,10 +155,20 @@ void after_reply(tp_fs *fs, uint32_t i)
 		queue_inval(fs, i, 0);
 }
 
+/* The pages of served file ino from offset off (or with off -1 its attributes); with pages, its
+ * copy for passthrough goes first (fs_pass.c), whether or not the mount answers yet. */
+static void inval_file(tp_fs *fs, fuse_ino_t ino, off_t off)
+{
+	if (off >= 0 && fs->pass)
+		pass_revoke(fs, ino);
+	if (atomic_load(&fs->ready))
+		fuse_lowlevel_notify_inval_inode(fs->se, ino, off, 0);
+}
+
 /* --view: the part files of every rank that read node i (pages, or with off -1 attributes). */
 static void inval_parts(tp_fs *fs, uint32_t i, off_t off)
 {
-	for (uint32_t r = 0; r < fs->T && atomic_load(&fs->ready); r++)
+	for (uint32_t r = 0; r < fs->T && (atomic_load(&fs->ready) || fs->pass); r++)
 		for (size_t p = 0; p < fs->vnp; p++) {
 			tp_view_file vf;
 			if (!tp_model_view_file(fs->m, r, p, &vf))
@@ -167,7 +177,7 @@ static void inval_parts(tp_fs *fs, uint32_t i, off_t off)
 			for (uint32_t k = 0; k < vf.nsrc && !reads; k++)
 				reads = vf.nodes[k] == i;
 			if (reads)
-				fuse_lowlevel_notify_inval_inode(fs->se, fs->vpart_ino + (fuse_ino_t)r * fs->vnp + p, off, 0);
+				inval_file(fs, fs->vpart_ino + (fuse_ino_t)r * fs->vnp + p, off);
 		}
 }
 
@@ -176,8 +186,8 @@ static void inval_parts(tp_fs *fs, uint32_t i, off_t off)
  * attributes only). The top folder and the stats file take SRC's attributes too. */
 static void inval_node(tp_fs *fs, uint32_t i, off_t off)
 {
-	for (uint32_t r = 0; r < fs->T && atomic_load(&fs->ready); r++)
-		fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, r, i), off, 0);
+	for (uint32_t r = 0; r < fs->T && (atomic_load(&fs->ready) || fs->pass); r++)
+		inval_file(fs, ino_of(fs, r, i), off);
 	inval_parts(fs, i, off);
 	if (fs->cfg_ino && i == fs->m->config_node && atomic_load(&fs->ready))
 		fuse_lowlevel_notify_inval_inode(fs->se, fs->cfg_ino, off, 0);

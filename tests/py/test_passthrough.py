@@ -1,0 +1,212 @@
+"""Passthrough copies (`--passthrough on`): the push writes each served file, whole, into a private copy in a
+huge-page tmpfs, and the kernel serves opens of the file from that copy (FUSE passthrough), so a loader's
+reads cost what a local file's do (docs/PERFORMANCE.md). Checked here, on the hf view (rank folders) and on
+--view vllm, at T=2 and 4:
+- every served file gets a copy before any read (the stats count the copies, and the memory they hold in
+  whole 2 MiB pages, which is how a copy counts against the budget: nothing was stored into FUSE's page
+  cache);
+- each file opened and read once: the bytes equal, byte for byte, a `--push off` mount's and the rules'
+  slices (reference.py), every open was served from a copy (the stats) and no read reached the daemon;
+- after those opens are closed, the copies are dropped and the push stores the files into the page cache
+  instead: the stats say every copy dropped after use and the push done with every served byte, and a
+  second read gives the same bytes;
+- a source rewritten after the copies are made: a file opened before the change reads either its old bytes
+  or end-of-file (read) once the watcher has seen it, never other bytes; a new open fails with EIO;
+- a budget below a file's whole pages makes no copy of it (the push fills the page cache as without
+  the option); `--passthrough off` says so in the stats; `--passthrough maybe` is refused;
+- an unmount while a file is open from its copy is clean.
+Needs a kernel that offers FUSE passthrough (6.9+) and CAP_SYS_ADMIN: without either the test exits 77,
+after checking that the stats say why the copies are not used.
+"""
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+from safetensors.numpy import load_file
+
+import fixtures
+import reference
+import tpfs_test as tt
+
+tt.require_fuse()
+F = tt.Failures()
+work = tempfile.mkdtemp(prefix="tpfs-pass-")
+CHANGED = [r"^tpfs: error: .*: the source changed since it was mounted"]
+HUGE = 2 << 20
+
+
+def stats_line(mnt, key):
+    """The stats file's line that starts with key + ':'."""
+    for line in open(os.path.join(mnt, ".tpfs-stats")).read().splitlines():
+        if line.startswith(key + ":"):
+            return line
+    raise AssertionError("no %s line in the stats" % key)
+
+
+def pass_counts(mnt):
+    """(copies made, opens served from them, dropped after use, dropped at a change), or None when not used."""
+    w = stats_line(mnt, "passthrough").split()
+    return None if w[1] in ("off", "not") else (int(w[1]), int(w[4]), int(w[9]), int(w[13]))
+
+
+def pushed(mnt):
+    w = stats_line(mnt, "push").split()
+    return int(w[2])
+
+
+def served_bytes(mnt):
+    rows = [l.split() for l in open(os.path.join(mnt, ".tpfs-stats")).read().splitlines()]
+    return sum(int(w[1]) for w in rows if w and w[0].isdigit())
+
+
+def tensor_files(mnt):
+    return sorted(glob.glob(os.path.join(mnt, "rank*", "*.safetensors")) +
+                  glob.glob(os.path.join(mnt, "model-rank-*.safetensors")))
+
+
+def raw(mnt):
+    """{path under mnt: sha256} of every served safetensors file, each opened and read once."""
+    out = {}
+    for fn in tensor_files(mnt):
+        with open(fn, "rb") as f:
+            out[os.path.relpath(fn, mnt)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def held(files):
+    return sum((os.path.getsize(f) + HUGE - 1) // HUGE * HUGE for f in files)
+
+
+src = os.path.join(work, "llama")
+config, full = fixtures.make("llama", src)
+
+# 0. does this kernel serve passthrough to this process?
+with tt.Mount(src, 2, "--passthrough", "on") as m:
+    tt.wait_for(lambda: "passthrough:" in open(os.path.join(m.path, ".tpfs-stats")).read(), what="the stats")
+    line = stats_line(m.path, "passthrough")
+    if pass_counts(m.path) is None:
+        print("SKIP: %s" % line)
+        F.check("not used:" in line, "without passthrough the stats say why: %s" % line)
+        F.done("passthrough")  # exits 1 when that check failed
+        raise SystemExit(77)
+
+# 1. copies before any read, then every open served from them, the right bytes, none through the daemon
+for view in ([], ["--view", "vllm"]):
+    name = "vllm view" if view else "hf view"
+    for T in (2, 4):
+        with tt.Mount(src, T, *view, "--push", "off") as m:
+            off_bytes = raw(m.path)
+        with tt.Mount(src, T, *view, "--passthrough", "on") as m:
+            files = tensor_files(m.path)
+            tt.wait_for(lambda: pass_counts(m.path)[0] == len(files), what="the copies of %s T=%d" % (name, T))
+            F.check(pushed(m.path) == held(files),
+                    "%s T=%d: the copies hold the files' whole 2 MiB pages (%d), nothing else is pushed (%d)"
+                    % (name, T, held(files), pushed(m.path)))
+            got = raw(m.path)
+            F.check(got == off_bytes, "%s T=%d: every file read from its copy equals a --push off mount's (%s)"
+                    % (name, T, sorted(k for k in off_bytes if got.get(k) != off_bytes[k])[:3]))
+            c = pass_counts(m.path)
+            F.check(c[1] == len(files) and served_bytes(m.path) == 0,
+                    "%s T=%d: %d opens, %d served from copies, %d bytes through the daemon"
+                    % (name, T, len(files), c[1], served_bytes(m.path)))
+            # the copies go after use; the push then fills the page cache with every served byte
+            total = sum(os.path.getsize(f) for f in files)
+            tt.wait_for(lambda: pass_counts(m.path)[2] == len(files) and ", done;" in stats_line(m.path, "push"),
+                        what="the drop of the copies and the page-cache push (%s T=%d)" % (name, T))
+            F.check(pushed(m.path) == total and sum(tt.resident(f) for f in files) >= 0.9 * total,
+                    "%s T=%d: after the copies, the page cache holds the files (pushed %d of %d)"
+                    % (name, T, pushed(m.path), total))
+            for r in range(T):
+                loaded = {}
+                for f in [f for f in files if ("rank%d/" % r) in f or ("rank-%d-" % r) in f]:
+                    loaded.update(load_file(f))
+                if not view:
+                    want = {k: reference.expected("llama", config, k, x, T, r) for k, x in full.items()}
+                    bad = [k for k in want if k not in loaded or not (loaded[k] == want[k]).all()]
+                    F.check(not bad and len(loaded) == len(want), "%s T=%d rank %d: the rules' slices (%s)"
+                            % (name, T, r, bad[:3]))
+            F.check(raw(m.path) == off_bytes, "%s T=%d: a second read, from the page cache, is the same" % (name, T))
+
+# 2. a source rewritten after the copies are made: old bytes or end-of-file, never other bytes; new opens EIO
+for view in ([], ["--view", "vllm"]):
+    name = "vllm view" if view else "hf view"
+    chg = os.path.join(work, "changed-" + ("vllm" if view else "hf"))
+    fixtures.save(chg, config, full)
+    with tt.Mount(chg, 2, *view, "--push", "off") as m:
+        old = {os.path.relpath(f, m.path): open(f, "rb").read() for f in tensor_files(m.path)}
+    with tt.Mount(chg, 2, *view, "--passthrough", "on", allow_stderr=CHANGED) as m:
+        files = tensor_files(m.path)
+        tt.wait_for(lambda: pass_counts(m.path)[0] == len(files), what="the copies (%s, before the change)" % name)
+        fds = {fn: os.open(fn, os.O_RDONLY) for fn in files}  # opened from the copies before the change
+        F.check(pass_counts(m.path)[1] == len(files), "%s: the opens before the change were served from copies" % name)
+        victim = os.path.join(chg, "model-00001-of-00002.safetensors")
+        with open(victim, "r+b") as f:  # same size, other bytes, in place
+            f.seek(os.path.getsize(victim) - 4096)
+            f.write(bytes(4096))
+        hit = [fn for fn in files if "00001" in fn or "part-0" in fn]
+        t0, reads, wrong = time.time(), {}, []
+        while time.time() < t0 + 5:
+            reads = {fn: os.pread(fds[fn], os.path.getsize(fn), 0) for fn in files}
+            wrong += [fn for fn, b in reads.items() if b and b != old[os.path.relpath(fn, m.path)]]
+            if all(reads[fn] == b"" for fn in hit):
+                break
+            time.sleep(0.05)
+        took = time.time() - t0
+        F.check(not wrong, "%s: reads of files open from their copies never gave other bytes (%s)" % (name, wrong[:2]))
+        F.check(all(reads[fn] == b"" for fn in hit) and took < 2,
+                "%s: files open from a copy of the rewritten source read end-of-file %.2f s after the write (%s)"
+                % (name, took, {os.path.relpath(k, m.path): len(v) for k, v in reads.items()}))
+        F.check(pass_counts(m.path)[3] >= len(hit), "%s: the stats count the copies dropped at the change: %s"
+                % (name, stats_line(m.path, "passthrough")))
+        for fd in fds.values():
+            os.close(fd)
+        errs = []
+        for fn in hit:
+            try:
+                open(fn, "rb").read()
+                errs.append(None)
+            except OSError as e:
+                errs.append(e.errno)
+        F.check(errs == [5] * len(hit), "%s: a new open of a rewritten file's copy reads EIO (%s)" % (name, errs))
+
+# 3. a budget below a file's whole pages: no copy of it, the page cache filled as without the option
+with tt.Mount(src, 2, "--push", "off") as m:
+    off_bytes = raw(m.path)
+with tt.Mount(src, 2, "--passthrough", "on", "--push", "1M") as m:
+    tt.wait_for(lambda: "stopped at the budget" in stats_line(m.path, "push") or ", done;" in stats_line(m.path, "push"),
+                what="the push under a 1 MiB budget")
+    F.check(pass_counts(m.path)[0] == 0 and 0 < pushed(m.path) <= 1 << 20,
+            "--push 1M: no copy (a copy needs whole 2 MiB pages), the page cache pushed within the budget: %s / %s"
+            % (stats_line(m.path, "passthrough"), stats_line(m.path, "push")))
+    F.check(raw(m.path) == off_bytes, "--push 1M: every file equals a --push off mount's")
+with tt.Mount(src, 2) as m:
+    F.check(stats_line(m.path, "passthrough") == "passthrough: off", "no --passthrough: %s"
+            % stats_line(m.path, "passthrough"))
+bad = tt.tpfs("mount", src, work, "--tp", "2", "--passthrough", "maybe")
+F.check(bad.returncode == 2 and "--passthrough" in bad.stderr, "--passthrough maybe is refused: %s"
+        % bad.stderr.strip()[:200])
+
+# 4. a lazy unmount while a file is open from its copy: the file still reads right, and once it is closed the
+# daemon exits 0
+with tt.Mount(src, 2, "--push", "off") as m:
+    want0 = open(tensor_files(m.path)[0], "rb").read()
+m = tt.Mount(src, 2, "--passthrough", "on")
+with m:
+    files = tensor_files(m.path)
+    tt.wait_for(lambda: pass_counts(m.path)[0] == len(files), what="the copies (unmount)")
+    held_open = open(files[0], "rb")
+    first = held_open.read(4096)
+    F.check(pass_counts(m.path)[1] == 1, "a file open from its copy (unmount)")
+    subprocess.run(["fusermount3", "-u", "-z", m.path], check=True)
+    rest = held_open.read()
+    F.check(first + rest == want0, "after the lazy unmount the file open from its copy still reads right")
+    held_open.close()
+F.check(m.proc.returncode == 0 and not tt.is_mounted(m.path), "unmount with a file open from its copy: exit %s"
+        % m.proc.returncode)
+
+shutil.rmtree(work, ignore_errors=True)
+F.done("passthrough")
