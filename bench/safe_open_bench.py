@@ -9,10 +9,14 @@ copying it out of a tpfs mount (so the bytes are the same). Each repetition, sid
                `safe_open(f, "numpy")` and `get_tensor` (the source cached: the pushed pages are what is read);
   pre-sharded  the same reader over the local copy, its page cache warmed by one read first.
 
+  TAG         with --variant 'TAG=ARGS': the pushed row's mount with more arguments, e.g.
+               'passthrough=--passthrough on' (the reads then go to the push's private copies; needs root)
+
 Printed: seconds per pass for each, medians of --reps, and the ratio (pre-sharded time / pushed time: 1.0x
-means as fast). Wall time: run it on a quiet machine. No root needed.
+means as fast). Wall time: run it on a quiet machine. No root needed, but for passthrough.
 
 python bench/safe_open_bench.py [--reps N] [--tp T] [--rank R] [--smoke] [--tpfs PATH] [--work DIR]
+                                [--variant TAG=ARGS ...]
 """
 import argparse
 import os
@@ -56,7 +60,10 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="a small checkpoint, one repetition")
     ap.add_argument("--tpfs", default=os.path.join(HERE, "..", "build", "src", "tpfs"))
     ap.add_argument("--work", default=os.path.join(HERE, "..", "build", "bench"))
+    ap.add_argument("--variant", action="append", default=[], metavar="TAG=ARGS",
+                    help="also the pushed row with more tpfs mount arguments (repeatable)")
     a = ap.parse_args()
+    rows = [("pushed", [])] + [(v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in a.variant]
     os.makedirs(a.work, exist_ok=True)
     c = (llama_gen.config(layers=2, hidden=1024, heads=8, kv_heads=4, inter=4096, vocab=8192) if a.smoke
          else llama_gen.config())
@@ -67,7 +74,8 @@ def main():
         open(os.path.join(gen, ".complete"), "w").close()
     root = tempfile.mkdtemp(prefix="tpfs-presharded-", dir=a.work)
     pre = os.path.join(root, "rank")
-    res = {"pushed": [], "pre": []}
+    res = {tag: [] for tag, _ in rows}
+    res["pre"] = []
     try:
         m = IO.Mount(a.tpfs, gen, a.tp, "--push", "off", ranks=str(a.rank))
         try:
@@ -76,31 +84,36 @@ def main():
             m.stop()
         warm(gen)
         for rep in range(1 if a.smoke else a.reps):
-            m = IO.Mount(a.tpfs, gen, a.tp, "--push", "auto", ranks=str(a.rank))
-            try:
-                line = IO.wait_push(m.mnt)
-                n, secs = read_all(m.rank(a.rank))
-                res["pushed"].append(secs)
-            finally:
-                m.stop()
+            said = []
+            for tag, extra in rows:
+                m = IO.Mount(a.tpfs, gen, a.tp, "--push", "auto", *extra, ranks=str(a.rank))
+                try:
+                    line = IO.wait_push(m.mnt)
+                    n, secs = read_all(m.rank(a.rank))
+                    res[tag].append(secs)
+                finally:
+                    m.stop()
+                said.append("%s %.3f s (%s)" % (tag, secs, line.split(", ")[1].split(";")[0]))
             warm(pre)
             n2, secs2 = read_all(pre)
             res["pre"].append(secs2)
             if n != n2:
                 sys.exit("the two folders hold different bytes: %d against %d" % (n, n2))
-            print("rep %d: pushed %.3f s (%s), pre-sharded %.3f s, %.1f MB" % (
-                rep + 1, secs, line.split(", ")[1].split(";")[0], secs2, n / 1e6), flush=True)
+            print("rep %d: %s, pre-sharded %.3f s, %.1f MB" % (rep + 1, ", ".join(said), secs2, n / 1e6), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    p, q = statistics.median(res["pushed"]), statistics.median(res["pre"])
+    q = statistics.median(res["pre"])
     print("\n| safe_open + get_tensor of every tensor, T=%d rank %d | seconds (each repetition) | speed x pre-sharded |"
           % (a.tp, a.rank))
     print("| --- | --- | --- |")
     print("| pre-sharded local copy (cached) | %.3f (%s) | 1.00x |" % (q, " / ".join("%.3f" % x for x in res["pre"])))
-    print("| tpfs rank folder after the push | %.3f (%s) | %.2fx |" % (
-        p, " / ".join("%.3f" % x for x in res["pushed"]), q / p))
-    print("Command: python bench/safe_open_bench.py --reps %d --tp %d --rank %d%s" % (
-        len(res["pre"]), a.tp, a.rank, " --smoke" if a.smoke else ""))
+    for tag, extra in rows:
+        p = statistics.median(res[tag])
+        print("| tpfs rank folder after the push%s | %.3f (%s) | %.2fx |" % (
+            " (%s)" % " ".join(extra) if extra else "", p, " / ".join("%.3f" % x for x in res[tag]), q / p))
+    print("Command: python bench/safe_open_bench.py --reps %d --tp %d --rank %d%s%s" % (
+        len(res["pre"]), a.tp, a.rank, " --smoke" if a.smoke else "",
+        "".join(" --variant '%s'" % v for v in a.variant)))
 
 
 if __name__ == "__main__":
