@@ -233,7 +233,7 @@ static int build_tindex(const tp_model *m, tp_tindex *x, tp_err *e)
 static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 {
 	tp_node *n = &m->n[idx];
-	tp_resolve_opts ro = {.T = m->T, .pad_vocab = m->pad_vocab, .ep = m->o->ep};
+	tp_resolve_opts ro = {.T = m->T, .pad_vocab = m->pad_vocab, .ep = m->o->ep, .ep_uneven = m->D > 1};
 	tp_spec *specs = calloc(n->h.n ? n->h.n : 1, sizeof *specs);
 	char (*why)[200] = calloc(n->h.n ? n->h.n : 1, sizeof *why);
 	tp_text rt = {0}; /* the resolved plan's rules (rank_folder.h): tensor i's at rs[i] in rt */
@@ -416,9 +416,16 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 	m->o = o;
 	m->T = o->T;
 	m->P = o->pp > 1 ? o->pp : 1;
-	m->W = m->P * o->T;
+	m->D = o->dp > 1 ? o->dp : 1;
+	m->G = m->P * m->D;
+	m->W = m->G * o->T;
 	if (o->T < 1 || o->T > TP_MAX_T)
 		return tp_fail(e, TP_ELIMIT, "--tp %u: T must be between 1 and %d", o->T, TP_MAX_T);
+	if ((uint64_t)m->D * o->T > TP_MAX_T)
+		return tp_fail(e, TP_ELIMIT, "--dp %u: at most %d ranks in all (--dp x --tp)", o->dp, TP_MAX_T);
+	if (m->D > 1 && (m->P > 1 || !o->ep || !o->view))
+		return tp_fail(e, TP_EINVAL, "--dp %u: data-parallel ranks are served with --ep under an engine view "
+			       "(--view vllm), without --pp", o->dp);
 	if (o->pp > TP_PP_MAX || (uint64_t)o->pp * o->T > TP_MAX_T)
 		return tp_fail(e, TP_ELIMIT, "--pp %u: from 1 to %d stages, and at most %d ranks in all (--pp x --tp)", o->pp,
 			       TP_PP_MAX, TP_MAX_T);
@@ -521,7 +528,7 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 		if (rc == 0)
 			rc = tp_model_view_choose(m, e);
 		if (rc == 0 && o->ep)
-			rc = tp_plan_ep_check(&m->plan, &m->cfg, m->T, m->ep_count, e);
+			rc = tp_plan_ep_check(&m->plan, &m->cfg, m->D * m->T, m->D > 1, m->ep_count, e);
 		/* the tensor index for companions */
 		tp_tindex lc = {0};
 		if (rc == 0)
@@ -605,6 +612,16 @@ void tp_model_ep_range(const tp_model *m, int d, uint32_t r, uint64_t *first, ui
 	*first = *count = 0;
 	if (!m->o || !m->o->ep || d < 0 || d >= m->plan.nexperts)
 		return;
+	if (m->D > 1) { /* EP rank r of D x T: vLLM's linear placement, the first E mod N one more */
+		tp_spec s = tp_spec_owned((uint64_t)m->ep_count[d], 0);
+		tp_share sh;
+		s.flags = TP_UNEVEN;
+		if (m->ep_count[d] > 0 && tp_share_of(s.seg[0], &s, m->D * m->T, r, &sh, "", NULL) == 0) {
+			*first = sh.first;
+			*count = sh.count;
+		}
+		return;
+	}
 	tp_ep_range(m->ep_count[d], m->T, r, first, count);
 }
 

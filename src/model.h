@@ -94,6 +94,9 @@ typedef struct tp_model_opts {
 	                        * (1, linear), or under a view experts r, r + T, ... (2, round_robin) */
 	const char *view;      /* NULL: the hf view (rank folders); an engine ("vllm"), or a view file */
 	uint32_t pp;           /* --pp: pipeline stages under the view (0 or 1: none) */
+	uint32_t dp;           /* --dp: data-parallel ranks under the view with --ep (0 or 1: none): D groups
+	                        * of T view ranks, g = d x T + t, dense tensors those of TP rank t, the
+	                        * routed experts those of EP rank g of D x T (vLLM's DP with EP) */
 	const uint32_t *pp_layers; /* --pp-layers: layers per stage (pp of them), or NULL: as vLLM divides them */
 	int keep_going;        /* tpfs plan: report every tensor that cannot be cut (log level 2),
 	                        * replicate it in the layouts, count it in nrefused, and go on */
@@ -133,7 +136,13 @@ typedef struct tp_model {
 	 * vLLM numbers its workers. Stage s's files are its parts k < vstage_np[s], each vplan part
 	 * vslot_part[s x nparts + k] cut for TP rank t and holding the stage's tensors only. Without
 	 * --pp: P 1, and slot k is part k. */
-	uint32_t P, W;           /* stages; view ranks, P x T */
+	uint32_t P, W;           /* stages; view ranks, P x D x T */
+	/* Data parallelism with expert parallelism (--dp): D groups of T view ranks, g = d x T + t
+	 * (vLLM's EP rank), each holding every part: the dense tensors cut for TP rank t, the routed
+	 * experts for EP rank g of N = D x T (linear: the first E mod N ranks one more; or round_robin),
+	 * files "model-dp-{d}-rank-{t}-part-{k}.safetensors". D is 1 without --dp; P > 1 and D > 1
+	 * are not served together. G = P x D groups of T ranks. */
+	uint32_t D, G;
 	uint64_t pp_start[TP_PP_MAX + 1]; /* stage s holds layers [pp_start[s], pp_start[s + 1]) */
 	uint32_t *vstage_np;     /* [s] */
 	uint32_t *vslot_part;    /* [s x nparts + k] */
@@ -158,11 +167,13 @@ uint32_t tp_node_child(const tp_model *m, uint32_t dir, const char *name);
 uint32_t tp_node_resolve(const tp_model *m, uint32_t dir, const char *rel);
 
 /* Expert parallelism (--ep): the routed experts of the plan's experts declaration d that rank r
- * holds, [*first, *first + *count). Both 0 without --ep. */
+ * holds, [*first, *first + *count) (with --dp, r is the EP rank, of D x T). Both 0 without --ep. */
 void tp_model_ep_range(const tp_model *m, int d, uint32_t r, uint64_t *first, uint64_t *count);
 
 /* The name of view rank g's part file k: "model-rank-{g}-part-{k}.safetensors", or with stages
- * (P > 1) "model-pp-{s}-tp-{t}-part-{k}.safetensors" (vLLM's sharded_state patterns). */
+ * (P > 1) "model-pp-{s}-tp-{t}-part-{k}.safetensors" (vLLM's sharded_state patterns), or with
+ * data-parallel ranks (D > 1) "model-dp-{d}-rank-{t}-part-{k}.safetensors" (sharded_state's
+ * reading with the pattern "model-dp-{d}-rank-{rank}-part-{part}.safetensors"). */
 void tp_model_view_name(const tp_model *m, uint32_t g, size_t k, char *out, size_t cap);
 
 /* Whether view rank g has a part file k (a stage may have fewer parts than the view). */
@@ -181,7 +192,7 @@ typedef struct tp_view_file {
 	uint32_t own;            /* the node of the source file it is cut from (its owner, mode, mtime) */
 } tp_view_file;
 
-/* The ranks files are served for: the view's ranks (P x T: stages of T) under a view, else T. */
+/* The ranks files are served for: the view's ranks (P x D x T: groups of T) under a view, else T. */
 uint32_t tp_model_ranks(const tp_model *m);
 
 /* The view's parts (0 without a view): rank g's file k is cut from one of them, and every rank's

@@ -20,6 +20,8 @@ void tp_model_view_name(const tp_model *m, uint32_t g, size_t k, char *out, size
 {
 	if (m->P > 1)
 		snprintf(out, cap, "model-pp-%u-tp-%u-part-%zu.safetensors", g / m->T, g % m->T, k);
+	else if (m->D > 1)
+		snprintf(out, cap, "model-dp-%u-rank-%u-part-%zu.safetensors", g / m->T, g % m->T, k);
 	else
 		snprintf(out, cap, "model-rank-%u-part-%zu.safetensors", g, k);
 }
@@ -109,9 +111,18 @@ int tp_model_view_choose(tp_model *m, tp_err *e)
 		}
 		m->pad_vocab = m->view->pad_vocab;
 	}
+	char types[512];
+	if (m->D > 1 && !tp_view_listed(m->view->dp_ep_types, m->view->ndp_ep_types, model_type)) {
+		tp_fail(e, TP_EINVAL, "--dp %u under %s: data parallelism with expert parallelism is proven for %s, not for "
+			"model_type '%s' (vLLM places the experts over --dp x --tp ranks; the view must hold every other "
+			"tensor as each DP rank's loader does); mount without --dp", m->D, m->view->origin,
+			joined(m->view->dp_ep_types, m->view->ndp_ep_types, "no model type of this view", types, sizeof types),
+			model_type ? model_type : "(none)");
+		tp_model_view_free(m);
+		return -1;
+	}
 	const char *const *et = o->ep == 2 ? m->view->ep_rr_types : m->view->ep_types;
 	uint32_t net = o->ep == 2 ? m->view->nep_rr_types : m->view->nep_types;
-	char types[512];
 	if (o->ep && !tp_view_listed(et, net, model_type)) {
 		tp_fail(e, TP_EINVAL, "--ep%s under %s: expert parallelism%s is proven for %s, not for model_type '%s' (vLLM "
 			"places the experts; the view must hold them as its loader does)%s; mount without --ep",
@@ -280,8 +291,8 @@ int tp_model_view_build(tp_model *m, const cJSON *root_index, tp_err *e)
 	size_t np = m->vplan.nparts;
 	m->vs = calloc((size_t)m->W * (np ? np : 1), sizeof *m->vs);
 	m->vnode = calloc(np ? np : 1, sizeof *m->vnode);
-	m->vstage_np = calloc(m->P, sizeof *m->vstage_np);
-	m->vslot_part = calloc((size_t)m->P * (np ? np : 1), sizeof *m->vslot_part);
+	m->vstage_np = calloc(m->G, sizeof *m->vstage_np);
+	m->vslot_part = calloc((size_t)m->G * (np ? np : 1), sizeof *m->vslot_part);
 	if (!m->vs || !m->vnode || !m->vstage_np || !m->vslot_part)
 		return tp_fail(e, TP_ENOMEM, "out of memory");
 	for (size_t p = 0; p < np; p++) {
@@ -364,7 +375,7 @@ static int build_stages(tp_model *m, tp_expr_ctx *c, tp_err *e)
 		for (uint32_t k = 0; rc == 0 && k < pt->nsrc; k++)
 			h[k] = &m->n[m->vnode[p][k]].h;
 		const tp_node *own = &m->n[m->vsrc_node[pt->file]];
-		for (uint32_t s = 0; rc == 0 && s < m->P; s++) {
+		for (uint32_t s = 0; rc == 0 && s < m->G; s++) { /* a stage, or a DP rank (holding every part) */
 			const tp_sdesc *ds = pt->d;
 			size_t nd = pt->n;
 			if (m->P > 1) { /* the stage's tensors of this part, in order */
@@ -382,8 +393,9 @@ static int build_stages(tp_model *m, tp_expr_ctx *c, tp_err *e)
 				uint32_t g = s * m->T + t;
 				char fname[96];
 				tp_model_view_name(m, g, slot, fname, sizeof fname);
-				rc = tp_served_build(h, pt->nsrc, ds, nd, own->h.meta, own->h.nmeta, m->rf.rank_meta + 3 * (size_t)t,
-						     3, m->T, t, fname, &m->vs[(size_t)g * np + slot], e);
+				rc = tp_served_build_ep(h, pt->nsrc, ds, nd, own->h.meta, own->h.nmeta,
+							m->rf.rank_meta + 3 * (size_t)t, 3, m->T, t, m->D > 1 ? m->W : 0, g,
+							fname, &m->vs[(size_t)g * np + slot], e);
 			}
 		}
 		if (h != hs)
@@ -401,6 +413,9 @@ static int build_stages(tp_model *m, tp_expr_ctx *c, tp_err *e)
 					      (unsigned long long)m->pp_start[s], (unsigned long long)m->pp_start[s + 1]);
 		tp_model_log(m, 1, "view %s: %u pipeline stages of %u ranks, layers %s", m->view->name, m->P, m->T, lay);
 	}
+	if (m->D > 1)
+		tp_model_log(m, 1, "view %s: %u data-parallel ranks of %u TP ranks, the routed experts over %u EP ranks "
+			     "(rank = DP rank x %u + TP rank)", m->view->name, m->D, m->T, m->W, m->T);
 	tp_model_log(m, 1, "view %s: %llu tensors per rank in %zu parts (%llu fused or stacked, %llu constants)",
 		     m->view->name, (unsigned long long)m->vplan.ntensors, np, (unsigned long long)m->vplan.nfused,
 		     (unsigned long long)m->vplan.nconsts);
