@@ -32,6 +32,10 @@ one vLLM run across two nodes, each node a mount namespace with its own tpfs ser
 Expert parallelism (--ep under the view, vLLM's enable_expert_parallel) by the probe only, at TP=2: linear placement
 for every MoE view family, round_robin where vLLM uses it (several expert groups; the same files loaded by a
 linear vLLM must differ); vLLM's CPU MoE cannot run a forward under EP (issue 32), so no token check.
+Data parallelism with expert parallelism (--dp 2 --ep, vLLM's --data-parallel-size 2 --enable-expert-parallel) by
+the probe, at DP=2 x TP=2 (one gloo world of 4 ranks, each DP rank its own VllmConfig, as vLLM's DP engines):
+Qwen3-MoE with 5 routed experts over 4 EP ranks (vLLM: 2, 1, 1, 1), each DP rank's sharded_state reading its
+model-dp-{d}-rank-{t} files; the same files with DP ranks 0 and 1 swapped must fail.
 
 TPFS_VLLM_TOKENS=none (the sanitized build) runs 1 to 3 only, for a few families. TPFS_NODES_PARTS=stages,probe,nodes,plugin
 (the default) names the parts to run (nodes: 4, plugin: 5; either runs the one-node run it compares to).
@@ -213,6 +217,21 @@ def probe(fails, work, stack):
         if placement == "round_robin":  # the same files to a vLLM placing linearly: other experts, caught
             cases.append({"name": "%s/rr-as-linear" % tag, "src": src, "served": mnt.path, "tp": 2,
                           "engine": {"enable_expert_parallel": True, "expert_placement_strategy": "linear"}})
+    # DP x EP: 5 experts over DP=2 x TP=2 = 4 EP ranks (vLLM's remainder rule: 2, 1, 1, 1), and the DP ranks'
+    # files swapped (DP rank 0 reading DP rank 1's experts: other shapes, caught)
+    src = vllm_models.make("qwen3_moe", os.path.join(work, "src-dpep"), config={"num_experts": 5})
+    mnt = stack.enter_context(tpfs_test.Mount(src, 2, "--view", "vllm", "--dp", 2, "--ep"))
+    cases.append({"name": "qwen3_moe/dp2-tp2-ep", "src": src, "served": mnt.path, "tp": 2, "dp": 2,
+                  "engine": {"enable_expert_parallel": True}})
+    swapped = os.path.join(work, "broken-dp")
+    os.makedirs(swapped)
+    for fn in os.listdir(mnt.path):
+        to = fn.replace("model-dp-0-", "model-dp-X-").replace("model-dp-1-", "model-dp-0-").replace("model-dp-X-",
+                                                                                                      "model-dp-1-")
+        if not fn.startswith("."):
+            shutil.copyfile(os.path.join(mnt.path, fn), os.path.join(swapped, to))
+    cases.append({"name": "qwen3_moe/dp-swapped", "src": src, "served": swapped, "tp": 2, "dp": 2,
+                  "engine": {"enable_expert_parallel": True}})
     # broken: the final norm on stage 0 (vLLM: an extra key there, a missing one on stage 1)
     bad = os.path.join(work, "broken-pp")
     shutil.copytree(cases[0]["served"], bad)
@@ -241,6 +260,11 @@ def probe(fails, work, stack):
             caught = not r.get("ok") and any(x.get("loaded") for x in ranks.values())
             print("%-24s %-6s" % (c["name"], "caught" if caught else "MISSED"))
             fails.check(caught, "%s: round-robin files loaded by a linear vLLM must differ" % c["name"])
+            continue
+        if c["name"] == "qwen3_moe/dp-swapped":
+            caught = not r.get("ok") and any(x.get("keys") for x in ranks.values())
+            print("%-24s %-6s" % (c["name"], "caught" if caught else "MISSED"))
+            fails.check(caught, "DP ranks reading each other's files must fail the probe: %s" % r)
             continue
         if c["name"] == "llama/broken":
             errs = " ".join(x.get("error") or "" for x in ranks.values())
