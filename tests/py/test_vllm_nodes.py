@@ -35,7 +35,10 @@ linear vLLM must differ); vLLM's CPU MoE cannot run a forward under EP (issue 32
 Data parallelism with expert parallelism (--dp 2 --ep, vLLM's --data-parallel-size 2 --enable-expert-parallel) by
 the probe, at DP=2 x TP=2 (one gloo world of 4 ranks, each DP rank its own VllmConfig, as vLLM's DP engines):
 Qwen3-MoE with 5 routed experts over 4 EP ranks (vLLM: 2, 1, 1, 1), each DP rank's sharded_state reading its
-model-dp-{d}-rank-{t} files; the same files with DP ranks 0 and 1 swapped must fail.
+model-dp-{d}-rank-{t} files; the same files with DP ranks 0 and 1 swapped must fail; and the plugin
+(--load-format tpfs, the checkout's python/ package registered as vLLM registers plugins, in each worker) at the
+same split: each DP rank's two workers share one mount of that DP rank's EP ranks, every tensor equal to the
+default loader's, and no mount left once the probe has exited.
 
 TPFS_VLLM_TOKENS=none (the sanitized build) runs 1 to 3 only, for a few families. TPFS_NODES_PARTS=stages,probe,nodes,plugin
 (the default) names the parts to run (nodes: 4, plugin: 5; either runs the one-node run it compares to).
@@ -232,6 +235,10 @@ def probe(fails, work, stack):
             shutil.copyfile(os.path.join(mnt.path, fn), os.path.join(swapped, to))
     cases.append({"name": "qwen3_moe/dp-swapped", "src": src, "served": swapped, "tp": 2, "dp": 2,
                   "engine": {"enable_expert_parallel": True}})
+    cases.append({"name": "qwen3_moe/dp2-tp2-ep-plugin", "src": src, "tp": 2, "dp": 2, "loader": "tpfs",
+                  "engine": {"enable_expert_parallel": True}})
+    plugin_run = os.path.join(work, "plugin-run")
+    os.mkdir(plugin_run, 0o700)
     # broken: the final norm on stage 0 (vLLM: an extra key there, a missing one on stage 1)
     bad = os.path.join(work, "broken-pp")
     shutil.copytree(cases[0]["served"], bad)
@@ -247,7 +254,14 @@ def probe(fails, work, stack):
     with open(os.path.join(work, "probe.log"), "w") as lf:
         p = subprocess.run([sys.executable, os.path.join(HERE, "vllm_probe.py"), os.path.join(work, "cases.json"),
                             os.path.join(work, "probe.json")], stdout=lf, stderr=subprocess.STDOUT, timeout=1800,
-                           env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1"))
+                           env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", TPFS_RUNTIME_DIR=plugin_run,
+                                    TPFS_VLLM_EARLY="0",
+                                    PYTHONPATH=os.path.join(HERE, "..", "..", "python") + os.pathsep +
+                                    os.environ.get("PYTHONPATH", ""),
+                                    PATH=os.path.dirname(os.path.abspath(tpfs_test.TPFS)) + os.pathsep +
+                                    os.environ.get("PATH", "")))
+    left = lambda: [ln for ln in open("/proc/self/mountinfo") if " %s/" % plugin_run in ln]  # noqa: E731
+    fails.check(wait_until(lambda: not left(), 30), "the plugin's DP x EP mounts left after the probe: %s" % left())
     fails.check(p.returncode == 0, "vllm_probe.py exited %d (log %s/probe.log)" % (p.returncode, work))
     with open(os.path.join(work, "probe.json")) as f:
         res = json.load(f)
@@ -261,6 +275,10 @@ def probe(fails, work, stack):
             print("%-24s %-6s" % (c["name"], "caught" if caught else "MISSED"))
             fails.check(caught, "%s: round-robin files loaded by a linear vLLM must differ" % c["name"])
             continue
+        if c["name"] == "qwen3_moe/dp2-tp2-ep-plugin":  # each DP rank's workers on one mount, its own
+            mounts = [ranks.get(str(g), {}).get("served") for g in range(4)]
+            fails.check(all(mounts) and mounts[0] == mounts[1] and mounts[2] == mounts[3] and mounts[0] != mounts[2],
+                        "the plugin under DP x EP: one mount a DP rank, %s" % mounts)
         if c["name"] == "qwen3_moe/dp-swapped":
             caught = not r.get("ok") and any(x.get("keys") for x in ranks.values())
             print("%-24s %-6s" % (c["name"], "caught" if caught else "MISSED"))

@@ -11,7 +11,9 @@ python vllm_probe.py CASES.json RESULT.json     (in the vLLM venv, scripts/setup
             rank d x tp + t, vLLM's EP rank; each DP rank's own VllmConfig says data_parallel_rank d, its ranks
             join one gloo world of dp x tp through the DP master address as vLLM's workers do, and its
             sharded_state reads model-dp-{d}-rank-{t}-part-* (the pattern extra config)),
-            "engine": {more EngineArgs fields},
+            "loader": null or "tpfs" (the second loader is the tpfs plugin's, --load-format tpfs on SRC, instead of
+            sharded_state on "served": the package under python/ and the tpfs program on PATH; its keys are checked
+            against the mount the plugin made), "engine": {more EngineArgs fields},
             "env": {variables set while the case runs, e.g. VLLM_PP_LAYER_PARTITION}, "impersonate": null or
             "cuda-dsa", "nvfp4-emulation", "fp8-block-torch", "mxfp4-emulation" or "olmo-hybrid"
             (vllm_plugin.py), "casts": [regex, ...] (keys
@@ -165,14 +167,16 @@ def engine_config(case, how, dp_rank=0):
     from vllm.engine.arg_utils import EngineArgs
     world = case["tp"] * case.get("pp", 1)
     dp = case.get("dp", 1)
-    args = dict(model=case["src"] if how == "auto" else case["served"], load_format=how,
+    plugin = how == "sharded_state" and case.get("loader") == "tpfs"
+    args = dict(model=case["src"] if how == "auto" or plugin else case["served"],
+                load_format="tpfs" if plugin else how,
                 tensor_parallel_size=case["tp"], pipeline_parallel_size=case.get("pp", 1),
                 dtype=case.get("dtype", "bfloat16"), enforce_eager=True,
                 skip_tokenizer_init=True, max_model_len=case.get("max_model_len", 256), seed=0,
                 distributed_executor_backend="mp" if world > 1 or dp > 1 else "uni")
     if dp > 1:
         args.update(data_parallel_size=dp)
-        if how == "sharded_state":
+        if how == "sharded_state" and not plugin:
             args["model_loader_extra_config"] = {"pattern": "model-dp-%d-rank-{rank}-part-{part}.safetensors" % dp_rank}
     args.update(case.get("engine") or {})
     vc = EngineArgs(**args).create_engine_config()
@@ -211,6 +215,9 @@ def worker(rank, tp, port, cases_path, out_path):
 
     with open(cases_path) as f:
         cases = json.load(f)
+    if any(c.get("loader") == "tpfs" for c in cases):  # as vLLM's plugin loading does in a worker
+        import tpfs.vllm_plugin
+        tpfs.vllm_plugin.register()
     hooks, results, initialized = Hooks(), {}, False
     per_dp = tp * (cases[0].get("pp", 1) if cases else 1)
     dp_rank, local = rank // per_dp, rank % per_dp
@@ -269,8 +276,15 @@ def worker(rank, tp, port, cases_path, out_path):
                 else:
                     os.environ[k] = v
             a, b = got["auto"], got["sharded_state"]
-            if b["expected"] is not None:
-                have = served_keys(case["served"], rank, case["tp"], case.get("pp", 1), case.get("dp", 1))
+            served = case.get("served")
+            if case.get("loader") == "tpfs":  # the mount the plugin made in this process
+                import tpfs.node
+                served = list(tpfs.node._held)[-1] if tpfs.node._held else None
+                res["served"] = served
+                if not served:
+                    res["keys"] = [["(the plugin made no mount in this process)", None, None]]
+            if b["expected"] is not None and served:
+                have = served_keys(served, rank, case["tp"], case.get("pp", 1), case.get("dp", 1))
                 res["keys"] = [[k, have.get(k), b["expected"].get(k)] for k in differ(b["expected"], have)]
                 # keys the case lets differ in dtype only (vLLM casts them on load as its default loader does)
                 casts = [re.compile(c) for c in case.get("casts") or []]
