@@ -387,6 +387,8 @@ static void print_view(const tp_model *m, uint32_t rank)
 	}
 	char a[32];
 	printf("\nrank %u: %zu part files, %s\n", rank, nf, human(total, a, sizeof a));
+	if (m->D > 1) /* --dp: which experts every EP rank holds */
+		print_ep(m);
 }
 
 int cmd_plan(int argc, char **argv)

@@ -663,8 +663,11 @@ def dp_ep():
     F.check(pr.returncode != 0 and "not for model_type 'mellum'" in pr.stderr,
             "dp_ep: a model type the view does not list under dp_ep is refused: %s" % pr.stderr.strip()[-300:])
     pr = tt.tpfs("plan", src, "--tp", 2, "--dp", 2, "--ep", "--view", "vllm")
-    F.check(pr.returncode == 0 and "model-dp-0-rank-0-part-0.safetensors" in pr.stdout,
-            "dp_ep: tpfs plan --dp shows the DP rank's files: %s" % pr.stdout[:300])
+    rows = re.findall(r"^(\d+) +(\d+) +(\d+) +(\S+)$", pr.stdout, re.M)
+    want_rows = [(str(g), str(g // 2), str(g % 2), "%d-%d" % (vllm_ep_block(E, 4, g)[0], vllm_ep_block(E, 4, g)[-1]))
+                 for g in range(4)]
+    F.check(pr.returncode == 0 and "model-dp-0-rank-0-part-0.safetensors" in pr.stdout and rows == want_rows,
+            "dp_ep: tpfs plan --dp shows the DP rank's files and each EP rank's experts %s: %s" % (want_rows, rows))
 
 
 dp_ep()
