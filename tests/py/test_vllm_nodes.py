@@ -170,6 +170,17 @@ def refusals(fails, work):
         fails.check(p.returncode != 0 and want in p.stderr, "%s --ep=%s: refused with %r, got %d %r"
                     % (fam, ep, want, p.returncode, p.stderr[-300:]))
         print("refused: %-10s --ep=%s: %s" % (fam, ep, p.stderr.strip().splitlines()[-1][:160]))
+    # DP x EP (--dp) where it is not proven: DeepSeek-V3's shared experts (whole under vLLM's sequence-parallel MoE,
+    # cut by its view), a quantized Qwen3-MoE view (drops the qwen3_moe view's "dp_ep")
+    for fam, want in (("deepseek_v3", "not for model_type 'deepseek_v3'"),
+                      ("qwen3_moe_fp8", "proven for no model type of this view")):
+        src = os.path.join(work, "refused", fam)
+        if not os.path.isdir(src):
+            vllm_models.make(fam, src)
+        p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "vllm", "--dp", 2, "--ep")
+        fails.check(p.returncode != 0 and "--dp 2" in p.stderr and want in p.stderr,
+                    "%s --dp 2 --ep: refused with %r, got %d %r" % (fam, want, p.returncode, p.stderr[-300:]))
+        print("refused: %-10s --dp 2 --ep: %s" % (fam, p.stderr.strip().splitlines()[-1][:160]))
     p = tpfs_test.tpfs("plan", os.path.join(work, "refused", "llama"), "--tp", 2, "--pp", 2)
     fails.check(p.returncode == 2 and "under an engine view only" in p.stderr, "--pp without --view: %r" % p.stderr)
 
