@@ -132,6 +132,7 @@ static const struct option mount_lo[] = {
 	{"ep", optional_argument, 0, 'E'}, {"view", required_argument, 0, 'W'},
 	{"ranks", required_argument, 0, 'K'}, {"source-io", required_argument, 0, 'I'},
 	{"pp", required_argument, 0, 'Q'}, {"pp-layers", required_argument, 0, 'G'},
+	{"dp", required_argument, 0, 'A'},
 	{"push", required_argument, 0, 'H'}, {"nice", required_argument, 0, 'N'},
 	{"push-io", required_argument, 0, 'J'}, {"passthrough", required_argument, 0, 'X'},
 	{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
@@ -352,9 +353,10 @@ static int cmd_mount(int argc, char **argv)
 	uint8_t serve[TP_MAX_T];
 	if (ranks) {
 		tp_err re;
-		uint64_t nr = (uint64_t)mo.T * (mo.pp > 1 ? mo.pp : 1); /* with stages: rank = stage x T + TP rank */
+		/* with stages: rank = stage x T + TP rank; with DP ranks: DP rank x T + TP rank */
+		uint64_t nr = (uint64_t)mo.T * (mo.pp > 1 ? mo.pp : 1) * (mo.dp > 1 ? mo.dp : 1);
 		if (nr > TP_MAX_T)
-			return die_usage(usage_mount, "--pp x --tp: at most 1024 ranks in all");
+			return die_usage(usage_mount, "--pp x --dp x --tp: at most 1024 ranks in all");
 		if (tp_ranks_parse(ranks, (uint32_t)nr, serve, &fo.nserve, &re) < 0)
 			return die_usage(usage_mount, re.msg);
 		fo.serve = serve;

@@ -95,6 +95,14 @@ const char *const usage_mount =
 	"                      whose placement is proven; --ep=round_robin (experts r, r+N, ...: vLLM's\n"
 	"                      --expert-placement-strategy round_robin) where vLLM uses it, in models\n"
 	"                      with several expert groups (DeepSeek-V3, GLM-4.5 with n_group > 1)\n"
+	"  --dp D              data parallelism with expert parallelism (vLLM's --data-parallel-size D\n"
+	"                      --enable-expert-parallel), with --ep under --view vllm: D x N ranks, DP\n"
+	"                      rank d's TP rank t served as model-dp-{d}-rank-{t}-part-{p}.safetensors\n"
+	"                      holding TP rank t's dense tensors and the experts of EP rank d x N + t\n"
+	"                      of D x N (the first E mod (D x N) ranks one more, as vLLM places them;\n"
+	"                      sharded_state reads them with the pattern\n"
+	"                      model-dp-{d}-rank-{rank}-part-{part}.safetensors). --ranks counts\n"
+	"                      d x N + t; the families whose DP x EP is proven only\n"
 	"  -f, --foreground    stay in the foreground (log to stderr)\n"
 	"  -d, --debug         libfuse debug output; counters at unmount (implies -f)\n"
 	"  -o OPTIONS          mount options, comma separated: every option above and below as\n"
@@ -164,7 +172,8 @@ const char *const usage_mount =
 const char *const usage_plan =
 	"usage: tpfs plan SRC --tp N [--rank R] [--json] [--plan NAME|FILE] [--strict] [--unmatched refuse|replicate]\n"
 	"                 [--pad-vocab[=M]] [--ep[=linear|round_robin]] [--view hf|vllm|sglang|FILE] [--pp P [--pp-layers LIST]]\n"
-	"       tpfs plan SRC --tp N [--view vllm --pp P] --io [--ranks LIST]\n"
+	"                 [--dp D]\n"
+	"       tpfs plan SRC --tp N [--view vllm --pp P|--dp D] --io [--ranks LIST]\n"
 	"       tpfs plan --list\n"
 	"\n"
 	"Prints, for rank R (default 0), every tensor: the rule that matched, how it is split, its\n"
@@ -237,6 +246,9 @@ int model_options_check(const tp_model_opts *mo, const char *usage)
 		return die_usage(usage, "--pp-layers: give one layer count per stage (--pp of them)");
 	if (mo->pp > 1 && mo->ep)
 		return die_usage(usage, "--pp with --ep: not served together");
+	if (mo->dp > 1 && (!mo->ep || !mo->view))
+		return die_usage(usage, "--dp: data-parallel ranks are served with expert parallelism (--ep) under an "
+			"engine view (--view vllm) only: without --ep every DP rank reads TP rank t's files");
 	if (mo->ep == 2 && !mo->view)
 		return die_usage(usage, "--ep=round_robin: under an engine view only (--view vllm); rank folders place "
 			"experts linearly (--ep)");
@@ -270,6 +282,10 @@ int model_option(int c, const char *arg, tp_model_opts *mo, int *have_t, const c
 		return 1;
 	case 'W': /* --view hf (the rank folders), an engine, or a view file */
 		mo->view = !strcmp(arg, "hf") ? NULL : arg;
+		return 1;
+	case 'A':
+		if (parse_u32(arg, &mo->dp) < 0 || mo->dp < 1 || mo->dp > TP_MAX_T)
+			return die_usage(usage, "--dp: give a number of data-parallel ranks between 1 and 1024");
 		return 1;
 	case 'Q':
 		if (parse_u32(arg, &mo->pp) < 0 || mo->pp < 1 || mo->pp > TP_PP_MAX)

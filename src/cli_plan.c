@@ -162,6 +162,27 @@ static void print_json_plan(const tp_model *m, plan_ctx *pc)
 /* Which routed experts each rank holds under --ep, and their tensors and bytes per rank. */
 static void print_ep(const tp_model *m)
 {
+	if (m->D > 1) { /* --dp: EP ranks of D x T, vLLM's linear placement with its remainder rule */
+		printf("\nexpert parallelism (--ep --dp %u): EP rank g = DP rank x %u + TP rank of %u holds routed experts "
+		       "[g*b + min(g, E mod %u), ...) whole, b = E / %u, one more on the first E mod %u ranks\n", m->D, m->T,
+		       tp_model_ranks(m), tp_model_ranks(m), tp_model_ranks(m), tp_model_ranks(m));
+		printf("  %llu expert tensors placed\n%-8s %-6s %-6s %s\n", (unsigned long long)m->ep_tensors, "ep_rank",
+		       "dp", "tp", "experts");
+		for (uint32_t g = 0; g < tp_model_ranks(m); g++) {
+			printf("%-8u %-6u %-6u", g, g / m->T, g % m->T);
+			for (int d = 0; d < m->plan.nexperts; d++) {
+				uint64_t first, count;
+				int seen = 0;
+				for (int k = 0; k < d; k++)
+					seen |= m->ep_count[k] == m->ep_count[d];
+				tp_model_ep_range(m, d, g, &first, &count);
+				if (!seen && count)
+					printf(" %llu-%llu", (unsigned long long)first, (unsigned long long)(first + count - 1));
+			}
+			printf("\n");
+		}
+		return;
+	}
 	printf("\nexpert parallelism (--ep): rank r holds routed experts [r*E/N, (r+1)*E/N) whole, and no other\n");
 	for (int d = 0; d < m->plan.nexperts; d++)
 		if (m->ep_count[d] > 0)
@@ -267,6 +288,9 @@ static int print_io(const tp_model *m, const uint8_t *sel, uint32_t nsel, const 
 	if (m->P > 1)
 		printf("ranks:  %u (%u stages x %u; rank = stage x %u + TP rank)\npage:   %llu bytes\n\n", R, m->P, m->T, m->T,
 		       (unsigned long long)page);
+	else if (m->D > 1)
+		printf("ranks:  %u (%u DP ranks x %u; rank = DP rank x %u + TP rank)\npage:   %llu bytes\n\n", R, m->D, m->T,
+		       m->T, (unsigned long long)page);
 	else
 		printf("ranks:  %u\npage:   %llu bytes\n\n", R, (unsigned long long)page);
 	printf("%-8s %16s %16s %16s %10s\n", "rank", m->view ? "part_files" : "rank_files", "source_runs", "page_touch_min",
@@ -316,6 +340,9 @@ static void print_view(const tp_model *m, uint32_t rank)
 			       s == 0 ? " + first" : "", s == m->P - 1 ? " + last" : "");
 		}
 		printf("\n\n");
+	} else if (m->D > 1) {
+		printf("ranks:  %u: %u DP ranks x %u (showing rank %u: DP rank %u, TP rank %u; its experts those of EP rank "
+		       "%u of %u)\n\n", tp_model_ranks(m), m->D, m->T, rank, rank / m->T, rank % m->T, rank, tp_model_ranks(m));
 	} else {
 		printf("ranks:  %u (showing rank %u)\n\n", m->T, rank);
 	}
@@ -363,6 +390,8 @@ static void print_view(const tp_model *m, uint32_t rank)
 	}
 	char a[32];
 	printf("\nrank %u: %zu part files, %s\n", rank, nf, human(total, a, sizeof a));
+	if (m->D > 1) /* --dp: which experts every EP rank holds */
+		print_ep(m);
 }
 
 int cmd_plan(int argc, char **argv)
@@ -374,7 +403,7 @@ int cmd_plan(int argc, char **argv)
 		{"pad-vocab", optional_argument, 0, 'V'}, {"list", no_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},
 		{"io", no_argument, 0, 'i'}, {"ranks", required_argument, 0, 'K'}, {"ep", optional_argument, 0, 'E'},
 		{"view", required_argument, 0, 'W'}, {"pp", required_argument, 0, 'Q'},
-		{"pp-layers", required_argument, 0, 'G'}, {0, 0, 0, 0}};
+		{"pp-layers", required_argument, 0, 'G'}, {"dp", required_argument, 0, 'A'}, {0, 0, 0, 0}};
 	const char *ranks = NULL;
 	int io = 0;
 	plan_ctx pc = {0};
@@ -425,9 +454,14 @@ int cmd_plan(int argc, char **argv)
 		return die_usage(usage_plan, "--tp N is required");
 	if (model_options_check(&mo, usage_plan))
 		return 2;
-	uint32_t nranks = mo.T * (mo.pp > 1 && mo.view ? mo.pp : 1); /* view ranks: stage x T + TP rank */
+	/* view ranks: stage (or DP rank) x T + TP rank */
+	uint64_t nr64 = (uint64_t)mo.T * (mo.pp > 1 && mo.view ? mo.pp : 1) * (mo.dp > 1 && mo.view ? mo.dp : 1);
+	if (nr64 > TP_MAX_T)
+		return die_usage(usage_plan, "--pp x --dp x --tp: at most 1024 ranks in all");
+	uint32_t nranks = (uint32_t)nr64;
 	if (rank >= nranks)
-		return die_usage(usage_plan, mo.pp > 1 ? "--rank must be below --tp x --pp" : "--rank must be below --tp");
+		return die_usage(usage_plan, mo.pp > 1 ? "--rank must be below --tp x --pp" : mo.dp > 1 ?
+				 "--rank must be below --tp x --dp" : "--rank must be below --tp");
 	uint8_t sel[TP_MAX_T];
 	uint32_t nsel = nranks > TP_MAX_T ? TP_MAX_T : nranks;
 	memset(sel, 1, sizeof sel);

@@ -47,7 +47,8 @@ int vdecode(const tp_fs *fs, fuse_ino_t ino, uint32_t *r, size_t *p)
 }
 
 /* The view's part file called name ("model-rank-R-part-K.safetensors", or with stages
- * "model-pp-S-tp-R-part-K.safetensors"), or 0. */
+ * "model-pp-S-tp-R-part-K.safetensors", or with data-parallel ranks
+ * "model-dp-S-rank-R-part-K.safetensors"), or 0. */
 static fuse_ino_t vlookup(const tp_fs *fs, const char *name)
 {
 	unsigned r, s = 0;
@@ -55,9 +56,10 @@ static fuse_ino_t vlookup(const tp_fs *fs, const char *name)
 	int len = 0;
 	const tp_model *m = fs->m;
 	if (m->P > 1 ? sscanf(name, "model-pp-%u-tp-%u-part-%zu.safetensors%n", &s, &r, &p, &len) != 3
+	    : m->D > 1 ? sscanf(name, "model-dp-%u-rank-%u-part-%zu.safetensors%n", &s, &r, &p, &len) != 3
 		     : sscanf(name, "model-rank-%u-part-%zu.safetensors%n", &r, &p, &len) != 2)
 		return 0;
-	if (name[len] || r >= m->T || s >= m->P)
+	if (name[len] || r >= m->T || (uint64_t)s * m->T >= tp_model_ranks(m))
 		return 0;
 	uint32_t g = s * m->T + r;
 	if (!tp_model_view_slot(m, g, p) || !served(fs, g))
@@ -489,9 +491,11 @@ char *stats_text(tp_fs *fs, size_t *len)
 	char *b = malloc(cap);
 	if (!b)
 		return NULL;
-	char pp[64] = ""; /* with stages: how the rank numbers below are made */
+	char pp[80] = ""; /* with stages or DP ranks: how the rank numbers below are made */
 	if (fs->m->P > 1)
 		snprintf(pp, sizeof pp, "pp: %u (rank = stage x tp + TP rank)\n", fs->m->P);
+	else if (fs->m->D > 1)
+		snprintf(pp, sizeof pp, "dp: %u (rank = DP rank x tp + TP rank: the EP rank)\n", fs->m->D);
 	/* what tpfs used of the source, and what storage delivered (issue 52) */
 	uint64_t used = 0;
 	for (uint32_t r = 0; r < fs->T; r++)

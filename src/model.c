@@ -234,7 +234,7 @@ static int build_tindex(const tp_model *m, tp_tindex *x, tp_err *e)
 static int plan_file(tp_model *m, uint32_t idx, tp_tindex *lc, tp_err *e)
 {
 	tp_node *n = &m->tree.n[idx];
-	tp_resolve_opts ro = {.T = m->T, .pad_vocab = m->pad_vocab, .ep = m->o->ep};
+	tp_resolve_opts ro = {.T = m->T, .pad_vocab = m->pad_vocab, .ep = m->o->ep, .ep_uneven = m->D > 1};
 	tp_spec *specs = calloc(n->h.n ? n->h.n : 1, sizeof *specs);
 	char (*why)[200] = calloc(n->h.n ? n->h.n : 1, sizeof *why);
 	tp_text rt = {0}; /* the resolved plan's rules (rank_folder.h): tensor i's at rs[i] in rt */
@@ -417,8 +417,14 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 	m->o = o;
 	m->T = o->T;
 	m->P = o->pp > 1 ? o->pp : 1;
+	m->D = o->dp > 1 ? o->dp : 1;
 	if (o->T < 1 || o->T > TP_MAX_T)
 		return tp_fail(e, TP_ELIMIT, "--tp %u: T must be between 1 and %d", o->T, TP_MAX_T);
+	if ((uint64_t)m->D * o->T > TP_MAX_T)
+		return tp_fail(e, TP_ELIMIT, "--dp %u: at most %d ranks in all (--dp x --tp)", o->dp, TP_MAX_T);
+	if (m->D > 1 && (m->P > 1 || !o->ep || !o->view))
+		return tp_fail(e, TP_EINVAL, "--dp %u: data-parallel ranks are served with --ep under an engine view "
+			       "(--view vllm), without --pp", o->dp);
 	if (o->pp > TP_PP_MAX || (uint64_t)o->pp * o->T > TP_MAX_T)
 		return tp_fail(e, TP_ELIMIT, "--pp %u: from 1 to %d stages, and at most %d ranks in all (--pp x --tp)", o->pp,
 			       TP_PP_MAX, TP_MAX_T);
@@ -506,12 +512,12 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 				m->cfg.prefix[i] = m->plan.prefix[i];
 		}
 		if (rc == 0) {
-			tp_mview_choice vc = {.view = o->view, .pad_vocab = o->pad_vocab, .P = m->P, .ep = o->ep,
+			tp_mview_choice vc = {.view = o->view, .pad_vocab = o->pad_vocab, .P = m->P, .D = m->D, .ep = o->ep,
 					      .config = m->config, .log = o->log, .log_ctx = o->ctx};
 			rc = tp_mview_choose(&vc, &m->plan, &m->view, &m->pad_vocab, e);
 		}
 		if (rc == 0 && o->ep)
-			rc = tp_plan_ep_check(&m->plan, &m->cfg, m->T, m->ep_count, e);
+			rc = tp_plan_ep_check(&m->plan, &m->cfg, m->D * m->T, m->D > 1, m->ep_count, e);
 		/* the tensor index for companions */
 		tp_tindex lc = {0};
 		if (rc == 0)
@@ -532,7 +538,7 @@ int tp_model_open(tp_model *m, const tp_model_opts *o, tp_err *e)
 			uint32_t ri = tp_node_child(&m->tree, 0, "model.safetensors.index.json");
 			tp_mview_in vi = {.view = m->view, .tree = &m->tree, .ntensor_files = (uint32_t)m->ntensor_files,
 					  .root_index = ri != UINT32_MAX ? idx_json[ri] : NULL, .cfg = &m->cfg, .T = m->T,
-					  .P = m->P, .ep = o->ep, .pp_layers = o->pp_layers, .rank_meta = m->rf.rank_meta,
+					  .P = m->P, .D = m->D, .ep = o->ep, .pp_layers = o->pp_layers, .rank_meta = m->rf.rank_meta,
 					  .log = o->log, .log_ctx = o->ctx};
 			rc = tp_mview_build(&vi, &m->mv, e);
 		}
@@ -598,6 +604,16 @@ void tp_model_ep_range(const tp_model *m, int d, uint32_t r, uint64_t *first, ui
 	*first = *count = 0;
 	if (!m->o || !m->o->ep || d < 0 || d >= m->plan.nexperts)
 		return;
+	if (m->D > 1) { /* EP rank r of D x T: vLLM's linear placement, the first E mod N one more */
+		tp_spec s = tp_spec_owned((uint64_t)m->ep_count[d], 0);
+		tp_share sh;
+		s.flags = TP_UNEVEN;
+		if (m->ep_count[d] > 0 && tp_share_of(s.seg[0], &s, m->D * m->T, r, &sh, "", NULL) == 0) {
+			*first = sh.first;
+			*count = sh.count;
+		}
+		return;
+	}
 	tp_ep_range(m->ep_count[d], m->T, r, first, count);
 }
 
@@ -623,7 +639,7 @@ int64_t tp_model_rank_count(const tp_model *m, const tp_per_rank *pr, uint32_t r
 
 void tp_model_view_name(const tp_model *m, uint32_t g, size_t k, char *out, size_t cap)
 {
-	tp_mview_name(m->T, m->P, g, k, out, cap);
+	tp_mview_name(m->T, m->P, m->D, g, k, out, cap);
 }
 
 int tp_model_view_slot(const tp_model *m, uint32_t g, size_t k)

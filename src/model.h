@@ -56,6 +56,9 @@ typedef struct tp_model_opts {
 	                        * (1, linear), or under a view experts r, r + T, ... (2, round_robin) */
 	const char *view;      /* NULL: the hf view (rank folders); an engine ("vllm"), or a view file */
 	uint32_t pp;           /* --pp: pipeline stages under the view (0 or 1: none) */
+	uint32_t dp;           /* --dp: data-parallel ranks under the view with --ep (0 or 1: none): D groups
+	                        * of T view ranks, g = d x T + t, dense tensors those of TP rank t, the
+	                        * routed experts those of EP rank g of D x T (vLLM's DP with EP) */
 	const uint32_t *pp_layers; /* --pp-layers: layers per stage (pp of them), or NULL: as vLLM divides them */
 	int keep_going;        /* tpfs plan: report every tensor that cannot be cut (log level 2),
 	                        * replicate it in the layouts, count it in nrefused, and go on */
@@ -88,7 +91,8 @@ typedef struct tp_model {
 	/* --view: the engine view (model_view.h), chosen before planning, and every rank's served files,
 	 * built after it; P stages of T ranks (P 1 without --pp) */
 	tp_view *view;           /* NULL: the hf view */
-	uint32_t P;
+	uint32_t P;              /* pipeline stages (--pp), 1 without */
+	uint32_t D;              /* data-parallel ranks with --ep (--dp), 1 without: tp_mview says how they are served */
 	tp_mview mv;
 } tp_model;
 
@@ -103,7 +107,7 @@ void tp_model_close(tp_model *m);
 uint64_t tp_node_size(const tp_model *m, uint32_t i, uint32_t r);
 
 /* Expert parallelism (--ep): the routed experts of the plan's experts declaration d that rank r
- * holds, [*first, *first + *count). Both 0 without --ep. */
+ * holds, [*first, *first + *count) (with --dp, r is the EP rank, of D x T). Both 0 without --ep. */
 void tp_model_ep_range(const tp_model *m, int d, uint32_t r, uint64_t *first, uint64_t *count);
 
 /* The name of view rank g's part file k: "model-rank-{g}-part-{k}.safetensors", or with stages
@@ -119,7 +123,7 @@ void tp_model_stage_layers(const tp_model *m, uint32_t s, uint64_t *first, uint6
 /* ---- the served files, as the front ends (the file system, `tpfs plan`) reach them: only
  * through these; tests/py/test_seam.py fails on a front end that reads the view's fields ---- */
 
-/* The ranks files are served for: the view's ranks (P x T: stages of T) under a view, else T. */
+/* The ranks files are served for: the view's ranks (P x D x T: groups of T) under a view, else T. */
 uint32_t tp_model_ranks(const tp_model *m);
 
 /* The view's parts (0 without a view): rank g's file k is cut from one of them, and every rank's

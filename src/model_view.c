@@ -15,10 +15,12 @@
 
 #include "slurp.h"
 
-void tp_mview_name(uint32_t T, uint32_t P, uint32_t g, size_t k, char *out, size_t cap)
+void tp_mview_name(uint32_t T, uint32_t P, uint32_t D, uint32_t g, size_t k, char *out, size_t cap)
 {
 	if (P > 1)
 		snprintf(out, cap, "model-pp-%u-tp-%u-part-%zu.safetensors", g / T, g % T, k);
+	else if (D > 1)
+		snprintf(out, cap, "model-dp-%u-rank-%u-part-%zu.safetensors", g / T, g % T, k);
 	else
 		snprintf(out, cap, "model-rank-%u-part-%zu.safetensors", g, k);
 }
@@ -99,9 +101,18 @@ int tp_mview_choose(const tp_mview_choice *in, tp_plan *plan, tp_view **view, ui
 				       in->view, want);
 		}
 	}
+	char types[512];
+	if (in->D > 1 && !tp_view_listed(v->dp_ep_types, v->ndp_ep_types, model_type)) {
+		tp_fail(e, TP_EINVAL, "--dp %u under %s: data parallelism with expert parallelism is proven for %s, not for "
+			"model_type '%s' (vLLM places the experts over --dp x --tp ranks; the view must hold every other "
+			"tensor as each DP rank's loader does); mount without --dp", in->D, v->origin,
+			joined(v->dp_ep_types, v->ndp_ep_types, "no model type of this view", types, sizeof types),
+			model_type ? model_type : "(none)");
+		view_drop(&v);
+		return -1;
+	}
 	const char *const *et = in->ep == 2 ? v->ep_rr_types : v->ep_types;
 	uint32_t net = in->ep == 2 ? v->nep_rr_types : v->nep_types;
-	char types[512];
 	if (in->ep && !tp_view_listed(et, net, model_type)) {
 		tp_fail(e, TP_EINVAL, "--ep%s under %s: expert parallelism%s is proven for %s, not for model_type '%s' (vLLM "
 			"places the experts; the view must hold them as its loader does)%s; mount without --ep",
@@ -240,7 +251,9 @@ int tp_mview_build(const tp_mview_in *in, tp_mview *m, tp_err *e)
 	memset(m, 0, sizeof *m);
 	m->T = in->T;
 	m->P = in->P;
-	m->W = in->P * in->T;
+	m->D = in->D > 1 ? in->D : 1;
+	m->G = m->P * m->D;
+	m->W = m->G * in->T;
 	const tp_view *v = in->view;
 	const tp_srctree *t = in->tree;
 	tp_vsource *src = calloc(in->ntensor_files ? in->ntensor_files : 1, sizeof *src);
@@ -281,8 +294,8 @@ int tp_mview_build(const tp_mview_in *in, tp_mview *m, tp_err *e)
 	size_t np = m->vplan.nparts;
 	m->vs = calloc((size_t)m->W * (np ? np : 1), sizeof *m->vs);
 	m->node = calloc(np ? np : 1, sizeof *m->node);
-	m->stage_np = calloc(m->P, sizeof *m->stage_np);
-	m->slot_part = calloc((size_t)m->P * (np ? np : 1), sizeof *m->slot_part);
+	m->stage_np = calloc(m->G, sizeof *m->stage_np);
+	m->slot_part = calloc((size_t)m->G * (np ? np : 1), sizeof *m->slot_part);
 	if (!m->vs || !m->node || !m->stage_np || !m->slot_part)
 		return tp_fail(e, TP_ENOMEM, "out of memory");
 	for (size_t p = 0; p < np; p++) {
@@ -365,7 +378,7 @@ static int build_stages(const tp_mview_in *in, tp_mview *m, tp_expr_ctx *c, tp_e
 		for (uint32_t k = 0; rc == 0 && k < pt->nsrc; k++)
 			h[k] = &in->tree->n[m->node[p][k]].h;
 		const tp_node *own = &in->tree->n[m->src_node[pt->file]];
-		for (uint32_t s = 0; rc == 0 && s < m->P; s++) {
+		for (uint32_t s = 0; rc == 0 && s < m->G; s++) { /* a stage, or a DP rank (holding every part) */
 			const tp_sdesc *ds = pt->d;
 			size_t nd = pt->n;
 			if (m->P > 1) { /* the stage's tensors of this part, in order */
@@ -382,9 +395,9 @@ static int build_stages(const tp_mview_in *in, tp_mview *m, tp_expr_ctx *c, tp_e
 			for (uint32_t t = 0; rc == 0 && t < m->T; t++) {
 				uint32_t g = s * m->T + t;
 				char fname[96];
-				tp_mview_name(m->T, m->P, g, slot, fname, sizeof fname);
-				rc = tp_served_build(h, pt->nsrc, ds, nd, own->h.meta, own->h.nmeta, in->rank_meta + 3 * (size_t)t,
-						     3, m->T, t, fname, &m->vs[(size_t)g * np + slot], e);
+				tp_mview_name(m->T, m->P, m->D, g, slot, fname, sizeof fname);
+				rc = tp_served_build_ep(h, pt->nsrc, ds, nd, own->h.meta, own->h.nmeta, in->rank_meta + 3 * (size_t)t,
+							3, m->T, t, m->D > 1 ? m->W : 0, g, fname, &m->vs[(size_t)g * np + slot], e);
 			}
 		}
 		if (h != hs)
@@ -402,6 +415,9 @@ static int build_stages(const tp_mview_in *in, tp_mview *m, tp_expr_ctx *c, tp_e
 					      (unsigned long long)m->pp_start[s], (unsigned long long)m->pp_start[s + 1]);
 		tp_logf(in->log, in->log_ctx, 1, "view %s: %u pipeline stages of %u ranks, layers %s", in->view->name, m->P, m->T, lay);
 	}
+	if (m->D > 1)
+		tp_logf(in->log, in->log_ctx, 1, "view %s: %u data-parallel ranks of %u TP ranks, the routed experts over %u "
+			"EP ranks (rank = DP rank x %u + TP rank)", in->view->name, m->D, m->T, m->W, m->T);
 	tp_logf(in->log, in->log_ctx, 1, "view %s: %llu tensors per rank in %zu parts (%llu fused or stacked, %llu constants)",
 		     in->view->name, (unsigned long long)m->vplan.ntensors, np, (unsigned long long)m->vplan.nfused,
 		     (unsigned long long)m->vplan.nconsts);

@@ -42,6 +42,7 @@ typedef struct tp_mview_choice {
 	const char *view;             /* --view: an engine ("vllm") or a view file; NULL: the hf view */
 	uint64_t pad_vocab;           /* --pad-vocab, or 0 */
 	uint32_t P;                   /* pipeline stages (--pp), 1 without */
+	uint32_t D;                   /* data-parallel ranks with --ep (--dp), 1 without */
 	int ep;                       /* --ep: 0, 1 (linear) or 2 (round_robin) */
 	const struct cJSON *config;   /* config.json, or NULL */
 	tp_log_fn log;                /* the choice (level 1), or NULL */
@@ -51,8 +52,8 @@ typedef struct tp_mview_choice {
 /* Picks the view for *plan and in->config into *view (NULL without in->view: then only --pp is
  * refused) and the vocabulary multiple to plan with into *pad_vocab (in->pad_vocab, or the
  * view's). A view with rules of its own puts them before *plan's (*plan is replaced, its strings
- * kept). Refuses a quantized checkpoint the view does not list, --ep or --pp for a model type the
- * view does not prove them for, and a --pad-vocab other than the view's. Returns 0, or -1 with e
+ * kept). Refuses a quantized checkpoint the view does not list, --ep, --pp or --dp for a model type
+ * the view does not prove them for, and a --pad-vocab other than the view's. Returns 0, or -1 with e
  * set and *view NULL (*plan may then be consumed: tp_plan_extend; the caller frees it as ever). */
 int tp_mview_choose(const tp_mview_choice *in, tp_plan *plan, tp_view **view, uint64_t *pad_vocab, tp_err *e);
 
@@ -64,7 +65,8 @@ typedef struct tp_mview_in {
 	uint32_t ntensor_files;       /* TN_TENSORS nodes in the tree */
 	const struct cJSON *root_index; /* the root's model.safetensors.index.json, or NULL */
 	const tp_expr_ctx *cfg;       /* config.json with the plan's prefixes */
-	uint32_t T, P;                /* TP ranks and pipeline stages (P x T view ranks) */
+	uint32_t T, P, D;             /* TP ranks, pipeline stages, data-parallel ranks (P x D x T view ranks;
+	                               * P > 1 and D > 1 are not served together) */
 	int ep;                       /* --ep: 0, 1 or 2 */
 	const uint32_t *pp_layers;    /* --pp-layers (P of them), or NULL: as vLLM divides the layers */
 	const st_meta *rank_meta;     /* 3 per TP rank: the metadata each part file carries (rank_folder.h) */
@@ -75,15 +77,20 @@ typedef struct tp_mview_in {
 /* The view's mount-time products. Pipeline stages (--pp): P stages of T ranks; view rank
  * g = s x T + t (stage s, TP rank t), as vLLM numbers its workers. Stage s's files are its
  * parts k < stage_np[s], each vplan part slot_part[s x nparts + k] cut for TP rank t and holding
- * the stage's tensors only. Without --pp: P 1, and slot k is part k. All zero: no view. */
+ * the stage's tensors only. Without --pp: P 1, and slot k is part k.
+ * Data parallelism with expert parallelism (--dp): D groups of T view ranks, g = d x T + t (vLLM's
+ * EP rank), each holding every part: the dense tensors cut for TP rank t, the routed experts for
+ * EP rank g of W = D x T (linear: the first E mod W ranks one more), files
+ * "model-dp-{d}-rank-{t}-part-{k}.safetensors". D is 1 without --dp. G = P x D groups of T ranks,
+ * each with its own stage_np and slot_part rows. All zero: no view. */
 typedef struct tp_mview {
-	uint32_t T, P, W;          /* TP ranks, stages, view ranks (P x T) */
+	uint32_t T, P, D, G, W;    /* TP ranks, stages, DP ranks, groups (P x D), view ranks (G x T) */
 	uint64_t pp_start[TP_PP_MAX + 1]; /* stage s holds layers [pp_start[s], pp_start[s + 1]) */
 	tp_vplan vplan;            /* the view resolved over the source files */
 	uint32_t *src_node;        /* vplan's source index -> node */
 	uint32_t **node;           /* [p]: part p's table of sources as nodes (src_node of its srcs) */
-	uint32_t *stage_np;        /* [s] */
-	uint32_t *slot_part;       /* [s x nparts + k] */
+	uint32_t *stage_np;        /* [s]: per group */
+	uint32_t *slot_part;       /* [s x nparts + k]: per group */
 	tp_served *vs;             /* [g x vplan.nparts + k]: view rank g's part file k */
 } tp_mview;
 
@@ -95,8 +102,10 @@ int tp_mview_build(const tp_mview_in *in, tp_mview *out, tp_err *e);
 void tp_mview_free(tp_mview *v);
 
 /* The name of view rank g's part file k: "model-rank-{g}-part-{k}.safetensors", or with stages
- * (P > 1) "model-pp-{s}-tp-{t}-part-{k}.safetensors" (vLLM's sharded_state patterns). */
-void tp_mview_name(uint32_t T, uint32_t P, uint32_t g, size_t k, char *out, size_t cap);
+ * (P > 1) "model-pp-{s}-tp-{t}-part-{k}.safetensors" (vLLM's sharded_state patterns), or with
+ * data-parallel ranks (D > 1) "model-dp-{d}-rank-{t}-part-{k}.safetensors" (sharded_state's
+ * reading with the pattern "model-dp-{d}-rank-{rank}-part-{part}.safetensors"). */
+void tp_mview_name(uint32_t T, uint32_t P, uint32_t D, uint32_t g, size_t k, char *out, size_t cap);
 
 /* Whether view rank g has a part file k (a stage may have fewer parts than the view). */
 int tp_mview_slot(const tp_mview *v, uint32_t g, size_t k);

@@ -64,6 +64,8 @@ typedef struct tp_resolve_opts {
 	uint64_t pad_vocab; /* 0: vocab rules must divide evenly; else pad to this multiple */
 	int ep;             /* expert parallelism: the plan's experts declarations decide first (1: linear
 	                     * placement, 2: round_robin, expert e on rank e % T) */
+	int ep_uneven;      /* the experts' specs allow an uneven split (TP_UNEVEN: the first E mod N ranks
+	                     * one expert more, vLLM's determine_expert_map): set under --dp */
 } tp_resolve_opts;
 
 #define TP_RULE_EXPERTS (-3) /* tp_resolved.rule when an experts declaration decided (--ep) */
@@ -90,12 +92,13 @@ int tp_plan_resolve(const tp_plan *pl, tp_expr_ctx *cfg, const st_tensor *t, tp_
 		    void *lctx, const tp_resolve_opts *o, const char *ctx, tp_resolved *out,
 		    tp_err *e);
 
-/* Expert parallelism over T ranks: evaluates every experts declaration's count into E[] (one
- * per plan->experts; 0 for a count whose keys config.json lacks: resolving a tensor that
- * declaration matches then fails with TP_ERULE) and refuses a plan that declares no routed
- * experts, a count that fails otherwise (TP_ERULE), and an E that T does not divide (TP_EPLAN,
- * naming E and the values of T that work). */
-int tp_plan_ep_check(const tp_plan *pl, tp_expr_ctx *cfg, uint32_t T, int64_t *E, tp_err *e);
+/* Expert parallelism over N ranks (T, or D x T under --dp): evaluates every experts
+ * declaration's count into E[] (one per plan->experts; 0 for a count whose keys config.json
+ * lacks: resolving a tensor that declaration matches then fails with TP_ERULE) and refuses a plan
+ * that declares no routed experts, a count that fails otherwise (TP_ERULE), and an E that N does
+ * not divide (TP_EPLAN, naming E and the values of N that work), or with uneven set (vLLM's
+ * remainder rule) an E below N (a rank with no expert). */
+int tp_plan_ep_check(const tp_plan *pl, tp_expr_ctx *cfg, uint32_t N, int uneven, int64_t *E, tp_err *e);
 
 /* Cuts t under s for every rank of T (the check `tpfs plan` makes so that every tensor that
  * cannot be served is reported, not only the first). Returns 0, or -1 with the first refusal

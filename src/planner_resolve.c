@@ -321,7 +321,7 @@ static int stage_experts(job *j, tp_resolved *out)
 						       x->name, (long long)ei, x->count, (long long)E,
 						       tp_expr_used(j->cfg)[0] ? j->cfg->used : "no config keys");
 				out->spec = tp_spec_owned((uint64_t)E, (uint64_t)ei);
-				out->spec.flags = TP_EXPERT | (j->o->ep == 2 ? TP_EP_RR : 0);
+				out->spec.flags = TP_EXPERT | (j->o->ep == 2 ? TP_EP_RR : 0) | (j->o->ep_uneven ? TP_UNEVEN : 0);
 				tp_fmt(out->why, sizeof out->why, "expert %lld of %lld, whole on its rank (--ep%s)", (long long)ei,
 				       (long long)E, j->o->ep == 2 ? "=round_robin" : "");
 				return 1;
@@ -346,7 +346,7 @@ static int stage_experts(job *j, tp_resolved *out)
 					       x->name, a, (unsigned long long)t->shape[a], x->count, (long long)E,
 					       tp_expr_used(j->cfg)[0] ? j->cfg->used : "no config keys");
 			out->spec = tp_spec_split((uint32_t)a, (uint64_t)E, 1);
-			out->spec.flags = TP_EXPERT;
+			out->spec.flags = TP_EXPERT | (j->o->ep_uneven ? TP_UNEVEN : 0);
 			out->logical = (uint64_t)E;
 			tp_fmt(out->why, sizeof out->why, "experts axis %d, %lld experts, whole ones per rank (--ep)", a,
 			       (long long)E);
@@ -356,7 +356,7 @@ static int stage_experts(job *j, tp_resolved *out)
 	return 0;
 }
 
-int tp_plan_ep_check(const tp_plan *pl, tp_expr_ctx *cfg, uint32_t T, int64_t *E, tp_err *e)
+int tp_plan_ep_check(const tp_plan *pl, tp_expr_ctx *cfg, uint32_t T, int uneven, int64_t *E, tp_err *e)
 {
 	if (!pl->nexperts)
 		return tp_fail(e, TP_EINVAL,
@@ -377,6 +377,12 @@ int tp_plan_ep_check(const tp_plan *pl, tp_expr_ctx *cfg, uint32_t T, int64_t *E
 			return -1;
 		if ((uint64_t)E[d] % T == 0)
 			continue;
+		if (uneven && (uint64_t)E[d] >= T)
+			continue; /* the first E mod N ranks hold one expert more (vLLM's determine_expert_map) */
+		if (uneven)
+			return tp_fail(e, TP_EPLAN, "--ep: %lld routed experts (plan '%s', experts '%s') over %u ranks "
+				       "(--dp x --tp) leave a rank without an expert: give at most %lld ranks",
+				       (long long)E[d], pl->name, x->name, T, (long long)E[d]);
 		char ns[256] = "";
 		size_t w = 0;
 		int k = 0;

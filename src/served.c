@@ -91,12 +91,14 @@ static int add_piece(bld *b, const st_header *const *src, const tp_sdesc *d, uin
 		return 0;
 	}
 	tp_cut c;
-	if (tp_cut_tensor(t, &p->spec, S->T, S->rank, &c, "", NULL) < 0) {
+	int ep = S->ep_N && (p->spec.flags & TP_EXPERT);
+	uint32_t cT = ep ? S->ep_N : S->T, cr = ep ? S->ep_rank : S->rank;
+	if (tp_cut_tensor(t, &p->spec, cT, cr, &c, "", NULL) < 0) {
 		/* again with the context for the message (formatted only on failure) */
 		char ctx[TP_ERR_MSG];
 		tp_fmt(ctx, sizeof ctx, "%s: tensor '%s': piece %u (source %u, tensor '%s')", b->fname, d->name, k, p->file,
 		       t->name);
-		tp_cut_tensor(t, &p->spec, S->T, S->rank, &c, ctx, b->e);
+		tp_cut_tensor(t, &p->spec, cT, cr, &c, ctx, b->e);
 		return -1;
 	}
 	if (c.absent) {
@@ -349,10 +351,19 @@ int tp_served_build(const st_header *const *src, uint32_t nsrc, const tp_sdesc *
 		    size_t nmeta, const st_meta *xmeta, size_t nxmeta, uint32_t T, uint32_t r, const char *fname,
 		    tp_served *S, tp_err *e)
 {
+	return tp_served_build_ep(src, nsrc, d, n, meta, nmeta, xmeta, nxmeta, T, r, 0, 0, fname, S, e);
+}
+
+int tp_served_build_ep(const st_header *const *src, uint32_t nsrc, const tp_sdesc *d, size_t n, const st_meta *meta,
+		       size_t nmeta, const st_meta *xmeta, size_t nxmeta, uint32_t T, uint32_t r, uint32_t ep_N,
+		       uint32_t ep_r, const char *fname, tp_served *S, tp_err *e)
+{
 	memset(S, 0, sizeof *S);
 	S->nsrc = nsrc;
 	S->rank = r;
 	S->T = T;
+	S->ep_N = ep_N;
+	S->ep_rank = ep_r;
 	S->meta = meta;
 	S->nmeta = nmeta;
 	S->xmeta = xmeta;

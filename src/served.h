@@ -131,6 +131,8 @@ typedef struct tp_stensor {
 typedef struct tp_served {
 	uint32_t nsrc;        /* sources the table holds (runs name src < nsrc) */
 	uint32_t rank, T;
+	uint32_t ep_rank, ep_N; /* a routed expert's piece (TP_EXPERT) is cut for EP rank ep_rank of ep_N
+	                         * (tp_served_build_ep); ep_N 0: for rank of T like any piece */
 	tp_stensor *t;        /* served tensors in data order (the writer's: dtype size descending,
 	                       * then name) */
 	size_t n;
@@ -161,6 +163,14 @@ typedef struct tp_served {
 int tp_served_build(const st_header *const *src, uint32_t nsrc, const tp_sdesc *d, size_t n, const st_meta *meta,
 		    size_t nmeta, const st_meta *xmeta, size_t nxmeta, uint32_t T, uint32_t r, const char *fname,
 		    tp_served *S, tp_err *e);
+
+/* As tp_served_build, but a piece of a routed expert (its spec flagged TP_EXPERT: the plan's experts
+ * declaration under --ep) is cut for EP rank ep_r of ep_N instead of rank r of T: vLLM's data
+ * parallelism with expert parallelism, whose MoE layers place the experts over D x T ranks while
+ * every other tensor is TP rank r's of T. */
+int tp_served_build_ep(const st_header *const *src, uint32_t nsrc, const tp_sdesc *d, size_t n, const st_meta *meta,
+		       size_t nmeta, const st_meta *xmeta, size_t nxmeta, uint32_t T, uint32_t r, uint32_t ep_N,
+		       uint32_t ep_r, const char *fname, tp_served *S, tp_err *e);
 void tp_served_free(tp_served *S);
 
 /* Writes the local header (S->hdr_size bytes) into buf. Deterministic. */

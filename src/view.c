@@ -794,7 +794,7 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 {
 	static const char *keys[] = {"tpfs_view", "engine", "name", "proven", "plans", "model_types", "quant_methods", "pad_vocab",
 				     "keep_rest", "tensors", "description", "comment", "defaults", "drop_layers", "drop", "refuse",
-				     "fragment", "pp", "ep", "ep_round_robin", "rules", "rename", NULL};
+				     "fragment", "pp", "ep", "ep_round_robin", "dp_ep", "rules", "rename", NULL};
 	static const char *fkeys[] = {"tpfs_view", "engine", "name", "fragment", "description", "comment", "tensors",
 				      "refuse", "defaults", NULL};
 	memset(v, 0, sizeof *v);
@@ -888,6 +888,12 @@ int tp_view_parse(const char *text, size_t len, const char *origin, tp_view *v, 
 	if (eprr && (str_list(eprr, v->ep_rr_types, 32, &v->nep_rr_types) < 0 || !v->nep_rr_types)) {
 		tp_fail(e, TP_EINVAL, "%s: \"ep_round_robin\": the model types whose round_robin expert placement is "
 			"proven (1 to 32 names)", origin);
+		goto bad;
+	}
+	const cJSON *dpep = cJSON_GetObjectItemCaseSensitive(o, "dp_ep");
+	if (dpep && (str_list(dpep, v->dp_ep_types, 32, &v->ndp_ep_types) < 0 || !v->ndp_ep_types)) {
+		tp_fail(e, TP_EINVAL, "%s: \"dp_ep\": the model types whose data parallelism with expert parallelism "
+			"(--dp with --ep) is proven (1 to 32 names)", origin);
 		goto bad;
 	}
 	const cJSON *rn = cJSON_GetObjectItemCaseSensitive(o, "rename");

@@ -96,6 +96,9 @@ typedef struct tp_view {
 	const char *ep_rr_types[32]; /* "ep_round_robin": those whose round_robin placement is (vLLM uses
 	                             * it only for several expert groups, else it falls back to linear) */
 	uint32_t nep_rr_types;
+	const char *dp_ep_types[32]; /* "dp_ep": those whose data parallelism with expert parallelism
+	                             * (--dp D --ep: experts over D x T ranks) is probed */
+	uint32_t ndp_ep_types;
 	/* "rules": plan rules (the plan file's format) for tensors the engine cuts otherwise than the
 	 * plan does; put before the plan's own when the view is chosen (tp_mview_choose), so they
 	 * win: an engine sizes its modules from the source's config.json, where a rank folder's model

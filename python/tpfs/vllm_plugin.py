@@ -34,6 +34,13 @@ loader downloads nothing). --model-loader-extra-config '{"tpfs": {...}}' takes:
   "view": "vllm"          the view (default vllm; a view file for a form no built-in view serves).
 VLLM_PP_LAYER_PARTITION, where set, is passed as --pp-layers (vLLM then divides the layers by it). No other extra
 config key is taken (sharded_state's "pattern" is not: tpfs serves its default names).
+
+Data parallelism with expert parallelism (`--data-parallel-size D --enable-expert-parallel`): vLLM's MoE layers
+place the routed experts over D x TP ranks (EP rank = DP rank x TP + TP rank), every other tensor by TP rank. Each
+DP rank's workers then mount with `--dp D --ep` for their own EP ranks (dp_ranks: DP rank d's node block of TP
+ranks, moved to d x TP + t), so the DP rank is in the mount's key, and read `model-dp-{d}-rank-{t}-part-*` with
+sharded_state's reading under the pattern `model-dp-{d}-rank-{rank}-part-{part}.safetensors`. Without
+--enable-expert-parallel every DP rank reads the same files, TP rank t's, as without DP.
 """
 import os
 import sys
@@ -65,6 +72,28 @@ def node_ranks(tp, pp, tp_rank, pp_rank, parallel_config):
         if lo <= rank < lo + local and lo + local <= tp * pp:
             return rank, list(range(lo, lo + local))
     return rank, [rank]
+
+
+def dp_ranks(parallel_config, ranks):
+    """(D, d, ranks) for a worker of DP rank d of D with expert parallelism, ranks (its node's TP ranks, as
+    node_ranks gives them) moved to EP ranks d x TP + t; (1, 0, ranks) without DP or without expert parallelism
+    (every DP rank then reads TP rank t's files)."""
+    D = int(getattr(parallel_config, "data_parallel_size", 1) or 1)
+    if D <= 1 or not getattr(parallel_config, "enable_expert_parallel", False):
+        return 1, 0, ranks
+    d, tp = int(parallel_config.data_parallel_rank), int(parallel_config.tensor_parallel_size)
+    return D, d, [d * tp + r for r in ranks]
+
+
+def dp_args(args, D):
+    """The `tpfs mount` arguments for D DP ranks with expert parallelism: args with --dp D, and --ep where args
+    do not place the experts themselves (--ep=round_robin)."""
+    if D <= 1:
+        return list(args)
+    out = [a for a in args]
+    if not any(a == "--ep" or a.startswith("--ep=") for a in out):
+        out.append("--ep")
+    return out + ["--dp", str(D)]
 
 
 def ranks_text(ranks):
@@ -137,11 +166,15 @@ class TpfsLoader(ShardedStateLoader):
         tp, pp = get_tp_group().world_size, get_pp_group().world_size
         rank, ranks = node_ranks(tp, pp, get_tp_group().rank_in_group, get_pp_group().rank_in_group,
                                  vllm_config.parallel_config)
-        args = self.mount_args(pp)
+        D, d, ranks = dp_ranks(vllm_config.parallel_config, ranks)
+        args = dp_args(self.mount_args(pp), D)
+        if D > 1:  # DP rank d's files (the module's text); sharded_state's reading fills {rank} and {part}
+            self.pattern = "model-dp-%d-rank-{rank}-part-{part}.safetensors" % d
         src = source_folder(model_config)
         self.mnt = node.acquire(src, tp, pp, ranks_text(ranks), self.view, args)
-        logger.info("tpfs: rank %d reads %s, the mount of %s for ranks %s of TP=%d PP=%d", rank, self.mnt, src,
-                    ranks_text(ranks), tp, pp)
+        logger.info("tpfs: rank %d%s reads %s, the mount of %s for ranks %s of TP=%d PP=%d%s", rank,
+                    " of DP rank %d" % d if D > 1 else "", self.mnt, src, ranks_text(ranks), tp, pp,
+                    " DP=%d (EP ranks)" % D if D > 1 else "")
         return self.mnt
 
     def download_model(self, model_config):

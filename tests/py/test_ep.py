@@ -579,6 +579,98 @@ def real_qwen3_moe():
 
 
 real_qwen3_moe()
+
+
+# ---- 6. Data parallelism with expert parallelism (--dp D --ep --view vllm) ----
+
+def vllm_ep_block(E, N, g):
+    """vLLM 0.32's linear placement (fused_moe/expert_map_manager.py determine_expert_map), written here
+    from its text: EP rank g of N holds E // N experts, one more on the first E % N ranks, starting at
+    g * (E // N) + min(g, E % N)."""
+    base, rem = E // N, E % N
+    return range(g * base + min(g, rem), g * base + min(g, rem) + base + (g < rem))
+
+
+def read_parts(folder, prefix):
+    """{name: numpy array} of every file folder/prefix*-part-*.safetensors (read, not mapped), and the
+    file names."""
+    from safetensors.numpy import load
+    out, files = {}, sorted(fn for fn in os.listdir(folder) if fn.startswith(prefix) and fn.endswith(".safetensors"))
+    for fn in files:
+        with open(os.path.join(folder, fn), "rb") as f:
+            out.update(load(f.read()))
+    return out, files
+
+
+def dp_ep():
+    """Under --dp D --ep --view vllm, MNT holds for DP rank d and TP rank t the files
+    model-dp-{d}-rank-{t}-part-{p}.safetensors (and no model-rank-* file): the routed experts those of
+    EP rank g = d x T + t of N = D x T by vLLM's rule (vllm_ep_block; E = 5 does not divide over 4 or 3
+    ranks, so the remainder rule is exercised), stacked as vLLM stacks them (w13_weight[i] = gate_e then
+    up_e, w2_weight[i] = down_e, whole: the MoE layer is not tensor-parallel under EP), numpy slices of
+    the source; every other tensor byte-equal to TP rank t's file of the mount without --dp and --ep.
+    E below N, --dp without --ep, and a view that does not list the model type are refused."""
+    c, t = fixtures.qwen3_moe()
+    Dh, I = c["hidden_size"], c["moe_intermediate_size"]
+    extra = fixtures.Builder(61)
+    fixtures._mlp(extra, "model.layers.1.", Dh, I, prefix="mlp.experts.4.")
+    t.update(extra.t)
+    t["model.layers.1.mlp.gate.weight"] = rng.standard_normal((5, Dh)).astype(np.float32)
+    c["num_experts"] = E = 5
+    src = os.path.join(work, "dp_ep")
+    fixtures.save(src, c, t)
+    p = "model.layers.1.mlp."
+    for T, D in ((2, 2), (1, 3)):
+        N = D * T
+        with tt.Mount(src, T, "--view", "vllm") as m:
+            dense = [read_parts(m.path, "model-rank-%d-" % r)[0] for r in range(T)]
+        with tt.Mount(src, T, "--dp", D, "--ep", "--view", "vllm") as m:
+            names = sorted(os.listdir(m.path))
+            F.check(not [n for n in names if n.startswith("model-rank-")] and "config.json" in names,
+                    "dp_ep T=%d D=%d: no model-rank-* file, the source's other files: %s" % (T, D, names))
+            for d in range(D):
+                for r in range(T):
+                    g = d * T + r
+                    got, files = read_parts(m.path, "model-dp-%d-rank-%d-" % (d, r))
+                    F.check(len(files) >= 1, "dp_ep T=%d D=%d: DP rank %d TP rank %d has files" % (T, D, d, r))
+                    held_e = list(vllm_ep_block(E, N, g))
+                    w13, w2 = got.get(p + "experts.routed_experts.w13_weight"), got.get(p + "experts.routed_experts.w2_weight")
+                    want13 = np.stack([np.concatenate([t[p + "experts.%d.gate_proj.weight" % e],
+                                                       t[p + "experts.%d.up_proj.weight" % e]]) for e in held_e])
+                    want2 = np.stack([t[p + "experts.%d.down_proj.weight" % e] for e in held_e])
+                    F.check(w13 is not None and w13.shape == want13.shape and np.array_equal(w13, want13) and
+                            w2 is not None and w2.shape == want2.shape and np.array_equal(w2, want2),
+                            "dp_ep T=%d D=%d g=%d: experts %s stacked as vLLM holds them (w13 %s, want %s)" % (
+                                T, D, g, held_e, None if w13 is None else w13.shape, want13.shape))
+                    rest = {k: v for k, v in got.items() if ".routed_experts." not in k}
+                    want_rest = {k: v for k, v in dense[r].items() if ".routed_experts." not in k}
+                    F.check(sorted(rest) == sorted(want_rest) and
+                            all(rest[k].dtype == want_rest[k].dtype and np.array_equal(rest[k], want_rest[k])
+                                for k in rest),
+                            "dp_ep T=%d D=%d g=%d: every dense tensor is TP rank %d's (%d tensors)" % (T, D, g, r, len(rest)))
+        results.append("dp_ep T=%d D=%d: %d EP ranks, experts %s, dense tensors TP rank's" % (
+            T, D, N, [list(vllm_ep_block(E, N, g)) for g in range(N)]))
+    pr = tt.tpfs("plan", src, "--tp", 2, "--dp", 3, "--ep", "--view", "vllm")
+    F.check(pr.returncode != 0 and "5 routed experts" in pr.stderr and "6 ranks" in pr.stderr,
+            "dp_ep: E = 5 over 6 EP ranks is refused naming both: %s" % pr.stderr.strip()[-300:])
+    pr = tt.tpfs("plan", src, "--tp", 2, "--dp", 2, "--view", "vllm")
+    F.check(pr.returncode == 2 and "--dp" in pr.stderr and "--ep" in pr.stderr,
+            "dp_ep: --dp without --ep is a usage error: %s" % pr.stderr.strip()[-300:])
+    c2 = dict(c, model_type="mellum")  # the qwen3_moe view's other model type: its DP x EP is not listed
+    src2 = os.path.join(work, "dp_ep_mellum")
+    fixtures.save(src2, c2, t)
+    pr = tt.tpfs("plan", src2, "--tp", 2, "--dp", 2, "--ep", "--view", "vllm")
+    F.check(pr.returncode != 0 and "not for model_type 'mellum'" in pr.stderr,
+            "dp_ep: a model type the view does not list under dp_ep is refused: %s" % pr.stderr.strip()[-300:])
+    pr = tt.tpfs("plan", src, "--tp", 2, "--dp", 2, "--ep", "--view", "vllm")
+    rows = re.findall(r"^(\d+) +(\d+) +(\d+) +(\S+)$", pr.stdout, re.M)
+    want_rows = [(str(g), str(g // 2), str(g % 2), "%d-%d" % (vllm_ep_block(E, 4, g)[0], vllm_ep_block(E, 4, g)[-1]))
+                 for g in range(4)]
+    F.check(pr.returncode == 0 and "model-dp-0-rank-0-part-0.safetensors" in pr.stdout and rows == want_rows,
+            "dp_ep: tpfs plan --dp shows the DP rank's files and each EP rank's experts %s: %s" % (want_rows, rows))
+
+
+dp_ep()
 shutil.rmtree(work, ignore_errors=True)
 print("\n".join(results))
 F.done("test_ep")

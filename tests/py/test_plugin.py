@@ -189,6 +189,11 @@ pc = lambda backend, local, node: types.SimpleNamespace(distributed_executor_bac
                                                         node_rank_within_dp=node)
 out.append([vp.node_ranks(2, 1, 1, 0, pc("mp", 2, 0)), vp.node_ranks(16, 1, 9, 0, pc("mp", 8, 1)),
             vp.node_ranks(8, 2, 3, 1, pc("mp", 8, 1)), vp.node_ranks(8, 2, 3, 1, pc("ray", 8, 1))])
+dp = lambda D, d, ep, tp: types.SimpleNamespace(data_parallel_size=D, data_parallel_rank=d, enable_expert_parallel=ep,
+                                                tensor_parallel_size=tp)
+out.append([vp.dp_ranks(dp(2, 1, True, 4), [0, 1, 2, 3]), vp.dp_ranks(dp(2, 1, False, 4), [0, 1, 2, 3]),
+            vp.dp_ranks(dp(1, 0, True, 4), [2]), vp.dp_args([], 2), vp.dp_args(["--ep=round_robin"], 3),
+            vp.dp_args(["--ep"], 1)])
 from vllm.config.load import LoadConfig
 out.append(vp.TpfsLoader(LoadConfig(load_format="tpfs", model_loader_extra_config={"tpfs": {"args": ["--ep"]}})).args)
 try:
@@ -201,15 +206,20 @@ print(json.dumps(out))
     out = json.loads(so.splitlines()[-1]) if rc == 0 else [None, None]
     fails.check(rc == 0 and out[0] == snap, "a model id in the local HF cache: %s, not %s (%s)" % (out[0], snap,
                                                                                                 se[-1500:]))
-    fails.check(len(out) == 5 and "neither a folder nor a model in the local Hugging Face cache" in (out[1] or ""),
+    fails.check(len(out) == 6 and "neither a folder nor a model in the local Hugging Face cache" in (out[1] or ""),
                 "a model id not in the cache: %r" % out[1:2])
     print("model id from the HF cache: %s" % out[0])
-    if len(out) != 5:
+    if len(out) != 6:
         return
     want = [[1, [0, 1]], [9, list(range(8, 16))], [11, list(range(8, 16))], [11, [11]]]
     fails.check(out[2] == want, "node_ranks: %s, not %s" % (out[2], want))
-    fails.check(out[3] == ["--ep"], "the tpfs options of --model-loader-extra-config: args %s" % out[3])
-    fails.check("Unexpected extra config keys" in out[4], "another extra config key: %r" % out[4])
+    # DP x EP (--data-parallel-size D --enable-expert-parallel): DP rank d's TP ranks moved to EP ranks d x TP + t
+    # and mounted with --dp D --ep; without expert parallelism (or without DP) nothing changes
+    want = [[2, 1, [4, 5, 6, 7]], [1, 0, [0, 1, 2, 3]], [1, 0, [2]], ["--ep", "--dp", "2"],
+            ["--ep=round_robin", "--dp", "3"], ["--ep"]]
+    fails.check(out[3] == want, "dp_ranks, dp_args: %s, not %s" % (out[3], want))
+    fails.check(out[4] == ["--ep"], "the tpfs options of --model-loader-extra-config: args %s" % out[4])
+    fails.check("Unexpected extra config keys" in out[5], "another extra config key: %r" % out[5])
 
 
 USER = """

@@ -32,6 +32,13 @@ one vLLM run across two nodes, each node a mount namespace with its own tpfs ser
 Expert parallelism (--ep under the view, vLLM's enable_expert_parallel) by the probe only, at TP=2: linear placement
 for every MoE view family, round_robin where vLLM uses it (several expert groups; the same files loaded by a
 linear vLLM must differ); vLLM's CPU MoE cannot run a forward under EP (issue 32), so no token check.
+Data parallelism with expert parallelism (--dp 2 --ep, vLLM's --data-parallel-size 2 --enable-expert-parallel) by
+the probe, at DP=2 x TP=2 (one gloo world of 4 ranks, each DP rank its own VllmConfig, as vLLM's DP engines):
+Qwen3-MoE with 5 routed experts over 4 EP ranks (vLLM: 2, 1, 1, 1), each DP rank's sharded_state reading its
+model-dp-{d}-rank-{t} files; the same files with DP ranks 0 and 1 swapped must fail; and the plugin
+(--load-format tpfs, the checkout's python/ package registered as vLLM registers plugins, in each worker) at the
+same split: each DP rank's two workers share one mount of that DP rank's EP ranks, every tensor equal to the
+default loader's, and no mount left once the probe has exited.
 
 TPFS_VLLM_TOKENS=none (the sanitized build) runs 1 to 3 only, for a few families. TPFS_NODES_PARTS=stages,probe,nodes,plugin
 (the default) names the parts to run (nodes: 4, plugin: 5; either runs the one-node run it compares to).
@@ -163,6 +170,17 @@ def refusals(fails, work):
         fails.check(p.returncode != 0 and want in p.stderr, "%s --ep=%s: refused with %r, got %d %r"
                     % (fam, ep, want, p.returncode, p.stderr[-300:]))
         print("refused: %-10s --ep=%s: %s" % (fam, ep, p.stderr.strip().splitlines()[-1][:160]))
+    # DP x EP (--dp) where it is not proven: DeepSeek-V3's shared experts (whole under vLLM's sequence-parallel MoE,
+    # cut by its view), a quantized Qwen3-MoE view (drops the qwen3_moe view's "dp_ep")
+    for fam, want in (("deepseek_v3", "not for model_type 'deepseek_v3'"),
+                      ("qwen3_moe_fp8", "proven for no model type of this view")):
+        src = os.path.join(work, "refused", fam)
+        if not os.path.isdir(src):
+            vllm_models.make(fam, src)
+        p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "vllm", "--dp", 2, "--ep")
+        fails.check(p.returncode != 0 and "--dp 2" in p.stderr and want in p.stderr,
+                    "%s --dp 2 --ep: refused with %r, got %d %r" % (fam, want, p.returncode, p.stderr[-300:]))
+        print("refused: %-10s --dp 2 --ep: %s" % (fam, p.stderr.strip().splitlines()[-1][:160]))
     p = tpfs_test.tpfs("plan", os.path.join(work, "refused", "llama"), "--tp", 2, "--pp", 2)
     fails.check(p.returncode == 2 and "under an engine view only" in p.stderr, "--pp without --view: %r" % p.stderr)
 
@@ -213,6 +231,25 @@ def probe(fails, work, stack):
         if placement == "round_robin":  # the same files to a vLLM placing linearly: other experts, caught
             cases.append({"name": "%s/rr-as-linear" % tag, "src": src, "served": mnt.path, "tp": 2,
                           "engine": {"enable_expert_parallel": True, "expert_placement_strategy": "linear"}})
+    # DP x EP: 5 experts over DP=2 x TP=2 = 4 EP ranks (vLLM's remainder rule: 2, 1, 1, 1), and the DP ranks'
+    # files swapped (DP rank 0 reading DP rank 1's experts: other shapes, caught)
+    src = vllm_models.make("qwen3_moe", os.path.join(work, "src-dpep"), config={"num_experts": 5})
+    mnt = stack.enter_context(tpfs_test.Mount(src, 2, "--view", "vllm", "--dp", 2, "--ep"))
+    cases.append({"name": "qwen3_moe/dp2-tp2-ep", "src": src, "served": mnt.path, "tp": 2, "dp": 2,
+                  "engine": {"enable_expert_parallel": True}})
+    swapped = os.path.join(work, "broken-dp")
+    os.makedirs(swapped)
+    for fn in os.listdir(mnt.path):
+        to = fn.replace("model-dp-0-", "model-dp-X-").replace("model-dp-1-", "model-dp-0-").replace("model-dp-X-",
+                                                                                                      "model-dp-1-")
+        if not fn.startswith("."):
+            shutil.copyfile(os.path.join(mnt.path, fn), os.path.join(swapped, to))
+    cases.append({"name": "qwen3_moe/dp-swapped", "src": src, "served": swapped, "tp": 2, "dp": 2,
+                  "engine": {"enable_expert_parallel": True}})
+    cases.append({"name": "qwen3_moe/dp2-tp2-ep-plugin", "src": src, "tp": 2, "dp": 2, "loader": "tpfs",
+                  "engine": {"enable_expert_parallel": True}})
+    plugin_run = os.path.join(work, "plugin-run")
+    os.mkdir(plugin_run, 0o700)
     # broken: the final norm on stage 0 (vLLM: an extra key there, a missing one on stage 1)
     bad = os.path.join(work, "broken-pp")
     shutil.copytree(cases[0]["served"], bad)
@@ -228,7 +265,14 @@ def probe(fails, work, stack):
     with open(os.path.join(work, "probe.log"), "w") as lf:
         p = subprocess.run([sys.executable, os.path.join(HERE, "vllm_probe.py"), os.path.join(work, "cases.json"),
                             os.path.join(work, "probe.json")], stdout=lf, stderr=subprocess.STDOUT, timeout=1800,
-                           env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1"))
+                           env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", TPFS_RUNTIME_DIR=plugin_run,
+                                    TPFS_VLLM_EARLY="0",
+                                    PYTHONPATH=os.path.join(HERE, "..", "..", "python") + os.pathsep +
+                                    os.environ.get("PYTHONPATH", ""),
+                                    PATH=os.path.dirname(os.path.abspath(tpfs_test.TPFS)) + os.pathsep +
+                                    os.environ.get("PATH", "")))
+    left = lambda: [ln for ln in open("/proc/self/mountinfo") if " %s/" % plugin_run in ln]  # noqa: E731
+    fails.check(wait_until(lambda: not left(), 30), "the plugin's DP x EP mounts left after the probe: %s" % left())
     fails.check(p.returncode == 0, "vllm_probe.py exited %d (log %s/probe.log)" % (p.returncode, work))
     with open(os.path.join(work, "probe.json")) as f:
         res = json.load(f)
@@ -241,6 +285,15 @@ def probe(fails, work, stack):
             caught = not r.get("ok") and any(x.get("loaded") for x in ranks.values())
             print("%-24s %-6s" % (c["name"], "caught" if caught else "MISSED"))
             fails.check(caught, "%s: round-robin files loaded by a linear vLLM must differ" % c["name"])
+            continue
+        if c["name"] == "qwen3_moe/dp2-tp2-ep-plugin":  # each DP rank's workers on one mount, its own
+            mounts = [ranks.get(str(g), {}).get("served") for g in range(4)]
+            fails.check(all(mounts) and mounts[0] == mounts[1] and mounts[2] == mounts[3] and mounts[0] != mounts[2],
+                        "the plugin under DP x EP: one mount a DP rank, %s" % mounts)
+        if c["name"] == "qwen3_moe/dp-swapped":
+            caught = not r.get("ok") and any(x.get("keys") for x in ranks.values())
+            print("%-24s %-6s" % (c["name"], "caught" if caught else "MISSED"))
+            fails.check(caught, "DP ranks reading each other's files must fail the probe: %s" % r)
             continue
         if c["name"] == "llama/broken":
             errs = " ".join(x.get("error") or "" for x in ranks.values())

@@ -6,7 +6,14 @@ warm-up. A case costs seconds; an LLM() start costs 40-100 s on two cores.
 
 python vllm_probe.py CASES.json RESULT.json     (in the vLLM venv, scripts/setup.sh --vllm)
   CASES:  [{"name", "src", "served", "tp", "pp" (optional, default 1: pipeline stages; the group then has
-            tp x pp ranks, rank = stage x tp + TP rank, as vLLM numbers them), "engine": {more EngineArgs fields},
+            tp x pp ranks, rank = stage x tp + TP rank, as vLLM numbers them), "dp" (optional, default 1: data-
+            parallel ranks with expert parallelism; the group then has dp x tp ranks, DP rank d's TP rank t being
+            rank d x tp + t, vLLM's EP rank; each DP rank's own VllmConfig says data_parallel_rank d, its ranks
+            join one gloo world of dp x tp through the DP master address as vLLM's workers do, and its
+            sharded_state reads model-dp-{d}-rank-{t}-part-* (the pattern extra config)),
+            "loader": null or "tpfs" (the second loader is the tpfs plugin's, --load-format tpfs on SRC, instead of
+            sharded_state on "served": the package under python/ and the tpfs program on PATH; its keys are checked
+            against the mount the plugin made), "engine": {more EngineArgs fields},
             "env": {variables set while the case runs, e.g. VLLM_PP_LAYER_PARTITION}, "impersonate": null or
             "cuda-dsa", "nvfp4-emulation", "fp8-block-torch", "mxfp4-emulation" or "olmo-hybrid"
             (vllm_plugin.py), "casts": [regex, ...] (keys
@@ -57,18 +64,21 @@ TORCH_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "f
                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 
 
-def part_prefix(rank, tp, pp):
+def part_prefix(rank, tp, pp, dp=1):
     """The start of a rank's part files' names: sharded_state's TP_ONLY_PATTERN, or with stages its
-    PP_AND_TP_PATTERN (model_loader/sharded_state_loader.py)."""
+    PP_AND_TP_PATTERN (model_loader/sharded_state_loader.py), or with DP ranks tpfs's --dp names (rank
+    d x tp + t: DP rank d's TP rank t)."""
+    if dp > 1:
+        return "model-dp-%d-rank-%d-part-" % (rank // tp, rank % tp)
     return "model-rank-%d-part-" % rank if pp == 1 else "model-pp-%d-tp-%d-part-" % (rank // tp, rank % tp)
 
 
-def served_keys(folder, rank, tp=1, pp=1):
+def served_keys(folder, rank, tp=1, pp=1, dp=1):
     """{key: [shape, torch dtype name]} of rank's part files, from their headers; a key in two files
     is reported as KEY (twice)."""
     out = {}
     for f in sorted(os.listdir(folder)):
-        if f.startswith(part_prefix(rank, tp, pp)) and f.endswith(".safetensors"):
+        if f.startswith(part_prefix(rank, tp, pp, dp)) and f.endswith(".safetensors"):
             with open(os.path.join(folder, f), "rb") as fh:
                 n = struct.unpack("<Q", fh.read(8))[0]
                 h = json.loads(fh.read(n))
@@ -152,21 +162,40 @@ class Hooks:
         wrap(ShardedStateLoader, True)
 
 
-def engine_config(case, how):
+def engine_config(case, how, dp_rank=0):
+    """The VllmConfig of one loader (how) for DP rank dp_rank (with the case's "dp"; 0 without)."""
     from vllm.engine.arg_utils import EngineArgs
     world = case["tp"] * case.get("pp", 1)
-    args = dict(model=case["src"] if how == "auto" else case["served"], load_format=how,
+    dp = case.get("dp", 1)
+    plugin = how == "sharded_state" and case.get("loader") == "tpfs"
+    args = dict(model=case["src"] if how == "auto" or plugin else case["served"],
+                load_format="tpfs" if plugin else how,
                 tensor_parallel_size=case["tp"], pipeline_parallel_size=case.get("pp", 1),
                 dtype=case.get("dtype", "bfloat16"), enforce_eager=True,
                 skip_tokenizer_init=True, max_model_len=case.get("max_model_len", 256), seed=0,
-                distributed_executor_backend="mp" if world > 1 else "uni")
+                distributed_executor_backend="mp" if world > 1 or dp > 1 else "uni")
+    if dp > 1:
+        args.update(data_parallel_size=dp)
+        if how == "sharded_state" and not plugin:
+            args["model_loader_extra_config"] = {"pattern": "model-dp-%d-rank-{rank}-part-{part}.safetensors" % dp_rank}
     args.update(case.get("engine") or {})
-    return EngineArgs(**args).create_engine_config()
+    vc = EngineArgs(**args).create_engine_config()
+    if dp > 1:  # what vLLM's DP engine core dp_rank sets in its own copy (v1/engine/core.py DPEngineCoreProc)
+        vc.parallel_config.data_parallel_rank = dp_rank
+        vc.parallel_config.data_parallel_rank_local = dp_rank
+        vc.parallel_config.data_parallel_master_ip = "127.0.0.1"
+        vc.parallel_config.data_parallel_master_port = case["dp_port"]
+        # the ports of the DP groups counted up from it alike in every rank (get_next_dp_init_port), not taken
+        # from a list of this process's own free ports, nor published through a coordination store
+        vc.parallel_config._data_parallel_master_port_list = []
+        vc.parallel_config._coord_store_port = 0
+    return vc
 
 
 def worker(rank, tp, port, cases_path, out_path):
-    """One rank of a group: every case of CASES (all of this tp and pp), results to OUT (JSON, rewritten
-    after each case so that a crash keeps the earlier ones)."""
+    """One rank of a group: every case of CASES (all of this tp, pp and dp), results to OUT (JSON, rewritten
+    after each case so that a crash keeps the earlier ones). With DP ranks, rank is d x tp x pp + the rank
+    within DP rank d's world."""
     import gc
     from vllm.platforms import current_platform
     if current_platform.is_cpu():
@@ -186,7 +215,12 @@ def worker(rank, tp, port, cases_path, out_path):
 
     with open(cases_path) as f:
         cases = json.load(f)
+    if any(c.get("loader") == "tpfs" for c in cases):  # as vLLM's plugin loading does in a worker
+        import tpfs.vllm_plugin
+        tpfs.vllm_plugin.register()
     hooks, results, initialized = Hooks(), {}, False
+    per_dp = tp * (cases[0].get("pp", 1) if cases else 1)
+    dp_rank, local = rank // per_dp, rank % per_dp
     for case in cases:
         t0 = time.time()
         # every object alive now (vLLM, torch, the process group: hundreds of thousands) out of the collector's
@@ -211,7 +245,7 @@ def worker(rank, tp, port, cases_path, out_path):
             saved_env = {k: os.environ.get(k) for k in case.get("env") or {}}
             os.environ.update(case.get("env") or {})  # vLLM reads its envs when asked (vllm/envs.py)
             for how in ("auto", "sharded_state"):
-                vc = engine_config(case, how)
+                vc = engine_config(case, how, dp_rank)
                 if not initialized:
                     # as CPUWorker.init_device (its shared-memory groups are named by VLLM_DIST_IDENT), once for
                     # every case: under a config without a model, so that the expert-parallel group is made too
@@ -219,8 +253,10 @@ def worker(rank, tp, port, cases_path, out_path):
                     os.environ["VLLM_DIST_IDENT"] = str(port)
                     vc0 = copy.copy(vc)
                     vc0.model_config = None
+                    # with DP ranks vLLM offsets the rank by data_parallel_rank x world and joins the world of
+                    # every DP rank at the DP master address (distributed/parallel_state.py)
                     with set_current_vllm_config(vc0):
-                        init_worker_distributed_environment(vc0, rank, "tcp://127.0.0.1:%d" % port, rank,
+                        init_worker_distributed_environment(vc0, local, "tcp://127.0.0.1:%d" % port, local,
                                                             current_platform.dist_backend)
                     initialized = True
                 hooks.expected = hooks.loaded = None
@@ -240,8 +276,15 @@ def worker(rank, tp, port, cases_path, out_path):
                 else:
                     os.environ[k] = v
             a, b = got["auto"], got["sharded_state"]
-            if b["expected"] is not None:
-                have = served_keys(case["served"], rank, case["tp"], case.get("pp", 1))
+            served = case.get("served")
+            if case.get("loader") == "tpfs":  # the mount the plugin made in this process
+                import tpfs.node
+                served = list(tpfs.node._held)[-1] if tpfs.node._held else None
+                res["served"] = served
+                if not served:
+                    res["keys"] = [["(the plugin made no mount in this process)", None, None]]
+            if b["expected"] is not None and served:
+                have = served_keys(served, rank, case["tp"], case.get("pp", 1), case.get("dp", 1))
                 res["keys"] = [[k, have.get(k), b["expected"].get(k)] for k in differ(b["expected"], have)]
                 # keys the case lets differ in dtype only (vLLM casts them on load as its default loader does)
                 casts = [re.compile(c) for c in case.get("casts") or []]
@@ -276,17 +319,20 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_group(tp, pp, cases, work, timeout):
-    """Runs one group of tp x pp ranks on CASES; returns {name: {rank: result}}."""
-    cases_path = os.path.join(work, "cases-tp%d-pp%d.json" % (tp, pp))
+def run_group(tp, pp, cases, work, timeout, dp=1):
+    """Runs one group of dp x tp x pp ranks on CASES; returns {name: {rank: result}}."""
+    cases_path = os.path.join(work, "cases-tp%d-pp%d-dp%d.json" % (tp, pp, dp))
+    port = free_port()
+    if dp > 1:  # the DP master's port, the same in every rank's config
+        dp_port = free_port()
+        cases = [dict(c, dp_port=dp_port) for c in cases]
     with open(cases_path, "w") as f:
         json.dump(cases, f)
-    port = free_port()
     env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
-    out_of = lambda r: os.path.join(work, "tp%d-pp%d-rank%d.json" % (tp, pp, r))  # noqa: E731
+    out_of = lambda r: os.path.join(work, "tp%d-pp%d-dp%d-rank%d.json" % (tp, pp, dp, r))  # noqa: E731
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(r), str(tp), str(port),
                                cases_path, out_of(r)], env=env)
-             for r in range(tp * pp)]
+             for r in range(tp * pp * dp)]
     deadline = time.time() + timeout
     for p in procs:
         try:
@@ -328,17 +374,17 @@ def main():
         cases = json.load(f)
     work = tempfile.mkdtemp(prefix="tpfs-vllm-probe-")
     results = {}
-    for tp, pp in sorted({(c["tp"], c.get("pp", 1)) for c in cases}):
-        group = [c for c in cases if c["tp"] == tp and c.get("pp", 1) == pp]
+    for tp, pp, dp in sorted({(c["tp"], c.get("pp", 1), c.get("dp", 1)) for c in cases}):
+        group = [c for c in cases if c["tp"] == tp and c.get("pp", 1) == pp and c.get("dp", 1) == dp]
         # impersonated cases last: the impersonation stays in the process once made
         group.sort(key=lambda c: bool(c.get("impersonate")))
         t0 = time.time()
-        for name, ranks in run_group(tp, pp, group, work, timeout=60 + 60 * len(group)).items():
+        for name, ranks in run_group(tp, pp, group, work, timeout=60 + 60 * len(group), dp=dp).items():
             case = next(c for c in group if c["name"] == name)
             ok = all(verdict(case, r) for r in ranks.values())
             results[name] = {"ok": ok, "ranks": ranks,
                              "seconds": max(r.get("seconds", 0) for r in ranks.values())}
-        print("tpfs-probe: %d cases at TP=%d PP=%d in %.0f s" % (len(group), tp, pp, time.time() - t0),
+        print("tpfs-probe: %d cases at TP=%d PP=%d DP=%d in %.0f s" % (len(group), tp, pp, dp, time.time() - t0),
               file=sys.stderr, flush=True)
     with open(sys.argv[2], "w") as f:
         json.dump(results, f)

@@ -828,9 +828,9 @@ static void test_ep_resolve(void **state)
 	/* the model-level check: E over T, naming E and the T that work */
 	cx.nprefix = 0;
 	int64_t E[TP_MAX_EXPERT_DECLS];
-	assert_int_equal(tp_plan_ep_check(&pl, &cx, 2, E, &e), 0);
+	assert_int_equal(tp_plan_ep_check(&pl, &cx, 2, 0, E, &e), 0);
 	assert_int_equal(E[0], 4);
-	assert_int_equal(tp_plan_ep_check(&pl, &cx, 3, E, &e), -1);
+	assert_int_equal(tp_plan_ep_check(&pl, &cx, 3, 0, E, &e), -1);
 	assert_int_equal(e.code, TP_EPLAN);
 	assert_non_null(strstr(e.msg, "--ep: 4 routed experts (num_experts=4; plan 'qwen-moe', experts 'routed') do not divide "
 				      "over 3 ranks: rank r holds experts [r*E/N, (r+1)*E/N), so N must divide 4: --tp 1, 2, 4"));
@@ -840,14 +840,14 @@ static void test_ep_resolve(void **state)
 	cfg = cJSON_Parse("{\"model_type\": \"deepseek_v3\", \"n_routed_experts\": 256}");
 	assert_int_equal(tp_plan_choose(cfg, NULL, &pl, origin, sizeof origin, &e), 0);
 	cx.config = cfg;
-	assert_int_equal(tp_plan_ep_check(&pl, &cx, 3, E, &e), -1);
+	assert_int_equal(tp_plan_ep_check(&pl, &cx, 3, 0, E, &e), -1);
 	assert_non_null(strstr(e.msg, "256 routed experts (n_routed_experts=256; plan 'deepseek'"));
 	assert_non_null(strstr(e.msg, "--tp 1, 2, 4, 8, 16, 32, 64, 128, 256"));
 	/* a count config.json cannot give: no placement, and an expert tensor is the plan's error */
 	cJSON_Delete(cfg);
 	cfg = cJSON_Parse("{\"model_type\": \"deepseek_v3\"}");
 	cx.config = cfg;
-	assert_int_equal(tp_plan_ep_check(&pl, &cx, 2, E, &e), 0);
+	assert_int_equal(tp_plan_ep_check(&pl, &cx, 2, 0, E, &e), 0);
 	assert_int_equal(E[0], 0);
 	const want un[] = {{"model.layers.1.mlp.experts.5.gate_proj.weight", ST_BF16, 2, {24, 32}, 0, 0, 0, 0, 0, 0}};
 	assert_int_equal(resolve_ep(&pl, "{}", un, 1, 2, res, &e), TP_ERULE);
@@ -877,7 +877,7 @@ static void test_ep_resolve(void **state)
 	cfg = cJSON_Parse("{\"model_type\": \"llama\"}");
 	assert_int_equal(tp_plan_choose(cfg, NULL, &pl, origin, sizeof origin, &e), 0);
 	cx.config = cfg;
-	assert_int_equal(tp_plan_ep_check(&pl, &cx, 2, E, &e), -1);
+	assert_int_equal(tp_plan_ep_check(&pl, &cx, 2, 0, E, &e), -1);
 	assert_non_null(strstr(e.msg, "--ep: plan 'llama' declares no routed experts"));
 	tp_plan_free(&pl);
 	cJSON_Delete(cfg);
@@ -967,7 +967,7 @@ static void test_ep_builtins(void **state)
 		for (int k = 0; k < pl.nprefix; k++)
 			cx.prefix[k] = pl.prefix[k];
 		int64_t E[TP_MAX_EXPERT_DECLS];
-		if (tp_plan_ep_check(&pl, &cx, 2, E, &e) < 0)
+		if (tp_plan_ep_check(&pl, &cx, 2, 0, E, &e) < 0)
 			fail_msg("%s: %s", cases[i].plan, e.msg);
 		load(w, 1);
 		tp_resolve_opts o = {.T = 2, .ep = 1};
