@@ -18,7 +18,9 @@ loaders agree with for these families: the engine comparison above is what prove
 Wrong files must fail: the vLLM view's files (four attention scale entries SGLang does not hold: a
 KeyError in its sharded_state loader) and the SGLang view's files with the two ranks swapped (same
 names and shapes: the weights and tokens differ). Refusals by name: KV heads fewer than the ranks and
-an intermediate size SGLang's CPU path pads, a quantized checkpoint, pipeline stages, an untied Gemma 3 (whose
+an intermediate size SGLang's CPU path pads, FP8 checkpoints (DeepSeek-V3, Kimi K2, Qwen3, Qwen3-MoE with block
+scales, per-tensor FP8: views/sglang/fp8.json, whose reason SGLang's default loader confirms, FP8_ENGINE) and another
+quant method, pipeline stages, an untied Gemma 3 (whose
 head SGLang's loader never fills), a tied or partly dense Qwen3-Next, a tied Arcee, HunYuan dense without
 use_qk_norm, Command R with it, Qwen3-Next (its norms' gemma_weight, which SGLang's sharded_state leaves at 1.0: DERIVED
 runs it with that refusal lifted and requires exactly those tensors to differ), a family with no SGLang view (gemma2, gemma: views/sglang/README.md says why).
@@ -277,16 +279,60 @@ def refusals(fails, work):
         fails.check(p.returncode != 0 and want in p.stderr and "vLLM" not in p.stderr,
                     "--view sglang, %s: refused with %r and no vLLM reason, got %d %r"
                     % (what, want, p.returncode, p.stderr[-400:]))
-    src = os.path.join(work, "refused", "fp8")
+    # FP8 (views/sglang/fp8.json): each published form refused with the reason from SGLang's code; fp8_sources
+    # made them (FP8_ENGINE's Engine start shows SGLang's own loader failing on the first of them)
+    for what, src in fp8_sources(work).items():
+        p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "sglang")
+        fails.check(p.returncode != 0 and FP8_REASON in p.stderr and "view 'fp8'" in p.stderr,
+                    "--view sglang on %s: refused by views/sglang/fp8.json (%r), got %d %r"
+                    % (what, FP8_REASON, p.returncode, p.stderr[-400:]))
+    # another quantization SGLang's views do not list: refused by the choice of view, naming the method
+    src = os.path.join(work, "refused", "ct")
     shutil.copytree(os.path.join(work, "src", "llama"), src)
-    with open(os.path.join(src, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
-    with open(os.path.join(src, "config.json"), "w") as f:
-        json.dump(cfg, f)
+    vllm_models.edit_config(src, lambda c: c.update(quantization_config={"quant_method": "compressed-tensors"}))
     p = tpfs_test.tpfs("plan", src, "--tp", 2, "--view", "sglang")
-    fails.check(p.returncode != 0 and "quant_method 'fp8'" in p.stderr,
-                "--view sglang on an FP8 checkpoint: refused by quant_method, got %d %r" % (p.returncode, p.stderr[-400:]))
+    fails.check(p.returncode != 0 and "quant_method 'compressed-tensors'" in p.stderr,
+                "--view sglang on a compressed-tensors checkpoint: refused by quant_method, got %d %r"
+                % (p.returncode, p.stderr[-400:]))
+
+
+# FP8 checkpoints (quant_method fp8) under --view sglang: refused by views/sglang/fp8.json, for this reason (a part
+# of its text). SGLang's sharded_state loader runs process_weights_after_loading on the empty model before it copies
+# the files in (srt/model_loader/loader.py), so the files would have to hold FP8's processed layout, and on a CPU that
+# layout is none: Fp8LinearMethod / Fp8MoEMethod assert AMX (srt/layers/quantization/fp8.py), and with AMX repack
+# through sgl_kernel (amx_utils.py convert_weight_packed). FP8_ENGINE: SGLang's default loader on the DeepSeek-V3
+# FP8 checkpoint must fail with FP8_ASSERT (one Engine start, a few seconds): were SGLang to load FP8 on a CPU
+# without AMX, this check fails, and fp8.json's reason is to be read again (a form may then be served and proven).
+FP8_REASON = ("Fp8LinearMethod and Fp8MoEMethod (srt/layers/quantization/fp8.py process_weights_after_loading) "
+              "assert AMX")
+FP8_ASSERT = "Fp8LinearMethod on CPU requires that CPU has AMX support"
+FP8_ENGINE = "deepseek_v3_fp8"
+
+
+def fp8_sources(work):
+    """{what: checkpoint folder} of the FP8 forms refused: DeepSeek-V3 and Kimi K2 as published (128x128 block
+    scales, weight_scale_inv, the router unquantized: vllm_models' deepseek_v3_fp8 with SGLang's DeepSeek config
+    keys), Qwen3 FP8 (Qwen3 quantized as Qwen's FP8 checkpoints are: fp8_block), Qwen3-MoE FP8, and per-tensor
+    FP8 (no weight_block_size, static activations: Llama's FP8 form). Made once under WORK/fp8."""
+    import vllm_models
+    out = {}
+    for what, fam, cfg in (("deepseek_v3_fp8", "deepseek_v3_fp8", DEEPSEEK),
+                           ("kimi_k2_fp8", "deepseek_v3_fp8", DEEPSEEK),
+                           ("qwen3_fp8", "qwen3", {"num_key_value_heads": 2}),
+                           ("qwen3_moe_fp8", "qwen3_moe_fp8", {}),
+                           ("llama_fp8_per_tensor", "llama", {"num_key_value_heads": 2})):
+        src = out[what] = os.path.join(work, "fp8", what)
+        if os.path.exists(src):
+            continue
+        vllm_models.make(fam, src, tp=2, config=cfg)
+        if what == "kimi_k2_fp8":
+            vllm_models.edit_config(src, lambda c: c.update(vllm_models.RETYPE["kimi_k2"]))
+        elif what == "qwen3_fp8":
+            vllm_models.fp8_block(src)
+        elif what == "llama_fp8_per_tensor":
+            vllm_models.edit_config(src, lambda c: c.update(quantization_config={"quant_method": "fp8",
+                                                                                 "activation_scheme": "static"}))
+    return out
 
 
 def swapped_ranks(mnt, out):
@@ -359,6 +405,10 @@ def main():
             jobs.append({"name": name, "family": "llama", "model": model, "load_format": "sharded_state", "tp": 2,
                          "keys": os.path.join(work, "keys", name.replace("/", "-")), "prompts": PROMPTS[:1],
                          "fails": fail})
+        if not ONLY or FP8_ENGINE in ONLY:  # SGLang's default loader on an FP8 checkpoint: fails (FP8_ASSERT)
+            jobs.append({"name": FP8_ENGINE + "/auto", "family": FP8_ENGINE, "model": fp8_sources(work)[FP8_ENGINE],
+                         "load_format": "auto", "tp": 2, "keys": os.path.join(work, "keys", FP8_ENGINE),
+                         "prompts": [], "fails": True})
         refusals(fails, work)
         times["mount + reference + refusals"] = time.time() - t0
         if ENGINE == "none":
@@ -453,6 +503,12 @@ def main():
     fails.check(y.get("tokens") and a.get("tokens") and y["tokens"][0] != a["tokens"][0],
                 "llama with the ranks swapped: the tokens should differ: %s" % (y.get("tokens") or y.get("error")))
     print("%-24s %s" % ("llama/ranks-swapped", "caught (weights, tokens)" if caught else "MISSED"))
+    if FP8_ENGINE + "/auto" in res:  # why fp8.json refuses FP8, in SGLang's own words
+        x = res[FP8_ENGINE + "/auto"]
+        amx = FP8_ASSERT in (x.get("log") or "") + (x.get("error") or "")
+        fails.check(amx, "%s: SGLang's default loader should fail with %r on this CPU (without AMX; views/sglang/"
+                    "fp8.json's reason), got %s" % (FP8_ENGINE, FP8_ASSERT, str(x.get("error") or x)[-400:]))
+        print("%-24s %s" % (FP8_ENGINE + "/auto", "fails (AMX assert: fp8.json's refusal)" if amx else "MISSED"))
     tpfs_test.finish(fails, "sglang", work, times, t0)
 
 
