@@ -223,13 +223,7 @@ def page_touch(tpfs, src, T, ranks):
 def run(tpfs, work, smoke=False, reps=3, rate=200.0, iops=0, log=print):
     """Runs the benchmark; returns (markdown lines, rank 0 at T=8 figures)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # so that the storage is taken down
-    c = llama_gen.config(layers=2, hidden=1024, heads=8, kv_heads=4, inter=4096, vocab=8192) if smoke else llama_gen.config()
-    gen = os.path.join(work, "llama-io-smoke" if smoke else "llama-io")
-    if not os.path.exists(os.path.join(gen, ".complete")):
-        shutil.rmtree(gen, ignore_errors=True)
-        log("generating the Llama-like checkpoint in %s ..." % gen)
-        llama_gen.write(gen, c)
-        open(os.path.join(gen, ".complete"), "w").close()
+    gen, c = llama_gen.ensure(work, smoke, log)
     size = sum(os.path.getsize(p) for p in st_files(gen))
     store = SlowStore(work, int(size * 3.3) + (256 << 20), rate, iops)
     sets = {2: ["0", "0-1"], 8: ["0", "0-3", "0-7"]}

@@ -6,6 +6,7 @@ by default: 8 layers, hidden 2048, 16 heads of 128, 4 KV heads, intermediate 563
 """
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -74,6 +75,21 @@ def write(path, c, nfiles=4, seed=0):
     """Writes the Llama checkpoint of config c in layer order over nfiles files with an index; returns
     the data bytes."""
     return write_checkpoint(path, c, [(n, s, "f2") for n, s in shapes(c)], nfiles, seed)
+
+
+def ensure(work, smoke=False, log=None):
+    """The folder of the benchmarks' generated checkpoint under work (llama-io, or with smoke the small
+    llama-io-smoke), written once: a finished one holds a .complete stamp, a partial one is rewritten. Returns
+    (its path, its config)."""
+    c = config(layers=2, hidden=1024, heads=8, kv_heads=4, inter=4096, vocab=8192) if smoke else config()
+    gen = os.path.join(work, "llama-io-smoke" if smoke else "llama-io")
+    if not os.path.exists(os.path.join(gen, ".complete")):
+        shutil.rmtree(gen, ignore_errors=True)
+        if log:
+            log("generating the Llama-like checkpoint in %s ..." % gen)
+        write(gen, c)
+        open(os.path.join(gen, ".complete"), "w").close()
+    return gen, c
 
 
 if __name__ == "__main__":

@@ -65,13 +65,7 @@ def main():
     a = ap.parse_args()
     rows = [("pushed", [])] + [(v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in a.variant]
     os.makedirs(a.work, exist_ok=True)
-    c = (llama_gen.config(layers=2, hidden=1024, heads=8, kv_heads=4, inter=4096, vocab=8192) if a.smoke
-         else llama_gen.config())
-    gen = os.path.join(a.work, "llama-io-smoke" if a.smoke else "llama-io")
-    if not os.path.exists(os.path.join(gen, ".complete")):
-        shutil.rmtree(gen, ignore_errors=True)
-        llama_gen.write(gen, c)
-        open(os.path.join(gen, ".complete"), "w").close()
+    gen, c = llama_gen.ensure(a.work, a.smoke)
     root = tempfile.mkdtemp(prefix="tpfs-presharded-", dir=a.work)
     pre = os.path.join(root, "rank")
     res = {tag: [] for tag, _ in rows}

@@ -60,13 +60,7 @@ def main():
     if os.geteuid() != 0:
         sys.exit("needs root (loop device, mount, cgroup, drop_caches)")
     os.makedirs(a.work, exist_ok=True)
-    c = (llama_gen.config(layers=2, hidden=1024, heads=8, kv_heads=4, inter=4096, vocab=8192) if a.smoke
-         else llama_gen.config())
-    gen = os.path.join(a.work, "llama-io-smoke" if a.smoke else "llama-io")
-    if not os.path.exists(os.path.join(gen, ".complete")):
-        shutil.rmtree(gen, ignore_errors=True)
-        llama_gen.write(gen, c)
-        open(os.path.join(gen, ".complete"), "w").close()
+    gen, c = llama_gen.ensure(a.work, a.smoke)
     size = sum(os.path.getsize(p) for p in IO.st_files(gen))
     store = IO.SlowStore(tempfile.mkdtemp(dir=a.work), int(size * 1.3) + (256 << 20), a.rate)
     res = {"view": [], "whole": []}

@@ -18,7 +18,6 @@ reads cost what a local file's do (docs/PERFORMANCE.md). Checked here, on the hf
 Needs a kernel that offers FUSE passthrough (6.9+) and CAP_SYS_ADMIN: without either the test exits 77,
 after checking that the stats say why the copies are not used.
 """
-import glob
 import hashlib
 import os
 import shutil
@@ -58,20 +57,10 @@ def pushed(mnt):
     return int(w[2])
 
 
-def served_bytes(mnt):
-    rows = [l.split() for l in open(os.path.join(mnt, ".tpfs-stats")).read().splitlines()]
-    return sum(int(w[1]) for w in rows if w and w[0].isdigit())
-
-
-def tensor_files(mnt):
-    return sorted(glob.glob(os.path.join(mnt, "rank*", "*.safetensors")) +
-                  glob.glob(os.path.join(mnt, "model-rank-*.safetensors")))
-
-
 def raw(mnt):
     """{path under mnt: sha256} of every served safetensors file, each opened and read once."""
     out = {}
-    for fn in tensor_files(mnt):
+    for fn in tt.tensor_files(mnt):
         with open(fn, "rb") as f:
             out[os.path.relpath(fn, mnt)] = hashlib.sha256(f.read()).hexdigest()
     return out
@@ -101,7 +90,7 @@ for view in ([], ["--view", "vllm"]):
         with tt.Mount(src, T, *view, "--push", "off") as m:
             off_bytes = raw(m.path)
         with tt.Mount(src, T, *view, "--passthrough", "on") as m:
-            files = tensor_files(m.path)
+            files = tt.tensor_files(m.path)
             tt.wait_for(lambda: pass_counts(m.path)[0] == len(files), what="the copies of %s T=%d" % (name, T))
             F.check(pushed(m.path) == held(files),
                     "%s T=%d: the copies hold the files' whole 2 MiB pages (%d), nothing else is pushed (%d)"
@@ -110,9 +99,9 @@ for view in ([], ["--view", "vllm"]):
             F.check(got == off_bytes, "%s T=%d: every file read from its copy equals a --push off mount's (%s)"
                     % (name, T, sorted(k for k in off_bytes if got.get(k) != off_bytes[k])[:3]))
             c = pass_counts(m.path)
-            F.check(c[1] == len(files) and served_bytes(m.path) == 0,
+            F.check(c[1] == len(files) and tt.served_bytes(m.path) == 0,
                     "%s T=%d: %d opens, %d served from copies, %d bytes through the daemon"
-                    % (name, T, len(files), c[1], served_bytes(m.path)))
+                    % (name, T, len(files), c[1], tt.served_bytes(m.path)))
             # the copies go after use; the push then fills the page cache with every served byte
             total = sum(os.path.getsize(f) for f in files)
             tt.wait_for(lambda: pass_counts(m.path)[2] == len(files) and ", done;" in stats_line(m.path, "push"),
@@ -137,9 +126,9 @@ for view in ([], ["--view", "vllm"]):
     chg = os.path.join(work, "changed-" + ("vllm" if view else "hf"))
     fixtures.save(chg, config, full)
     with tt.Mount(chg, 2, *view, "--push", "off") as m:
-        old = {os.path.relpath(f, m.path): open(f, "rb").read() for f in tensor_files(m.path)}
+        old = {os.path.relpath(f, m.path): open(f, "rb").read() for f in tt.tensor_files(m.path)}
     with tt.Mount(chg, 2, *view, "--passthrough", "on", allow_stderr=CHANGED) as m:
-        files = tensor_files(m.path)
+        files = tt.tensor_files(m.path)
         tt.wait_for(lambda: pass_counts(m.path)[0] == len(files), what="the copies (%s, before the change)" % name)
         fds = {fn: os.open(fn, os.O_RDONLY) for fn in files}  # opened from the copies before the change
         F.check(pass_counts(m.path)[1] == len(files), "%s: the opens before the change were served from copies" % name)
@@ -193,10 +182,10 @@ F.check(bad.returncode == 2 and "--passthrough" in bad.stderr, "--passthrough ma
 # 4. a lazy unmount while a file is open from its copy: the file still reads right, and once it is closed the
 # daemon exits 0
 with tt.Mount(src, 2, "--push", "off") as m:
-    want0 = open(tensor_files(m.path)[0], "rb").read()
+    want0 = open(tt.tensor_files(m.path)[0], "rb").read()
 m = tt.Mount(src, 2, "--passthrough", "on")
 with m:
-    files = tensor_files(m.path)
+    files = tt.tensor_files(m.path)
     tt.wait_for(lambda: pass_counts(m.path)[0] == len(files), what="the copies (unmount)")
     held_open = open(files[0], "rb")
     first = held_open.read(4096)

@@ -63,18 +63,6 @@ def stats(mnt):
     return (None, None) if w[1] == "off" else (int(w[2]), int(w[4]))
 
 
-def served_bytes(mnt):
-    """Bytes the daemon replied, all ranks (the stats' bytes_served column)."""
-    rows = [l.split() for l in open(os.path.join(mnt, ".tpfs-stats")).read().splitlines()]
-    return sum(int(w[1]) for w in rows if w and w[0].isdigit())
-
-
-def tensor_files(mnt):
-    """Every served safetensors file of a mount (rank folders or the view's part files), sorted."""
-    return sorted(glob.glob(os.path.join(mnt, "rank*", "*.safetensors")) +
-                  glob.glob(os.path.join(mnt, "model-rank-*.safetensors")))
-
-
 def digest(fn, step=1 << 20):
     """sha256 of a file read with reads of step bytes."""
     h = hashlib.sha256()
@@ -88,7 +76,7 @@ def digest(fn, step=1 << 20):
 
 def raw(mnt):
     """{path under mnt: sha256} of every served safetensors file."""
-    return {os.path.relpath(f, mnt): digest(f) for f in tensor_files(mnt)}
+    return {os.path.relpath(f, mnt): digest(f) for f in tt.tensor_files(mnt)}
 
 
 def wait_pushed(mnt, want, what):
@@ -146,7 +134,7 @@ for view in ([], ["--view", "vllm"]):
         with tt.Mount(src, T, *view, "--push", "off") as m:
             off_bytes = raw(m.path)
         with tt.Mount(src, T, *view, "--push", "auto") as m:
-            files = tensor_files(m.path)
+            files = tt.tensor_files(m.path)
             total = sum(os.path.getsize(f) for f in files)
             pushed, budget = wait_pushed(m.path, total, "the push of %s T=%d" % (name, T))
             F.check(pushed == total and budget >= total,
@@ -156,7 +144,7 @@ for view in ([], ["--view", "vllm"]):
             F.check(len(files) == 2 * T and all(sum(p) for p in pages) and cached >= 0.9,
                     "%s T=%d: the pages of every file are cached before any read (%d files, %.1f%% of their pages)"
                     % (name, T, len(files), 100 * cached))
-            F.check(served_bytes(m.path) == 0, "%s T=%d: no read reached the daemon yet" % (name, T))
+            F.check(tt.served_bytes(m.path) == 0, "%s T=%d: no read reached the daemon yet" % (name, T))
             got_raw = raw(m.path)
             F.check(got_raw == off_bytes, "%s T=%d: every file equals a --push off mount's, byte for byte (%s)"
                     % (name, T, sorted(k for k in off_bytes if got_raw.get(k) != off_bytes[k])[:3]))
@@ -172,9 +160,9 @@ for view in ([], ["--view", "vllm"]):
                         got.update(load_file(f))
                     compare("%s T=%d rank %d" % (name, T, r), got,
                             {k: reference.expected("llama", config, k, x, T, r) for k, x in full.items()})
-            F.check(served_bytes(m.path) <= total // 10,
+            F.check(tt.served_bytes(m.path) <= total // 10,
                     "%s T=%d: the reads were page-cache hits (bytes served by the daemon: %d of %d)"
-                    % (name, T, served_bytes(m.path), total))
+                    % (name, T, tt.served_bytes(m.path), total))
 
 # 2. a source rewritten after a push: EIO, never the pushed bytes (both views)
 for view in ([], ["--view", "vllm"]):
@@ -182,7 +170,7 @@ for view in ([], ["--view", "vllm"]):
     chg = os.path.join(work, "changed-" + ("vllm" if view else "hf"))
     fixtures.save(chg, config, full)
     with tt.Mount(chg, 2, *view, "--push", "auto", allow_stderr=CHANGED) as m:
-        files = tensor_files(m.path)
+        files = tt.tensor_files(m.path)
         wait_pushed(m.path, sum(os.path.getsize(f) for f in files), "the push (%s, before the change)" % name)
         F.check(all(tt.resident(f) > 0 for f in files), "%s: pushed before the change" % name)
         fds = {fn: os.open(fn, os.O_RDONLY) for fn in files}  # opened before the change: reads meet the cache
@@ -217,7 +205,7 @@ for view in ([], ["--view", "vllm"]):
 with tt.Mount(src, 2, "--push", "off") as m:
     off_bytes = raw(m.path)
 with tt.Mount(src, 2, "--push", "64K") as m:
-    files = tensor_files(m.path)
+    files = tt.tensor_files(m.path)
     pushed, budget = wait_pushed(m.path, 64 * 1024, "the push up to its budget")
     time.sleep(0.3)  # anything past the budget would show by now
     pushed, budget = stats(m.path)
@@ -230,12 +218,12 @@ with tt.Mount(src, 2, "--push", "64K") as m:
 # 4. --push off: nothing pushed; no --push (the default, auto): every served byte, then "done"
 with tt.Mount(src, 2, "--push", "off") as m:
     time.sleep(0.3)
-    files = tensor_files(m.path)
+    files = tt.tensor_files(m.path)
     F.check(stats(m.path) == (None, None), "--push off: the stats say push: off")
     F.check(all(tt.resident(f) == 0 for f in files), "--push off: no page cached before a read: %s"
             % [tt.resident(f) for f in files])
 with tt.Mount(src, 2) as m:
-    files = tensor_files(m.path)
+    files = tt.tensor_files(m.path)
     total = sum(os.path.getsize(f) for f in files)
     wait_pushed(m.path, total, "the default push")
     tt.wait_for(lambda: ", done;" in push_line(m.path), timeout=30, what="the default push's end")
@@ -264,7 +252,7 @@ for view in ([], ["--view", "vllm"]):
     with tt.Mount(big, 2, *view, "--push", "off") as m:
         off_bytes = raw(m.path)
     with tt.Mount(big, 2, *view, "--push", "auto") as m:
-        files = tensor_files(m.path)
+        files = tt.tensor_files(m.path)
         got, errs = {}, []
 
         def read(fn, step):
@@ -288,7 +276,7 @@ for view in ([], ["--view", "vllm"]):
 mid = 0
 for attempt in range(5):
     with tt.Mount(big, 2, "--push", "auto") as m:
-        total = sum(os.path.getsize(f) for f in tensor_files(m.path))
+        total = sum(os.path.getsize(f) for f in tt.tensor_files(m.path))
         end = time.time() + 10
         pushed = 0
         while time.time() < end:
@@ -310,7 +298,7 @@ for attempt in range(6):
     m = tt.Mount(big, 2, "--push", "auto", *(["--view", "vllm"] if attempt % 2 else []))
     m.__enter__()
     try:
-        files = tensor_files(m.path)
+        files = tt.tensor_files(m.path)
         halt = [False]
 
         def drain(fn, step):
@@ -374,7 +362,7 @@ for view in ([], ["--view", "vllm"]):
         drop_cached(big)
         extra = ["--ranks", "1"] if mode == "auto" else ["--push-io", mode]
         with tt.Mount(big, 2, *view, "--push", "auto", *extra) as m:
-            files = tensor_files(m.path)
+            files = tt.tensor_files(m.path)
             total = sum(os.path.getsize(f) for f in files)
             tt.wait_for(lambda: ", running;" not in push_line(m.path), timeout=60, what="the push's end")
             pushed, direct, cached = stats(m.path)[0], direct_bytes(m.path), src_cached(big)
@@ -401,7 +389,7 @@ for view in ([], ["--view", "vllm"]):
         shutil.copytree(big, chg)
         drop_cached(chg)
         with tt.Mount(chg, 2, *view, "--push", "auto", "--push-io", "direct", allow_stderr=CHANGED) as m:
-            files = tensor_files(m.path)
+            files = tt.tensor_files(m.path)
             fds = {fn: os.open(fn, os.O_RDONLY) for fn in files}
             if when == "during":
                 tt.wait_for(lambda: (stats(m.path)[0] or 0) > 0, timeout=60, what="the push's first store")

@@ -6,6 +6,7 @@ daemon wrote anything unexpected on stderr or exited non-zero.
 """
 import contextlib
 import errno
+import glob
 import json
 import math
 import os
@@ -198,6 +199,18 @@ class Mount:
         if self.proc.returncode != 0:
             raise AssertionError("daemon exited %d: %s" % (self.proc.returncode, self.stderr()))
         return False
+
+
+def served_bytes(mnt):
+    """Bytes the daemon of the mount at mnt replied, all ranks (the stats file's bytes_served column)."""
+    rows = [l.split() for l in open(os.path.join(mnt, ".tpfs-stats")).read().splitlines()]
+    return sum(int(w[1]) for w in rows if w and w[0].isdigit())
+
+
+def tensor_files(mnt):
+    """Every served safetensors file of a mount (rank folders or the view's part files), sorted."""
+    return sorted(glob.glob(os.path.join(mnt, "rank*", "*.safetensors")) +
+                  glob.glob(os.path.join(mnt, "model-rank-*.safetensors")))
 
 
 # ---- raw safetensors (for dtypes numpy lacks: BF16, F8, F4) ----
