@@ -33,7 +33,7 @@
 
 struct cJSON;
 
-#define TP_EXPR_MAX_VARS 8
+#define TP_EXPR_MAX_VARS 12 /* a view's T, P, EP, EP_RR, DP and an entry's TP_VIEW_VARS (4), with room */
 #define TP_EXPR_MAX_PREFIX 4
 #define TP_EXPR_MAX_DEPTH 100   /* nesting of (), [], arguments, ?: and unary operators together */
 #define TP_EXPR_MAX_DEPTH_S "100"

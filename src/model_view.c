@@ -280,6 +280,7 @@ int tp_mview_build(const tp_mview_in *in, tp_mview *m, tp_err *e)
 	tp_expr_bind(&c, "P", in->P);
 	tp_expr_bind(&c, "EP", in->ep != 0);
 	tp_expr_bind(&c, "EP_RR", in->ep == 2);
+	tp_expr_bind(&c, "DP", m->D);
 	uint8_t *off = calloc(v->ne ? v->ne : 1, sizeof *off);
 	uint64_t(*dil_rows)[8] = calloc(v->ne ? v->ne : 1, sizeof *dil_rows);
 	int rc = off && dil_rows ? settle(v, &c, in->T, off, dil_rows, e) : tp_fail(e, TP_ENOMEM, "out of memory");

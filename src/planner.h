@@ -66,6 +66,8 @@ typedef struct tp_resolve_opts {
 	                     * placement, 2: round_robin, expert e on rank e % T) */
 	int ep_uneven;      /* the experts' specs allow an uneven split (TP_UNEVEN: the first E mod N ranks
 	                     * one expert more, vLLM's determine_expert_map): set under --dp */
+	uint32_t D;         /* data-parallel ranks (--dp), 0 or 1: none; a rule's "when" sees it as DP (1
+	                     * without --dp): vLLM holds some modules whole under DP x EP (deepseek_v3.json) */
 } tp_resolve_opts;
 
 #define TP_RULE_EXPERTS (-3) /* tp_resolved.rule when an experts declaration decided (--ep) */

@@ -33,8 +33,9 @@ static int eval_pos(job *j, const char *src, int64_t *v, const char *what)
 	return 0;
 }
 
-/* Stage 1, match: the first rule whose pattern covers the name and whose `when` holds.
- * Returns 1 (a rule), 0 (none), or -1 (a `when` that cannot be evaluated). */
+/* Stage 1, match: the first rule whose pattern covers the name and whose `when` holds (`when`
+ * sees T and DP, the data-parallel ranks: 1 without --dp). Returns 1 (a rule), 0 (none), or -1
+ * (a `when` that cannot be evaluated). */
 static int stage_match(job *j, tp_resolved *out)
 {
 	const tp_plan *pl = j->pl;
@@ -42,6 +43,7 @@ static int stage_match(job *j, tp_resolved *out)
 		for (int k = 0; k < pl->rules[i].npat; k++) {
 			j->cfg->nvar = 0;
 			tp_expr_bind(j->cfg, "T", j->o->T);
+			tp_expr_bind(j->cfg, "DP", j->o->D > 1 ? j->o->D : 1);
 			int plen = tp_pattern_match(pl->rules[i].pat[k], j->t->name, j->cfg);
 			if (plen < 0)
 				continue;

@@ -40,7 +40,9 @@ place the routed experts over D x TP ranks (EP rank = DP rank x TP + TP rank), e
 DP rank's workers then mount with `--dp D --ep` for their own EP ranks (dp_ranks: DP rank d's node block of TP
 ranks, moved to d x TP + t), so the DP rank is in the mount's key, and read `model-dp-{d}-rank-{t}-part-*` with
 sharded_state's reading under the pattern `model-dp-{d}-rank-{rank}-part-{part}.safetensors`. Without
---enable-expert-parallel every DP rank reads the same files, TP rank t's, as without DP.
+--enable-expert-parallel every DP rank reads the same files, TP rank t's, as without DP. The files hold what vLLM
+holds with its MoE sequence-parallel (its default all2all backend: DeepSeek's shared experts whole), so at TP > 1
+another --all2all-backend, under which it is not, is refused.
 """
 import os
 import sys
@@ -77,11 +79,18 @@ def node_ranks(tp, pp, tp_rank, pp_rank, parallel_config):
 def dp_ranks(parallel_config, ranks):
     """(D, d, ranks) for a worker of DP rank d of D with expert parallelism, ranks (its node's TP ranks, as
     node_ranks gives them) moved to EP ranks d x TP + t; (1, 0, ranks) without DP or without expert parallelism
-    (every DP rank then reads TP rank t's files)."""
+    (every DP rank then reads TP rank t's files). Raises TpfsError where TP > 1 and vLLM's MoE is not
+    sequence-parallel (an all2all backend other than its default's kind): tpfs's --dp files hold what vLLM
+    holds with it (DeepSeek's shared experts whole), proven only so."""
     D = int(getattr(parallel_config, "data_parallel_size", 1) or 1)
     if D <= 1 or not getattr(parallel_config, "enable_expert_parallel", False):
         return 1, 0, ranks
     d, tp = int(parallel_config.data_parallel_rank), int(parallel_config.tensor_parallel_size)
+    if tp > 1 and not getattr(parallel_config, "use_sequence_parallel_moe", True):
+        raise tpfs.TpfsError("--load-format tpfs: data parallelism with expert parallelism at TP=%d is served as vLLM "
+                             "holds the model with a sequence-parallel MoE (its default --all2all-backend, "
+                             "allgather_reducescatter: DeepSeek's shared experts whole on every rank), not with "
+                             "--all2all-backend %s" % (tp, getattr(parallel_config, "all2all_backend", "?")))
     return D, d, [d * tp + r for r in ranks]
 
 

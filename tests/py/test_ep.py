@@ -670,7 +670,66 @@ def dp_ep():
             "dp_ep: tpfs plan --dp shows the DP rank's files and each EP rank's experts %s: %s" % (want_rows, rows))
 
 
+
+def dp_ep_deepseek():
+    """DeepSeek-V3 under --dp 2 --ep --view vllm at T=2: vLLM's MoE is then sequence-parallel (its default
+    all2all backend, EP, T > 1, D > 1: config/parallel.py use_sequence_parallel_moe) and DeepseekV2MoE builds
+    the shared experts whole (models/deepseek_v2.py, disable_tp=is_sequence_parallel). So every rank's
+    shared experts are the source's whole (gate_up_proj = gate then up, down_proj), the routed experts EP rank
+    d x T + t's, and every other tensor (attention, the dense layer 0's MLP, router, norms, embeddings) TP rank
+    t's file of the mount without --dp, the dense MLP cut in two. At T=1 (D=3) the shared experts are whole
+    anyway; without --dp they stay cut by TP rank (test above)."""
+    c, t = fixtures.deepseek_v3()
+    src = os.path.join(work, "dp_ep_ds")
+    fixtures.save(src, c, t)
+    E, I, H = c["n_routed_experts"], c["moe_intermediate_size"] * c["n_shared_experts"], c["hidden_size"]
+    p = "model.layers.1.mlp."
+    sh = p + "experts._shared_experts._layer."
+    whole_gu = np.concatenate([t[p + "shared_experts.gate_proj.weight"], t[p + "shared_experts.up_proj.weight"]])
+    whole_d = t[p + "shared_experts.down_proj.weight"]
+    for T, D in ((2, 2), (1, 3)):
+        N = D * T
+        if E < N:
+            continue
+        with tt.Mount(src, T, "--view", "vllm") as m:
+            dense = [read_parts(m.path, "model-rank-%d-" % r)[0] for r in range(T)]
+        if T > 1:
+            F.check(dense[0][sh + "gate_up_proj.weight"].shape == (2 * I // T, H),
+                    "dp_ep deepseek T=%d without --dp: the shared experts cut by TP rank: %s" % (
+                        T, dense[0][sh + "gate_up_proj.weight"].shape))
+        with tt.Mount(src, T, "--dp", D, "--ep", "--view", "vllm") as m:
+            for d in range(D):
+                for r in range(T):
+                    g = d * T + r
+                    got, files = read_parts(m.path, "model-dp-%d-rank-%d-" % (d, r))
+                    F.check(len(files) >= 1, "dp_ep deepseek T=%d D=%d: DP rank %d TP rank %d has files" % (T, D, d, r))
+                    gu, dn = got.get(sh + "gate_up_proj.weight"), got.get(sh + "down_proj.weight")
+                    F.check(gu is not None and np.array_equal(gu, whole_gu) and dn is not None and
+                            np.array_equal(dn, whole_d),
+                            "dp_ep deepseek T=%d D=%d g=%d: the shared experts whole (gate_up %s, want %s)" % (
+                                T, D, g, None if gu is None else gu.shape, whole_gu.shape))
+                    held_e = list(vllm_ep_block(E, N, g))
+                    w13 = got.get(p + "experts.routed_experts.w13_weight")
+                    want13 = np.stack([np.concatenate([t[p + "experts.%d.gate_proj.weight" % e],
+                                                       t[p + "experts.%d.up_proj.weight" % e]]) for e in held_e])
+                    F.check(w13 is not None and w13.shape == want13.shape and np.array_equal(w13, want13),
+                            "dp_ep deepseek T=%d D=%d g=%d: routed experts %s" % (T, D, g, held_e))
+                    rest = {k: v for k, v in got.items() if ".routed_experts." not in k and not k.startswith(sh)}
+                    want_rest = {k: v for k, v in dense[r].items() if ".routed_experts." not in k and not k.startswith(sh)}
+                    F.check(sorted(rest) == sorted(want_rest) and
+                            all(rest[k].dtype == want_rest[k].dtype and np.array_equal(rest[k], want_rest[k])
+                                for k in rest),
+                            "dp_ep deepseek T=%d D=%d g=%d: every other tensor is TP rank %d's (%d tensors)" % (
+                                T, D, g, r, len(rest)))
+                    F.check(got.get("model.layers.0.mlp.gate_up_proj.weight") is not None and
+                            got["model.layers.0.mlp.gate_up_proj.weight"].shape[0] == 2 * c["intermediate_size"] // T,
+                            "dp_ep deepseek T=%d D=%d g=%d: the dense layer's MLP cut by TP rank" % (T, D, g))
+        results.append("dp_ep deepseek_v3 T=%d D=%d: shared experts whole, routed experts %s, the rest TP rank's" % (
+            T, D, [list(vllm_ep_block(E, N, g)) for g in range(N)]))
+
+
 dp_ep()
+dp_ep_deepseek()
 shutil.rmtree(work, ignore_errors=True)
 print("\n".join(results))
 F.done("test_ep")

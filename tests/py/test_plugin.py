@@ -194,6 +194,15 @@ dp = lambda D, d, ep, tp: types.SimpleNamespace(data_parallel_size=D, data_paral
 out.append([vp.dp_ranks(dp(2, 1, True, 4), [0, 1, 2, 3]), vp.dp_ranks(dp(2, 1, False, 4), [0, 1, 2, 3]),
             vp.dp_ranks(dp(1, 0, True, 4), [2]), vp.dp_args([], 2), vp.dp_args(["--ep=round_robin"], 3),
             vp.dp_args(["--ep"], 1)])
+try:  # vLLM's MoE not sequence-parallel at TP > 1 (another --all2all-backend): not what the --dp files hold
+    vp.dp_ranks(types.SimpleNamespace(data_parallel_size=2, data_parallel_rank=0, enable_expert_parallel=True,
+                                      tensor_parallel_size=2, use_sequence_parallel_moe=False,
+                                      all2all_backend="moonep"), [0, 1])
+    out[-1].append("not refused")
+except tpfs.TpfsError as e:
+    out[-1].append(str(e))
+out[-1].append(vp.dp_ranks(types.SimpleNamespace(data_parallel_size=2, data_parallel_rank=1, enable_expert_parallel=True,
+                                                 tensor_parallel_size=1, use_sequence_parallel_moe=False), [0]))
 from vllm.config.load import LoadConfig
 out.append(vp.TpfsLoader(LoadConfig(load_format="tpfs", model_loader_extra_config={"tpfs": {"args": ["--ep"]}})).args)
 try:
@@ -217,7 +226,10 @@ print(json.dumps(out))
     # and mounted with --dp D --ep; without expert parallelism (or without DP) nothing changes
     want = [[2, 1, [4, 5, 6, 7]], [1, 0, [0, 1, 2, 3]], [1, 0, [2]], ["--ep", "--dp", "2"],
             ["--ep=round_robin", "--dp", "3"], ["--ep"]]
-    fails.check(out[3] == want, "dp_ranks, dp_args: %s, not %s" % (out[3], want))
+    fails.check(out[3][:6] == want, "dp_ranks, dp_args: %s, not %s" % (out[3][:6], want))
+    # at TP > 1 a MoE that is not sequence-parallel is refused naming the backend; at TP=1 it changes nothing
+    fails.check(len(out[3]) == 8 and "--all2all-backend moonep" in out[3][6] and out[3][7] == [2, 1, [1]],
+                "dp_ranks under a backend that is not sequence-parallel: %s" % out[3][6:])
     fails.check(out[4] == ["--ep"], "the tpfs options of --model-loader-extra-config: args %s" % out[4])
     fails.check("Unexpected extra config keys" in out[5], "another extra config key: %r" % out[5])
 

@@ -38,7 +38,9 @@ Qwen3-MoE with 5 routed experts over 4 EP ranks (vLLM: 2, 1, 1, 1), each DP rank
 model-dp-{d}-rank-{t} files; the same files with DP ranks 0 and 1 swapped must fail; and the plugin
 (--load-format tpfs, the checkout's python/ package registered as vLLM registers plugins, in each worker) at the
 same split: each DP rank's two workers share one mount of that DP rank's EP ranks, every tensor equal to the
-default loader's, and no mount left once the probe has exited.
+default loader's, and no mount left once the probe has exited. DeepSeek-V3 at the same split with 5 experts: vLLM
+builds its MoE sequence-parallel there (checked), with the shared experts whole, which the view serves whole under
+--dp (the dense layer's MLP and the attention cut by TP rank as without DP).
 
 TPFS_VLLM_TOKENS=none (the sanitized build) runs 1 to 3 only, for a few families. TPFS_NODES_PARTS=stages,probe,nodes,plugin
 (the default) names the parts to run (nodes: 4, plugin: 5; either runs the one-node run it compares to).
@@ -170,10 +172,11 @@ def refusals(fails, work):
         fails.check(p.returncode != 0 and want in p.stderr, "%s --ep=%s: refused with %r, got %d %r"
                     % (fam, ep, want, p.returncode, p.stderr[-300:]))
         print("refused: %-10s --ep=%s: %s" % (fam, ep, p.stderr.strip().splitlines()[-1][:160]))
-    # DP x EP (--dp) where it is not proven: DeepSeek-V3's shared experts (whole under vLLM's sequence-parallel MoE,
-    # cut by its view), a quantized Qwen3-MoE view (drops the qwen3_moe view's "dp_ep")
-    for fam, want in (("deepseek_v3", "not for model_type 'deepseek_v3'"),
-                      ("qwen3_moe_fp8", "proven for no model type of this view")):
+    # DP x EP (--dp) where it is not proven: the quantized DeepSeek-V3 and Qwen3-MoE views (they drop their parents'
+    # "dp_ep"), DeepSeek-V2 (its view extends deepseek_v3's, which lists deepseek_v3 and kimi_k2)
+    for fam, want in (("deepseek_v3_fp8", "proven for no model type of this view"),
+                      ("qwen3_moe_fp8", "proven for no model type of this view"),
+                      ("deepseek_v2", "not for model_type 'deepseek_v2'")):
         src = os.path.join(work, "refused", fam)
         if not os.path.isdir(src):
             vllm_models.make(fam, src)
@@ -248,6 +251,13 @@ def probe(fails, work, stack):
                   "engine": {"enable_expert_parallel": True}})
     cases.append({"name": "qwen3_moe/dp2-tp2-ep-plugin", "src": src, "tp": 2, "dp": 2, "loader": "tpfs",
                   "engine": {"enable_expert_parallel": True}})
+    # DeepSeek-V3 under DP x EP: vLLM's MoE sequence-parallel (default all2all backend, T > 1, D > 1), the shared
+    # experts whole on every rank (the view's rule), the dense layer's MLP and the attention still cut by TP rank;
+    # 5 experts over 4 EP ranks
+    src = vllm_models.make("deepseek_v3", os.path.join(work, "src-dpep-ds"), config={"n_routed_experts": 5})
+    mnt = stack.enter_context(tpfs_test.Mount(src, 2, "--view", "vllm", "--dp", 2, "--ep"))
+    cases.append({"name": "deepseek_v3/dp2-tp2-ep", "src": src, "served": mnt.path, "tp": 2, "dp": 2,
+                  "engine": {"enable_expert_parallel": True}})
     plugin_run = os.path.join(work, "plugin-run")
     os.mkdir(plugin_run, 0o700)
     # broken: the final norm on stage 0 (vLLM: an extra key there, a missing one on stage 1)
@@ -290,6 +300,9 @@ def probe(fails, work, stack):
             mounts = [ranks.get(str(g), {}).get("served") for g in range(4)]
             fails.check(all(mounts) and mounts[0] == mounts[1] and mounts[2] == mounts[3] and mounts[0] != mounts[2],
                         "the plugin under DP x EP: one mount a DP rank, %s" % mounts)
+        if c["name"] == "deepseek_v3/dp2-tp2-ep":  # the premise: vLLM built the MoE sequence-parallel
+            sp = [ranks.get(str(g), {}).get("sequence_parallel_moe") for g in range(4)]
+            fails.check(sp == [True] * 4, "deepseek_v3 under DP x EP: vLLM's MoE sequence-parallel on every rank: %s" % sp)
         if c["name"] == "qwen3_moe/dp-swapped":
             caught = not r.get("ok") and any(x.get("keys") for x in ranks.values())
             print("%-24s %-6s" % (c["name"], "caught" if caught else "MISSED"))

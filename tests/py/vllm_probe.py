@@ -20,7 +20,7 @@ python vllm_probe.py CASES.json RESULT.json     (in the vLLM venv, scripts/setup
             whose served dtype may differ from the parameter's: see 3), "stop": null or the text of vLLM's own
             error where vLLM cannot process the weights on this CPU (see verdict)}]
   RESULT: {name: {"ok": bool, "ranks": {rank: {"keys": [[key, served, vLLM's]], "cast": [the same],
-           "loaded": [keys],
+           "loaded": [keys], "sequence_parallel_moe": vLLM's parallel_config says so (bool),
            "processed": [keys], "tensors": n, "stages": {loader: stages reached}, "error": text or
            null}}, "seconds": s}}
 
@@ -276,6 +276,9 @@ def worker(rank, tp, port, cases_path, out_path):
                 else:
                     os.environ[k] = v
             a, b = got["auto"], got["sharded_state"]
+            # whether vLLM's MoE was sequence-parallel here (DP x EP at T > 1 with the default all2all backend:
+            # DeepSeek's shared experts whole, models/deepseek_v2.py)
+            res["sequence_parallel_moe"] = bool(vc.parallel_config.use_sequence_parallel_moe)
             served = case.get("served")
             if case.get("loader") == "tpfs":  # the mount the plugin made in this process
                 import tpfs.node

@@ -543,6 +543,39 @@ static void test_rule_errors(void **state)
 	assert_non_null(strstr(e.msg, "no axis has size 5 (heads)"));
 }
 
+/* A rule's "when" sees DP, the data-parallel ranks (--dp; 1 without): the deepseek_v3 view keeps the shared
+ * experts whole where vLLM's MoE is sequence-parallel (DP > 1 && T > 1) and leaves them to the next rule
+ * elsewhere. */
+static void test_when_dp(void **state)
+{
+	(void)state;
+	const char *text = "{\"tpfs_plan\": 1, \"name\": \"dp\", \"rules\": ["
+			   "{\"name\": \"sp\", \"match\": \"**.shared_experts.up_proj\", \"when\": \"DP > 1 && T > 1\","
+			   " \"split\": \"replicate\"},"
+			   "{\"name\": \"col\", \"match\": \"**.shared_experts.up_proj\", \"split\": \"column\"}]}";
+	tp_plan pl;
+	tp_err e;
+	assert_int_equal(parse(text, &pl, &e), 0);
+	cJSON *c = cJSON_Parse("{}");
+	const want w[] = {{"m.shared_experts.up_proj.weight", ST_BF16, 2, {8, 4}, 1, 0, 8, 1, 0, 1}};
+	load(w, 1);
+	const uint32_t T[] = {2, 2, 2, 1};
+	const uint32_t D[] = {0, 1, 2, 2};
+	const int want_rule[] = {1, 1, 0, 1};
+	for (int k = 0; k < 4; k++) {
+		tp_expr_ctx cx = {.config = c};
+		tp_resolve_opts o = {.T = T[k], .D = D[k]};
+		tp_resolved res;
+		tp_err_clear(&e);
+		if (tp_plan_resolve(&pl, &cx, &ck.t[0], lookup, &ck, &o, "f.safetensors", &res, &e) < 0)
+			fail_msg("T=%u D=%u: %s", T[k], D[k], e.msg);
+		assert_int_equal(res.rule, want_rule[k]);
+		assert_int_equal(res.spec.kind, want_rule[k] ? TP_SPLIT : TP_REPLICATE);
+	}
+	tp_plan_free(&pl);
+	cJSON_Delete(c);
+}
+
 /* heads_axis with "axis": the preferred axis where it has the size of 'heads' (Qwen3-VL-MoE's fused experts,
  * [E, 2I, D] as save_pretrained writes them or [E, D, 2I] as published, ambiguous when D == 2I: the model
  * code's own layout wins), otherwise the one other axis of that size; without it, two candidates are refused. */
@@ -1014,7 +1047,7 @@ int main(void)
 		cmocka_unit_test(test_llama),       cmocka_unit_test(test_qwen_moe),    cmocka_unit_test(test_deepseek),
 		cmocka_unit_test(test_kda),         cmocka_unit_test(test_qwen3_next),  cmocka_unit_test(test_generic),
 		cmocka_unit_test(test_quantized),   cmocka_unit_test(test_vocab),       cmocka_unit_test(test_kinds),
-		cmocka_unit_test(test_rule_errors), cmocka_unit_test(test_heads_axis_preferred), cmocka_unit_test(test_choice),      cmocka_unit_test(test_model_open_missing),
+		cmocka_unit_test(test_rule_errors), cmocka_unit_test(test_heads_axis_preferred), cmocka_unit_test(test_when_dp), cmocka_unit_test(test_choice),      cmocka_unit_test(test_model_open_missing),
 		cmocka_unit_test(test_bare_reference), cmocka_unit_test(test_ep_resolve),  cmocka_unit_test(test_ep_declarations),
 		cmocka_unit_test(test_ep_builtins),
 	};
