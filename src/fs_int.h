@@ -329,9 +329,13 @@ void pass_end_file(tp_fs *fs, fuse_ino_t ino, int whole);
 /* An open of served file ino: 1 when it was answered from the copy (fh PASS_FH), 0 when the caller
  * answers it as usual (counted as an open through the daemon). Call only where the open succeeds. */
 int pass_open(tp_fs *fs, fuse_req_t req, fuse_ino_t ino);
-/* The release of an open of ino (fh: its fh). The last release of opens served from a copy drops
- * the copy; the push then stores the file into the page cache (pass_gen, pass_dropped). */
+/* The release of an open of ino (fh: its fh). The last release of opens served from a copy starts
+ * its grace period (pass_expire). */
 void pass_release(tp_fs *fs, fuse_ino_t ino, uint64_t fh);
+/* The push thread, now and then: drops the copies whose last passthrough open was released longer
+ * than the grace period ago (the loader is done with them; fs_pass.c); the push then stores those
+ * files into the page cache (pass_gen, pass_dropped). */
+void pass_expire(tp_fs *fs);
 /* A source of ino changed: its copy, if any, is emptied and dropped; no open is served from a copy
  * of it again. The invalidation thread. */
 void pass_revoke(tp_fs *fs, fuse_ino_t ino);

@@ -11,9 +11,10 @@
  * (O_TMPFILE) of a tmpfs mounted with huge=always that no one can see (fsopen/fsmount: a mount
  * attached nowhere). Once whole, every open of the served file is answered with that copy as its
  * backing file, as long as no open of it reads through the daemon (the kernel refuses to mix the
- * two on one inode). When the last passthrough open is released (the loader has read the file), the
- * copy is dropped and the push stores the file into FUSE's page cache instead (reclaimable memory,
- * as without this option), so that a later start still finds it cached.
+ * two on one inode). PASS_GRACE_MS after the last passthrough open of a file is released (the loader
+ * has read it: safetensors opens a file twice in a row, so not at once), the copy is dropped and the
+ * push stores the file into FUSE's page cache instead (reclaimable memory, as without this option),
+ * so that a later start still finds it cached.
  *
  * The kernel side: libfuse 3.14 cannot ask for passthrough (FUSE_PASSTHROUGH is bit 37 of INIT's
  * flags, libfuse's want field has 32 bits, and its open reply has no backing id), so this room
@@ -53,6 +54,7 @@ struct k_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
 #define K_BACKING_OPEN _IOW(229, 1, struct k_backing_map)
 #define K_BACKING_CLOSE _IOW(229, 2, uint32_t)
 #define HUGE_PAGE (2u << 20)
+#define PASS_GRACE_MS 10000u /* a copy outlives its last passthrough open's release by this much */
 
 enum { PS_NONE, PS_FILLING, PS_READY, PS_DROPPED, PS_OFF };
 enum { K_UNKNOWN, K_NO, K_OFFERED, K_ASKED };
@@ -63,6 +65,7 @@ typedef struct pentry {
 	int fd, id;          /* the copy (-1: none), its backing id (0: none yet) */
 	uint32_t npass, ncache; /* opens served from the copy, and through the daemon */
 	uint8_t state, used; /* PS_*; a passthrough open has been made */
+	uint64_t idle_since; /* ms (CLOCK_MONOTONIC) its last passthrough open was released; 0: one is open */
 } pentry;
 
 struct pass_tab {
@@ -112,6 +115,13 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *ud)
 		}
 	}
 	return writev(fd, iov, count);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 static int cmp_ino(const void *a, const void *b)
@@ -273,6 +283,7 @@ int pass_open(tp_fs *fs, fuse_req_t req, fuse_ino_t ino)
 	if (pass) {
 		p->npass++;
 		p->used = 1;
+		p->idle_since = 0;
 		atomic_fetch_add(&t->opens, 1);
 	} else
 		p->ncache++;
@@ -296,11 +307,26 @@ void pass_release(tp_fs *fs, fuse_ino_t ino, uint64_t fh)
 		p->npass--;
 	else if (fh != PASS_FH && p->ncache)
 		p->ncache--;
-	if (fh == PASS_FH && !p->npass && p->state == PS_READY) { /* the loader is done with it */
-		drop_copy(fs, p);
-		p->state = PS_DROPPED;
-		atomic_fetch_add(&t->drops, 1);
-		atomic_fetch_add(&t->gen, 1);
+	if (fh == PASS_FH && !p->npass && p->state == PS_READY) /* the loader may be done with it: pass_expire */
+		p->idle_since = now_ms();
+	pthread_mutex_unlock(&t->lock);
+}
+
+void pass_expire(tp_fs *fs)
+{
+	struct pass_tab *t = fs->pass;
+	if (!t || !t->n)
+		return;
+	uint64_t now = now_ms();
+	pthread_mutex_lock(&t->lock);
+	for (size_t k = 0; k < t->n; k++) {
+		pentry *p = &t->e[k];
+		if (p->state == PS_READY && p->used && !p->npass && p->idle_since && now - p->idle_since >= PASS_GRACE_MS) {
+			drop_copy(fs, p);
+			p->state = PS_DROPPED;
+			atomic_fetch_add(&t->drops, 1);
+			atomic_fetch_add(&t->gen, 1);
+		}
 	}
 	pthread_mutex_unlock(&t->lock);
 }

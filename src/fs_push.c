@@ -309,8 +309,10 @@ static size_t push_n;
 static int wait_for_drop(tp_fs *fs, uint32_t gen)
 {
 	atomic_store(&fs->push_done, 1);
-	while (!atomic_load(&fs->push_stop) && pass_gen(fs) == gen)
+	while (!atomic_load(&fs->push_stop) && pass_gen(fs) == gen) {
 		sleep_ms(20);
+		pass_expire(fs);
+	}
 	atomic_store(&fs->push_done, 0);
 	return !atomic_load(&fs->push_stop);
 }
@@ -329,6 +331,7 @@ static void *push_thread(void *arg)
 		uint64_t moved = 0;
 		size_t todo = 0;
 		int end = 0;
+		pass_expire(fs);
 		uint32_t gen = pass_gen(fs);
 		for (size_t k = 0; gen && k < n; k++) /* copies dropped after use: into the page cache now */
 			if (l[k].state == PF_DONE && pass_dropped(fs, l[k].ino))
