@@ -63,9 +63,13 @@ def start(src, mnt, tp, view=None, ranks=None, pp=None, extra=()):
     and returns once the mount answers. Raises TpfsError with tpfs's message where tpfs refuses (a checkpoint it
     cannot split, an unknown option, MNT already mounted) or fails."""
     cmd = mount_args(src, mnt, tp, view, ranks, pp, extra)
+    # the daemon without the caller's LD_PRELOAD: an engine's workers preload their own allocator and OpenMP
+    # runtime (vLLM's CPU backend: tcmalloc, libiomp5), which tpfs's daemon has no use for (and a sanitized
+    # tpfs refuses to start under: ASan must come first)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     try:
         p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=MOUNT_TIMEOUT_S)
+                           timeout=MOUNT_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired as e:
         raise TpfsError("tpfs mount %s %s did not return within %d s" % (src, mnt, MOUNT_TIMEOUT_S)) from e
     if p.returncode != 0:  # tpfs's message, less its info lines (the view it chose, ...)
