@@ -81,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int ti = 0; ti < 8; ti++) { /* each T without, then with expert parallelism */
 		tp_resolve_opts o = {.T = Ts[ti % 4], .pad_vocab = ti == 2 ? 64 : 0, .ep = ti >= 4};
 		int64_t E[TP_MAX_EXPERT_DECLS];
-		if (o.ep && tp_plan_ep_check(&pl, &cx, o.T, E, &e) < 0)
+		if (o.ep && tp_plan_ep_check(&pl, &cx, o.T, 0, E, &e) < 0)
 			continue;
 		for (size_t i = 0; i < NFIXED; i++) {
 			tp_resolved res;
