@@ -135,7 +135,7 @@ static const struct option mount_lo[] = {
 	{"dp", required_argument, 0, 'A'},
 	{"push", required_argument, 0, 'H'}, {"nice", required_argument, 0, 'N'},
 	{"push-io", required_argument, 0, 'J'}, {"passthrough", required_argument, 0, 'X'},
-	{"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
+	{"passthrough-keep", required_argument, 0, 'Z'}, {"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
 
 /* Options of -o that tpfs takes as given and drops: fstab's and mount(8)'s own (mount.fuse3 drops the same
  * ones, and mount(8) most: x-*, comment=, _netdev), ro and rw (the mount is read-only either way), and
@@ -289,6 +289,10 @@ static int mount_option(int c, const char *arg, struct mount_args *a)
 			return die_usage(usage_mount, "--passthrough: on or off");
 		fo->passthrough = arg[1] == 'n';
 		break;
+	case 'Z':
+		if (parse_u32(arg, &fo->pass_keep) < 0 || fo->pass_keep > 7 * 86400)
+			return die_usage(usage_mount, "--passthrough-keep: give seconds, at most 604800 (a week)");
+		break;
 	case 'K':
 		if (a->ranks)
 			return die_usage(usage_mount, "--ranks given twice: give one list, e.g. --ranks 0,1");
@@ -331,7 +335,7 @@ static int cmd_mount(int argc, char **argv)
 	a = (struct mount_args){.mo = {.log = tp_log_model},
 				.fo = {.readahead_kb = 4096, .threads = 16, .gather = TP_GATHER_AUTO,
 				       .release_pages = -1, .mnt_lock = -1, .push = -1, .push_io = -1,
-				       .nice = TP_NICE_DEFAULT}};
+				       .pass_keep = 600, .nice = TP_NICE_DEFAULT}};
 	tp_model_opts mo;
 	tp_fs_opts fo;
 	const char *ranks;

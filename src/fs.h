@@ -51,6 +51,8 @@ typedef struct tp_fs_opts {
 	                          * default): direct where one rank is served, else map */
 	int passthrough;         /* --passthrough on: pushed files served from private copies by FUSE
 	                          * passthrough (fs_pass.c); 0 off */
+	uint32_t pass_keep;      /* --passthrough-keep: seconds a copy stays after its loader closed it
+	                          * (while memory is not short), before it moves into the page cache */
 	int nice;                /* --nice: the nice value of the threads that answer FUSE requests (-20..19);
 	                          * TP_NICE_KEEP leaves the one the daemon inherits */
 } tp_fs_opts;

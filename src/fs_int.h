@@ -296,6 +296,9 @@ int push_bytes(tp_fs *fs, push_stage *ps, fuse_ino_t ino, uint64_t off, uint64_t
 /* After storing push_bytes's bytes of ino: as after a reply (a change seen meanwhile drops them);
  * touched (the source bytes of a store the kernel took, else 0) counts in the rank's source_bytes. */
 void push_stored(tp_fs *fs, fuse_ino_t ino, uint64_t touched);
+/* Before storing bytes of ino made earlier (a copy's, moving into the page cache): every source it
+ * reads checked as a read's are. 0, or the errno a read would fail with. */
+int push_check(tp_fs *fs, fuse_ino_t ino);
 
 /* ---- fs_push.c ---- */
 /* Starts the push thread when fs->push_budget is set (a failure to start is logged: no push), from
@@ -308,6 +311,10 @@ void stop_push(tp_fs *fs);
  * more than MemAvailable; where this process's memory cgroup (or one above it) has a lower limit,
  * that limit stands for MemAvailable (0 where neither can be read and no size was given). */
 uint64_t push_budget_of(const tp_fs_opts *o);
+/* 1 when memory is short: MemAvailable, or where this process's memory cgroup (or one above) has the
+ * tighter limit that limit less its charged memory (page cache included), below an eighth of MemTotal
+ * or of that limit. */
+int push_memory_short(void);
 
 /* ---- fs_pass.c ---- */
 /* --passthrough (with a push budget): makes the private tmpfs and installs the custom I/O that asks
@@ -332,17 +339,21 @@ int pass_open(tp_fs *fs, fuse_req_t req, fuse_ino_t ino);
 /* The release of an open of ino (fh: its fh). The last release of opens served from a copy starts
  * its grace period (pass_expire). */
 void pass_release(tp_fs *fs, fuse_ino_t ino, uint64_t fh);
-/* The push thread, now and then: drops the copies whose last passthrough open was released longer
- * than the grace period ago (the loader is done with them; fs_pass.c); the push then stores those
- * files into the page cache (pass_gen, pass_dropped). */
+/* The push thread, now and then (at most once a second): the copies kept long enough after their
+ * last passthrough open was released (--passthrough-keep), or with memory short (push_memory_short)
+ * at least the grace period, stop serving opens and are to move into the page cache (pass_gen,
+ * pass_move). */
 void pass_expire(tp_fs *fs);
 /* A source of ino changed: its copy, if any, is emptied and dropped; no open is served from a copy
  * of it again. The invalidation thread. */
 void pass_revoke(tp_fs *fs, fuse_ino_t ino);
-/* Bumped at each drop after use. */
+/* Bumped whenever a copy is to move into the page cache. */
 uint32_t pass_gen(const tp_fs *fs);
-/* 1 (once) when ino's copy was dropped after use: the push stores it into the page cache now. */
-int pass_dropped(tp_fs *fs, fuse_ino_t ino);
+/* The push thread: a descriptor of ino's copy (its own, to close) when the copy is to move into the
+ * page cache now (once), else -1. A source change meanwhile empties the copy (reads of it short). */
+int pass_move(tp_fs *fs, fuse_ino_t ino);
+/* The push thread: ino's copy has moved into the page cache, or the move was abandoned: it goes. */
+void pass_moved(tp_fs *fs, fuse_ino_t ino);
 /* The stats file's passthrough line into b (cap bytes). */
 size_t pass_text(tp_fs *fs, char *b, size_t cap);
 /* Closes every copy and the tmpfs, after the loop and the push have ended. */

@@ -11,10 +11,13 @@
  * (O_TMPFILE) of a tmpfs mounted with huge=always that no one can see (fsopen/fsmount: a mount
  * attached nowhere). Once whole, every open of the served file is answered with that copy as its
  * backing file, as long as no open of it reads through the daemon (the kernel refuses to mix the
- * two on one inode). PASS_GRACE_MS after the last passthrough open of a file is released (the loader
- * has read it: safetensors opens a file twice in a row, so not at once), the copy is dropped and the
- * push stores the file into FUSE's page cache instead (reclaimable memory, as without this option),
- * so that a later start still finds it cached.
+ * two on one inode). A copy stays --passthrough-keep seconds after the last passthrough open of its
+ * file is released, so that the engine's next start reads it too; where memory runs short
+ * (push_memory_short), copies go sooner: those never opened at once, those used PASS_GRACE_MS after
+ * that release (the loader has read it: safetensors opens a file twice in a row). A copy that goes
+ * moves into FUSE's page cache (reclaimable memory, as without this option): the push thread stores
+ * its bytes, read from the copy (checked as a reply's; the source is not read again, and its
+ * identity is checked before each store as a read's is), then the copy is freed.
  *
  * The kernel side: libfuse 3.14 cannot ask for passthrough (FUSE_PASSTHROUGH is bit 37 of INIT's
  * flags, libfuse's want field has 32 bits, and its open reply has no backing id), so this room
@@ -30,7 +33,7 @@
  * end-of-file (read) or SIGBUS (a mapping), never other bytes; opens after it read through the
  * daemon, which fails them with EIO. Memory: each copy counts against the push budget in whole
  * 2 MiB pages (a copy is made only where the whole file fits), and the tmpfs is no larger than the
- * budget. No request handler waits on anything here but this room's mutex (held for table updates
+ * budget; no copy is made while memory is short. No request handler waits on anything here but this room's mutex (held for table updates
  * and the ioctls, never for a copy).
  */
 #include "fs_int.h"
@@ -54,9 +57,12 @@ struct k_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
 #define K_BACKING_OPEN _IOW(229, 1, struct k_backing_map)
 #define K_BACKING_CLOSE _IOW(229, 2, uint32_t)
 #define HUGE_PAGE (2u << 20)
-#define PASS_GRACE_MS 10000u /* a copy outlives its last passthrough open's release by this much */
+#define PASS_GRACE_MS 10000u /* a copy outlives its last passthrough open's release by at least this */
+#define PASS_CHECK_MS 1000u  /* pass_expire looks at the copies and the memory at most this often */
 
-enum { PS_NONE, PS_FILLING, PS_READY, PS_DROPPED, PS_OFF };
+/* A copy's states: none yet; being written; serving opens; to move into the page cache (serving no
+ * more opens); moving (the push thread has it); gone, or never to be made. */
+enum { PS_NONE, PS_FILLING, PS_READY, PS_MOVE, PS_MOVING, PS_OFF };
 enum { K_UNKNOWN, K_NO, K_OFFERED, K_ASKED };
 
 typedef struct pentry {
@@ -76,8 +82,10 @@ struct pass_tab {
 	_Atomic uint64_t init_unique; /* the INIT request's, 0 before it */
 	_Atomic int kernel;           /* K_UNKNOWN before INIT, then K_NO, K_OFFERED or K_ASKED */
 	_Atomic int warned;           /* a failed backing open was logged */
-	_Atomic uint64_t opens, copies, drops, revokes;
-	_Atomic uint32_t gen;         /* bumped at every drop: the push thread looks for work */
+	_Atomic uint64_t opens, copies, moves, squeezed, revokes; /* squeezed: moves because memory was short */
+	_Atomic uint32_t gen;         /* bumped whenever a copy is to move: the push thread looks for work */
+	_Atomic int short_mem;        /* memory was short at the last look (no new copies then) */
+	uint64_t looked_ms;           /* when pass_expire last looked (the push thread's alone) */
 	char note[200];               /* why passthrough is not used, or "" */
 };
 
@@ -196,7 +204,7 @@ int pass_claim(tp_fs *fs, fuse_ino_t ino)
 {
 	struct pass_tab *t = fs->pass;
 	pentry *p = pass_on(fs) ? find(t, ino) : NULL;
-	if (!p || p->state != PS_NONE || atomic_load(&t->kernel) == K_NO)
+	if (!p || p->state != PS_NONE || atomic_load(&t->kernel) == K_NO || atomic_load(&t->short_mem))
 		return 0;
 	uint64_t held = held_of(p->size), done = atomic_load(&fs->pushed);
 	if (done + held > fs->push_budget)
@@ -274,8 +282,7 @@ int pass_open(tp_fs *fs, fuse_req_t req, fuse_ino_t ino)
 			if (!atomic_exchange(&t->warned, 1))
 				tp_log(0, "--passthrough: the kernel refused a backing file (%s); files are read through "
 				       "the daemon", strerror(errno));
-			drop_copy(fs, p);
-			p->state = PS_DROPPED;
+			p->state = PS_MOVE; /* into the page cache, from the copy */
 			atomic_fetch_add(&t->gen, 1);
 		}
 	}
@@ -317,16 +324,31 @@ void pass_expire(tp_fs *fs)
 	struct pass_tab *t = fs->pass;
 	if (!t || !t->n)
 		return;
-	uint64_t now = now_ms();
+	uint64_t now = now_ms(), keep = (uint64_t)fs->o->pass_keep * 1000u;
+	uint64_t grace = keep < PASS_GRACE_MS ? keep : PASS_GRACE_MS;
+	if (t->looked_ms && now - t->looked_ms < PASS_CHECK_MS)
+		return;
+	t->looked_ms = now;
+	int tight = push_memory_short();
+	atomic_store(&t->short_mem, tight);
 	pthread_mutex_lock(&t->lock);
 	for (size_t k = 0; k < t->n; k++) {
 		pentry *p = &t->e[k];
-		if (p->state == PS_READY && p->used && !p->npass && p->idle_since && now - p->idle_since >= PASS_GRACE_MS) {
-			drop_copy(fs, p);
-			p->state = PS_DROPPED;
-			atomic_fetch_add(&t->drops, 1);
-			atomic_fetch_add(&t->gen, 1);
-		}
+		if (p->state != PS_READY || p->npass)
+			continue;
+		uint64_t idle = p->idle_since ? now - p->idle_since : 0;
+		int kept = p->used && p->idle_since && idle >= keep;
+		int squeeze = tight && (!p->used || (p->idle_since && idle >= grace));
+		if (!kept && !squeeze)
+			continue;
+		if (p->id > 0) /* no open is served from it from here on: new opens read through the daemon */
+			ioctl(fuse_session_fd(fs->se), K_BACKING_CLOSE, &(uint32_t){(uint32_t)p->id});
+		p->id = 0;
+		p->state = PS_MOVE;
+		atomic_fetch_add(&t->moves, 1);
+		if (!kept)
+			atomic_fetch_add(&t->squeezed, 1);
+		atomic_fetch_add(&t->gen, 1);
 	}
 	pthread_mutex_unlock(&t->lock);
 }
@@ -353,18 +375,32 @@ uint32_t pass_gen(const tp_fs *fs)
 	return fs->pass ? atomic_load(&fs->pass->gen) : 0;
 }
 
-int pass_dropped(tp_fs *fs, fuse_ino_t ino)
+int pass_move(tp_fs *fs, fuse_ino_t ino)
 {
 	struct pass_tab *t = fs->pass;
 	pentry *p = find(t, ino);
 	if (!p)
-		return 0;
+		return -1;
 	pthread_mutex_lock(&t->lock);
-	int d = p->state == PS_DROPPED;
-	if (d)
-		p->state = PS_OFF; /* from here on pushed into the page cache, like any file */
+	int fd = p->state == PS_MOVE ? fcntl(p->fd, F_DUPFD_CLOEXEC, 0) : -1;
+	if (fd >= 0)
+		p->state = PS_MOVING;
 	pthread_mutex_unlock(&t->lock);
-	return d;
+	return fd;
+}
+
+void pass_moved(tp_fs *fs, fuse_ino_t ino)
+{
+	struct pass_tab *t = fs->pass;
+	pentry *p = find(t, ino);
+	if (!p)
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (p->state == PS_MOVING) {
+		drop_copy(fs, p);
+		p->state = PS_OFF; /* from here on in the page cache, like any file */
+	}
+	pthread_mutex_unlock(&t->lock);
 }
 
 size_t pass_text(tp_fs *fs, char *b, size_t cap)
@@ -377,12 +413,14 @@ size_t pass_text(tp_fs *fs, char *b, size_t cap)
 					t && t->note[0] ? t->note : !fs->push_budget ? "the push is off" : "no files to push");
 	if (atomic_load(&t->kernel) == K_NO)
 		return (size_t)snprintf(b, cap, "passthrough: not used: the kernel does not offer FUSE passthrough\n");
-	return (size_t)snprintf(b, cap, "passthrough: %llu copies made, %llu opens served from them, %llu dropped after "
-				"use, %llu dropped at a source change\n",
+	return (size_t)snprintf(b, cap, "passthrough: %llu copies made, %llu opens served from them, %llu moved into the "
+				"page cache (%llu with memory short), %llu dropped at a source change; copies stay %us "
+				"after use\n",
 				(unsigned long long)atomic_load(&t->copies),
 				(unsigned long long)atomic_load(&t->opens),
-				(unsigned long long)atomic_load(&t->drops),
-				(unsigned long long)atomic_load(&t->revokes));
+				(unsigned long long)atomic_load(&t->moves),
+				(unsigned long long)atomic_load(&t->squeezed),
+				(unsigned long long)atomic_load(&t->revokes), (unsigned)fs->o->pass_keep);
 }
 
 void pass_free(tp_fs *fs)

@@ -51,6 +51,7 @@ typedef struct pfile {
 	uint8_t tries;     /* stores failed with ENOENT since the file's last lookup */
 	uint8_t state;     /* PF_TODO, PF_DONE, PF_FAILED */
 	uint8_t copy;      /* pushed into a copy for passthrough (fs_pass.c), not the page cache */
+	int from1;         /* 1 + the descriptor of its copy while the copy moves into the page cache; 0 */
 } pfile;
 
 enum { PF_TODO, PF_DONE, PF_FAILED };
@@ -83,9 +84,11 @@ static uint64_t limit_in(const char *dir, const char *name)
 
 /* The lowest memory limit (bytes) set on this process's memory cgroup or one above it, up to the
  * hierarchy's root as mounted here (v1: memory.limit_in_bytes under /sys/fs/cgroup/memory; v2:
- * memory.max under /sys/fs/cgroup), or 0 where none is set or none can be read. */
-static uint64_t cgroup_memory_limit(void)
+ * memory.max under /sys/fs/cgroup), or 0 where none is set or none can be read. *use: the memory
+ * charged to the cgroup of that limit (v1: memory.usage_in_bytes; v2: memory.current), 0 unread. */
+static uint64_t cgroup_memory_limit(uint64_t *use)
 {
+	*use = 0;
 	FILE *f = fopen("/proc/self/cgroup", "r");
 	char line[PATH_MAX + 128];
 	uint64_t lim = 0;
@@ -96,12 +99,12 @@ static uint64_t cgroup_memory_limit(void)
 			continue;
 		*ctl++ = 0;
 		*path++ = 0;
-		const char *base = NULL, *file = NULL; /* v1's memory hierarchy, or v2's unified one */
+		const char *base = NULL, *file = NULL, *used = NULL; /* v1's memory hierarchy, or v2's unified one */
 		for (char *c = ctl, *save = NULL, *t; !base && (t = strtok_r(c, ",", &save)); c = NULL)
 			if (!strcmp(t, "memory"))
-				base = "/sys/fs/cgroup/memory", file = "memory.limit_in_bytes";
+				base = "/sys/fs/cgroup/memory", file = "memory.limit_in_bytes", used = "memory.usage_in_bytes";
 		if (!base && !strcmp(line, "0") && !*ctl)
-			base = "/sys/fs/cgroup", file = "memory.max";
+			base = "/sys/fs/cgroup", file = "memory.max", used = "memory.current";
 		if (!base)
 			continue;
 		char dir[PATH_MAX];
@@ -110,8 +113,10 @@ static uint64_t cgroup_memory_limit(void)
 			snprintf(dir, sizeof dir, "%s", base); /* the path is outside what is mounted here: the mount's root */
 		for (;;) { /* the cgroup, then each parent up to the mount's root */
 			uint64_t l = limit_in(dir, file);
-			if (l && (!lim || l < lim))
+			if (l && (!lim || l < lim)) {
 				lim = l;
+				*use = limit_in(dir, used);
+			}
 			char *slash = strrchr(dir, '/');
 			if (strlen(dir) <= strlen(base) || !slash)
 				break;
@@ -123,21 +128,43 @@ static uint64_t cgroup_memory_limit(void)
 	return lim;
 }
 
-uint64_t push_budget_of(const tp_fs_opts *o)
+/* MemAvailable and MemTotal (bytes; 0 where unread). */
+static void meminfo(uint64_t *avail, uint64_t *total)
 {
-	if (o->push == 0)
-		return 0;
-	uint64_t avail = 0;
+	*avail = *total = 0;
 	FILE *f = fopen("/proc/meminfo", "r");
 	char line[256];
 	while (f && fgets(line, sizeof line, f)) {
 		unsigned long long kb;
 		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-			avail = (uint64_t)kb * 1024;
+			*avail = (uint64_t)kb * 1024;
+		else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+			*total = (uint64_t)kb * 1024;
 	}
 	if (f)
 		fclose(f);
-	uint64_t lim = cgroup_memory_limit(); /* pushed pages are charged to the daemon's cgroup */
+}
+
+int push_memory_short(void)
+{
+	uint64_t room, whole, use;
+	meminfo(&room, &whole);
+	uint64_t lim = cgroup_memory_limit(&use);
+	if (lim && (!whole || lim < whole)) { /* the cgroup's room, where it is the tighter */
+		whole = lim;
+		if (use && (lim > use ? lim - use : 0) < room)
+			room = lim > use ? lim - use : 0;
+	}
+	return whole && room < whole / 8;
+}
+
+uint64_t push_budget_of(const tp_fs_opts *o)
+{
+	if (o->push == 0)
+		return 0;
+	uint64_t avail, total, use;
+	meminfo(&avail, &total);
+	uint64_t lim = cgroup_memory_limit(&use); /* pushed pages are charged to the daemon's cgroup */
 	if (lim && (!avail || lim < avail))
 		avail = lim;
 	if (o->push < 0)
@@ -177,6 +204,79 @@ static int copy_chunk(tp_fs *fs, push_stage *ps, pfile *pf, uint64_t *moved)
 	return PUSH_WAIT;
 }
 
+/* Stores len bytes at buf into the page cache of file pf at pf->next (touched: the source bytes they
+ * were made of, for the stats; the pushed bytes count against the budget). PUSH_WAIT when stored
+ * (pf->next advanced), PUSH_ON when the kernel does not know the inode (the file waits for a lookup),
+ * PUSH_END when the connection has ended or the kernel refuses stores. */
+static int store_chunk(tp_fs *fs, pfile *pf, const uint8_t *buf, uint64_t len, uint64_t touched, uint64_t *moved)
+{
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
+	bv.buf[0].mem = (void *)buf;
+	int rc = fuse_lowlevel_notify_store(fs->se, pf->ino, (off_t)pf->next, &bv, 0);
+	push_stored(fs, pf->ino, rc == 0 ? touched : 0);
+	if (rc == -ENOENT) { /* the kernel does not know the inode (yet, or any more) */
+		uint32_t seen = atomic_load_explicit(&fs->looked[pf->ino], memory_order_relaxed);
+		pf->tries = seen == pf->seen ? pf->tries + 1 : 1;
+		pf->seen = seen;
+		return PUSH_ON;
+	}
+	if (rc == -ENODEV || rc == -EBADF) /* the connection has ended: unmounting */
+		return PUSH_END;
+	if (rc < 0) {
+		tp_log(0, "push-ahead stopped: the kernel refused to store pages (%s); reads are served as without it",
+		       strerror(-rc));
+		return PUSH_END;
+	}
+	pf->tries = 0;
+	atomic_fetch_add(&fs->pushed, len);
+	pf->next += len;
+	*moved += len;
+	return PUSH_WAIT;
+}
+
+/* The end of a copy's move into the page cache (done: every byte stored): the copy goes. */
+static void end_move(tp_fs *fs, pfile *pf, int done)
+{
+	close(pf->from1 - 1);
+	pf->from1 = 0;
+	pass_moved(fs, pf->ino);
+	pf->state = done ? PF_DONE : PF_FAILED;
+}
+
+/* One chunk of file pf moved from its copy (fs_pass.c, pass_move) into the page cache at pf->next:
+ * the copy holds bytes checked as a reply's, so its source is not read again; a store after a
+ * source change is what the read path guards against (push_check before, push_stored's after_reply
+ * after). The copy's memory is counted until the move ends; the stores are counted too but do not
+ * wait for the budget (the memory moves, at most a file's more for the while). Returns as
+ * store_chunk, or PUSH_ON where the file failed (its copy was emptied or its source changed). */
+static uint8_t *move_buf; /* move_chunk's (one mount per process; freed as the push thread ends) */
+
+static int move_chunk(tp_fs *fs, pfile *pf, uint64_t *moved)
+{
+	uint8_t *buf = move_buf ? move_buf : (move_buf = malloc(PUSH_CHUNK));
+	if (!buf)
+		return PUSH_ON; /* out of memory for now: this file again later */
+	while (atomic_load_explicit(&fs->reads_now, memory_order_relaxed) > 0 && !atomic_load(&fs->push_stop))
+		sleep_ms(1); /* demand reads first */
+	if (atomic_load(&fs->push_stop))
+		return PUSH_END;
+	uint64_t len = pf->size - pf->next < PUSH_CHUNK ? pf->size - pf->next : PUSH_CHUNK;
+	ssize_t got = pread(pf->from1 - 1, buf, len, (off_t)pf->next); /* 0 from a copy a source change emptied */
+	int err = got == (ssize_t)len ? push_check(fs, pf->ino) : EIO;
+	if (err && transient(err))
+		return PUSH_ON;
+	if (err) {
+		end_move(fs, pf, 0);
+		return PUSH_ON;
+	}
+	int r = store_chunk(fs, pf, buf, len, 0, moved);
+	if (r == PUSH_WAIT && pf->next == pf->size) {
+		end_move(fs, pf, 1);
+		return PUSH_ON;
+	}
+	return r;
+}
+
 /* Pushes file pf on from pf->next, chunk after chunk, until it is whole, fails, the budget is
  * spent or the thread is told to stop. Returns PUSH_ON (go on with the next file: this one is
  * whole, failed, or waits for a lookup or a passing shortage), or PUSH_END. *moved: bytes stored. */
@@ -184,6 +284,12 @@ static int push_file(tp_fs *fs, push_stage *ps, pfile *pf, uint64_t *moved)
 {
 	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	while (pf->next < pf->size) {
+		if (pf->from1) {
+			int r = move_chunk(fs, pf, moved);
+			if (r != PUSH_WAIT)
+				return r;
+			continue;
+		}
 		if (pf->copy) {
 			int r = copy_chunk(fs, ps, pf, moved);
 			if (r != PUSH_WAIT)
@@ -209,27 +315,9 @@ static int push_file(tp_fs *fs, push_stage *ps, pfile *pf, uint64_t *moved)
 			pf->state = PF_FAILED; /* a changed source (marked and logged as for a read) */
 			return PUSH_ON;
 		}
-		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
-		bv.buf[0].mem = (void *)buf;
-		int rc = fuse_lowlevel_notify_store(fs->se, pf->ino, (off_t)pf->next, &bv, 0);
-		push_stored(fs, pf->ino, rc == 0 ? touched : 0);
-		if (rc == -ENOENT) { /* the kernel does not know the inode (yet, or any more) */
-			uint32_t seen = atomic_load_explicit(&fs->looked[pf->ino], memory_order_relaxed);
-			pf->tries = seen == pf->seen ? pf->tries + 1 : 1;
-			pf->seen = seen;
-			return PUSH_ON;
-		}
-		if (rc == -ENODEV || rc == -EBADF) /* the connection has ended: unmounting */
-			return PUSH_END;
-		if (rc < 0) {
-			tp_log(0, "push-ahead stopped: the kernel refused to store pages (%s); reads are served as without it",
-			       strerror(-rc));
-			return PUSH_END;
-		}
-		pf->tries = 0;
-		atomic_fetch_add(&fs->pushed, len);
-		pf->next += len;
-		*moved += len;
+		int r = store_chunk(fs, pf, buf, len, touched, moved);
+		if (r != PUSH_WAIT)
+			return r;
 	}
 	if (pf->copy)
 		pass_end_file(fs, pf->ino, 1);
@@ -301,8 +389,8 @@ static pfile *push_list(tp_fs *fs, size_t *n)
 static pfile *push_l; /* the list start_push made for the thread (one mount per process) */
 static size_t push_n;
 
-/* With copies (fs_pass.c), once every file is pushed: waits until a copy is dropped after use
- * (then its file is pushed again, into the page cache) or the push is told to stop. Returns 1 when
+/* With copies (fs_pass.c), once every file is pushed: waits until a copy is to move into the page
+ * cache (pass_expire) or the push is told to stop. Returns 1 when
  * there is work again. push_done is set while waiting: a signal then ends the loop at once (on_term
  * sets push_stop before it reads push_done; this clears push_done before it reads push_stop, so one
  * of them sees the other). */
@@ -333,9 +421,11 @@ static void *push_thread(void *arg)
 		int end = 0;
 		pass_expire(fs);
 		uint32_t gen = pass_gen(fs);
-		for (size_t k = 0; gen && k < n; k++) /* copies dropped after use: into the page cache now */
-			if (l[k].state == PF_DONE && pass_dropped(fs, l[k].ino))
-				l[k] = (pfile){.ino = l[k].ino, .size = l[k].size, .state = PF_TODO};
+		for (size_t k = 0; gen && k < n; k++) { /* copies kept long enough, or memory short: into the page cache */
+			int fd = l[k].state == PF_DONE ? pass_move(fs, l[k].ino) : -1;
+			if (fd >= 0)
+				l[k] = (pfile){.ino = l[k].ino, .size = l[k].size, .state = PF_TODO, .from1 = fd + 1};
+		}
 		for (size_t k = 0; k < n && !end; k++) {
 			pfile *pf = &l[k];
 			if (pf->state != PF_TODO)
@@ -356,7 +446,12 @@ static void *push_thread(void *arg)
 		for (unsigned t = 0; !moved && t < idle && !atomic_load(&fs->push_stop); t += 10)
 			sleep_ms(idle - t < 10 ? idle - t : 10);
 	}
+	for (size_t k = 0; k < n; k++)
+		if (l[k].from1) /* a move the end of the push cut short: the copy stays until the unmount */
+			close(l[k].from1 - 1);
 	free(l);
+	free(move_buf);
+	move_buf = NULL;
 	if (ps)
 		stage_free(ps);
 	push_l = NULL;

@@ -556,6 +556,14 @@ int push_bytes(tp_fs *fs, push_stage *ps, fuse_ino_t ino, uint64_t off, uint64_t
 	return err;
 }
 
+int push_check(tp_fs *fs, fuse_ino_t ino)
+{
+	rfile rf;
+	if (rf_of_ino(fs, ino, &rf) < 0)
+		return ENOENT;
+	return rf_check(fs, &rf);
+}
+
 void push_stored(tp_fs *fs, fuse_ino_t ino, uint64_t touched)
 {
 	rfile rf;

@@ -7,10 +7,12 @@ reads cost what a local file's do (docs/PERFORMANCE.md). Checked here, on the hf
   cache);
 - each file opened and read once: the bytes equal, byte for byte, a `--push off` mount's and the rules'
   slices (reference.py), every open was served from a copy (the stats) and no read reached the daemon;
-- a second open at once is served from the copy too (safetensors opens a file twice in a row); a grace period
-  (10 s) after the last open is closed, the copies are dropped and the push stores the files into the page cache
-  instead: the stats say every copy dropped after use and the push done with every served byte, and a
-  second read gives the same bytes;
+- a second open at once is served from the copy too (safetensors opens a file twice in a row); with
+  `--passthrough-keep 1`, a second after the last open is closed the copies move into the page cache: the
+  stats say every copy moved and the push done with every served byte, the source bytes read stay those of
+  the copies (the move reads the copies, not the source again), and a second read gives the same bytes;
+- with the default keep (600 s), the copies are still there 12 s after the last close: a new open is
+  served from its copy and nothing moved;
 - a source rewritten after the copies are made: a file opened before the change reads either its old bytes
   or end-of-file (read) once the watcher has seen it, never other bytes; a new open fails with EIO;
 - a budget below a file's whole pages makes no copy of it (the push fills the page cache as without
@@ -48,9 +50,14 @@ def stats_line(mnt, key):
 
 
 def pass_counts(mnt):
-    """(copies made, opens served from them, dropped after use, dropped at a change), or None when not used."""
+    """(copies made, opens served from them, moved into the page cache, dropped at a change), or None when not
+    used."""
     w = stats_line(mnt, "passthrough").split()
-    return None if w[1] in ("off", "not") else (int(w[1]), int(w[4]), int(w[9]), int(w[13]))
+    return None if w[1] in ("off", "not") else (int(w[1]), int(w[4]), int(w[9]), int(w[19]))
+
+
+def source_used(mnt):
+    return int(stats_line(mnt, "source_used").split()[1])
 
 
 def pushed(mnt):
@@ -90,9 +97,10 @@ for view in ([], ["--view", "vllm"]):
     for T in (2, 4):
         with tt.Mount(src, T, *view, "--push", "off") as m:
             off_bytes = raw(m.path)
-        with tt.Mount(src, T, *view, "--passthrough", "on") as m:
+        with tt.Mount(src, T, *view, "--passthrough", "on", "--passthrough-keep", "1") as m:
             files = tt.tensor_files(m.path)
             tt.wait_for(lambda: pass_counts(m.path)[0] == len(files), what="the copies of %s T=%d" % (name, T))
+            made_of = source_used(m.path)
             F.check(pushed(m.path) == held(files),
                     "%s T=%d: the copies hold the files' whole 2 MiB pages (%d), nothing else is pushed (%d)"
                     % (name, T, held(files), pushed(m.path)))
@@ -105,13 +113,16 @@ for view in ([], ["--view", "vllm"]):
             F.check(c[1] == 2 * len(files) and c[2] == 0 and tt.served_bytes(m.path) == 0,
                     "%s T=%d: %d opens, %d served from copies (%d dropped), %d bytes through the daemon"
                     % (name, T, 2 * len(files), c[1], c[2], tt.served_bytes(m.path)))
-            # the copies go after use; the push then fills the page cache with every served byte
+            # a second after use the copies move into the page cache, read from the copies, not the source
             total = sum(os.path.getsize(f) for f in files)
             tt.wait_for(lambda: pass_counts(m.path)[2] == len(files) and ", done;" in stats_line(m.path, "push"),
-                        timeout=60, what="the drop of the copies and the page-cache push (%s T=%d)" % (name, T))
+                        timeout=60, what="the move of the copies into the page cache (%s T=%d)" % (name, T))
             F.check(pushed(m.path) == total and sum(tt.resident(f) for f in files) >= 0.9 * total,
                     "%s T=%d: after the copies, the page cache holds the files (pushed %d of %d)"
                     % (name, T, pushed(m.path), total))
+            F.check(source_used(m.path) == made_of and made_of > 0,
+                    "%s T=%d: the move read no source byte (source bytes %d, %d when the copies were made)"
+                    % (name, T, source_used(m.path), made_of))
             for r in range(T):
                 loaded = {}
                 for f in [f for f in files if ("rank%d/" % r) in f or ("rank-%d-" % r) in f]:
@@ -122,6 +133,20 @@ for view in ([], ["--view", "vllm"]):
                     F.check(not bad and len(loaded) == len(want), "%s T=%d rank %d: the rules' slices (%s)"
                             % (name, T, r, bad[:3]))
             F.check(raw(m.path) == off_bytes, "%s T=%d: a second read, from the page cache, is the same" % (name, T))
+
+# 1b. the default keep: still served from the copies well after the grace the copies once had (10 s)
+with tt.Mount(src, 2, "--passthrough", "on") as m:
+    files = tt.tensor_files(m.path)
+    tt.wait_for(lambda: pass_counts(m.path)[0] == len(files), what="the copies (default keep)")
+    first = raw(m.path)
+    time.sleep(12)
+    F.check(raw(m.path) == first and pass_counts(m.path)[1] == 2 * len(files) and pass_counts(m.path)[2] == 0
+            and tt.served_bytes(m.path) == 0 and "copies stay 600s after use" in stats_line(m.path, "passthrough"),
+            "default keep: 12 s after use every open is still served from its copy: %s"
+            % stats_line(m.path, "passthrough"))
+bad = tt.tpfs("mount", src, work, "--tp", "2", "--passthrough-keep", "soon")
+F.check(bad.returncode == 2 and "--passthrough-keep" in bad.stderr, "--passthrough-keep soon is refused: %s"
+        % bad.stderr.strip()[:200])
 
 # 2. a source rewritten after the copies are made: old bytes or end-of-file, never other bytes; new opens EIO
 for view in ([], ["--view", "vllm"]):
