@@ -118,7 +118,7 @@ def _loader_class():
             ranks = node_ranks(tp, rank, pp, nnodes, node_rank, dp)
             text = "%d-%d" % (ranks[0], ranks[-1]) if len(ranks) > 1 else str(ranks[0])
             src = source_folder(model_config)
-            self.mnt = node.acquire(src, tp, pp if pp > 1 else None, text, self.view, self.args)
+            self.mnt = node.acquire(src, tp, pp if pp > 1 else None, text, self.view, node.engine_args(self.args))
             logger.info("tpfs: rank %d reads %s, the mount of %s for ranks %s of TP=%d", rank, self.mnt, src, text,
                         tp)
             return self.mnt

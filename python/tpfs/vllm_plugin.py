@@ -159,9 +159,9 @@ class TpfsLoader(ShardedStateLoader):
         self.mnt = None
 
     def mount_args(self, pp):
-        """The extra `tpfs mount` arguments: the configured ones, and --pp-layers from VLLM_PP_LAYER_PARTITION
-        under PP where they do not say it."""
-        args = list(self.args)
+        """The extra `tpfs mount` arguments: the configured ones (with node.engine_args's default), and
+        --pp-layers from VLLM_PP_LAYER_PARTITION under PP where they do not say it."""
+        args = node.engine_args(self.args)
         layers = os.environ.get("VLLM_PP_LAYER_PARTITION")
         if pp > 1 and layers and not any(a.startswith("--pp-layers") for a in args):
             args += ["--pp-layers", layers]

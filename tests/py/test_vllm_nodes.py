@@ -594,8 +594,9 @@ def check_plugin(fails, work, split, src, two):
         what = "%s plugin" % split
         fails.check(len(snap["mounts"]) == 1, "%s node %d: tpfs mounts %s (one wanted)" % (what, r, snap["mounts"]))
         fails.check(snap["others"] == [], "%s node %d sees the other node's mounts: %s" % (what, r, snap["others"]))
-        want = "mount %s %s --tp %d --view vllm%s --ranks %d" % (os.path.realpath(src), snap.get("mnt"), tp,
-                                                                 " --pp %d" % pp if pp > 1 else "", r)
+        # the plugin's default (tpfs.node.engine_args): the push's copies served by passthrough
+        want = "mount %s %s --tp %d --view vllm%s --ranks %d --passthrough on" % (
+            os.path.realpath(src), snap.get("mnt"), tp, " --pp %d" % pp if pp > 1 else "", r)
         fails.check(len(snap["daemon"]) == 1 and snap["daemon"][0].endswith(want),
                     "%s node %d: the mount's daemon runs %s, not ...%s" % (what, r, snap["daemon"], want))
         log = logs[r] if r < len(logs) else ""
