@@ -352,10 +352,32 @@ size_t tp_io_ranges_src(const tp_run *runs, size_t nr, uint64_t page, tp_io_rang
 	return ranges(runs, nr, page, out, cap, at, 1);
 }
 
-/* One cut's share of a plan: the pages of the rows of local bytes [pos - t0, tend - t0) of a cut
- * whose row o lies at base + o x stride of source src (pieces pc[0 .. np), rep bytes a row),
- * widened to whole rows, as one range where the rows' pages run into each other. Returns the
- * rank-file position reached: tend, or less when out filled. */
+/* The source offsets, within a row, that the row's local bytes [s, e) read: [*lo, *hi) over the
+ * pieces (in row order, TP_ZERO reading nothing) those bytes reach. 0 where they read nothing. */
+static int row_span(const tp_piece *pieces, uint32_t npieces, uint64_t s, uint64_t e, uint64_t *lo, uint64_t *hi)
+{
+	int any = 0;
+	uint64_t a = 0;
+	for (uint32_t j = 0; j < npieces; a += pieces[j].len, j++) {
+		uint64_t b = a + pieces[j].len;
+		if (pieces[j].off == TP_ZERO || !pieces[j].len || b <= s || a >= e)
+			continue;
+		uint64_t x = pieces[j].off + ((s > a ? s : a) - a), y = pieces[j].off + ((e < b ? e : b) - a);
+		if (!any || x < *lo)
+			*lo = x;
+		if (!any || y > *hi)
+			*hi = y;
+		any = 1;
+	}
+	return any;
+}
+
+/* One cut's share of a plan: the pages of local bytes [pos - t0, tend - t0) of a cut whose row o
+ * lies at base + o x stride of source src (pieces[0 .. npieces) in row order, rep bytes a row): the
+ * whole rows between the first and the last, and of those two only the pieces' bytes reached (a
+ * row may be a whole tensor's share: a vocab-parallel embedding's is one row of 131 MB, and a read
+ * of its first page fetched all of it, bench/vllm_nodes.py), as one range where the rows' pages
+ * run into each other. Returns the rank-file position reached: tend, or less when out filled. */
 static uint64_t plan_cut(tp_io_range *out, size_t cap, size_t *n, uint64_t page, uint32_t src, uint64_t base,
 			 uint64_t stride, uint64_t rep, const tp_piece *pieces, uint32_t npieces, uint64_t t0, uint64_t pos,
 			 uint64_t tend)
@@ -379,13 +401,33 @@ static uint64_t plan_cut(tp_io_range *out, size_t cap, size_t *n, uint64_t page,
 	}
 	if (o1 > o0 && stride - last + first >= page)
 		dense = 0;
-	if (dense)
-		return push(out, cap, n, src, base + o0 * stride + first, base + o1 * stride + last, page) < 0 ? pos : tend;
+	const uint64_t s0 = pos - t0 - o0 * rep, e1 = tend - t0 - o1 * rep; /* within rows o0 and o1 */
+	if (dense) {
+		uint64_t lo = first, hi = last, x, y;
+		if (row_span(pieces, npieces, s0, o1 == o0 ? e1 : rep, &x, &y))
+			lo = x;
+		if (row_span(pieces, npieces, o1 == o0 ? s0 : 0, e1, &x, &y))
+			hi = y;
+		if (o1 == o0 && hi <= lo)
+			return tend;
+		uint64_t from = base + o0 * stride + lo, to = base + o1 * stride + hi;
+		if (o1 > o0 && base + (o0 + 1) * stride + first < from)
+			from = base + (o0 + 1) * stride + first; /* (not reached: dense rows run into each other) */
+		if (o1 > o0 && base + (o1 - 1) * stride + last > to)
+			to = base + (o1 - 1) * stride + last;
+		return push(out, cap, n, src, from, to, page) < 0 ? pos : tend;
+	}
 	for (uint64_t o = o0; o <= o1; o++) {
-		if (*n + np > cap)
+		if (*n + npieces > cap)
 			return pos;
-		for (size_t j = 0; j < np; j++)
-			push(out, cap, n, src, base + o * stride + pc[j].off, base + o * stride + pc[j].off + pc[j].len, page);
+		uint64_t s = o == o0 ? s0 : 0, e = o == o1 ? e1 : rep, a = 0;
+		for (uint32_t j = 0; j < npieces; a += pieces[j].len, j++) { /* the pieces' bytes in [s, e) */
+			uint64_t b = a + pieces[j].len;
+			if (pieces[j].off == TP_ZERO || !pieces[j].len || b <= s || a >= e)
+				continue;
+			uint64_t x = base + o * stride + pieces[j].off;
+			push(out, cap, n, src, x + ((s > a ? s : a) - a), x + ((e < b ? e : b) - a), page);
+		}
 		uint64_t next = t0 + (o + 1) * rep;
 		pos = next < tend ? next : tend;
 	}
