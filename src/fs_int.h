@@ -119,6 +119,8 @@ typedef struct tp_fs {
 	_Atomic int push_done; /* set by the push thread as it ends */
 	_Atomic uint64_t push_total; /* bytes of the files to push (set once the push has listed them) */
 	_Atomic uint64_t push_direct; /* source bytes the push read with O_DIRECT (--push-io direct) */
+	_Atomic int push_reading;     /* the push reads cold source pages with O_DIRECT and has files left:
+	                               * reads fetch no source pages past their own (fetch_ahead) */
 	_Atomic int push_term; /* a signal asked the loop to end (on_term in fs_push.c) */
 	pthread_t loop_thread; /* the thread that runs the FUSE loop (on_term ends it) */
 	pthread_t pusher;
@@ -307,6 +309,8 @@ int push_check(tp_fs *fs, fuse_ino_t ino);
 void start_push(tp_fs *fs);
 /* Tells the push thread to end and joins it, once the loop has ended. Nothing when none runs. */
 void stop_push(tp_fs *fs);
+
+/* ---- fs_mem.c ---- */
 /* The budget --push asks for: o->push bytes, or with o->push < 0 a quarter of MemAvailable, never
  * more than MemAvailable; where this process's memory cgroup (or one above it) has a lower limit,
  * that limit stands for MemAvailable (0 where neither can be read and no size was given). */

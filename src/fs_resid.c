@@ -195,8 +195,12 @@ static void fetch_span(const tp_fs *fs, const rfile *rf, uint64_t a, uint64_t b)
 
 /* Before replying to a read of [off, off + want) of the file (whose first pass of runs is
  * runs[0..nr), covering cov bytes): fetches its own pages unless an earlier read of this window
- * did, and the next PF_AHEAD bytes' pages that no read has asked for yet. The window is advisory:
- * a race between threads only repeats or skips a prefetch, never changes bytes. */
+ * did, and the next PF_AHEAD bytes' pages that no read has asked for yet, except while the push
+ * reads the source with O_DIRECT (fs->push_reading): it fetches those pages itself, into no page
+ * cache, so a read's fetch ahead would fetch them a second time (bench/vllm_nodes.py saw each
+ * node fetch 1.5x its page-touch minimum from the safetensors headers vLLM reads as it starts,
+ * 8 MiB ahead of each). The window is advisory: a race between threads only repeats or skips a
+ * prefetch, never changes bytes. */
 void fetch_ahead(const tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, const tp_run *runs, size_t nr,
 		 uint64_t cov)
 {
@@ -212,7 +216,7 @@ void fetch_ahead(const tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, 
 			fetch_span(fs, rf, off, end);
 	}
 	uint64_t from = inside ? hi : end, to = size - end > PF_AHEAD ? end + PF_AHEAD : size;
-	if (from >= to)
+	if (from >= to || atomic_load_explicit(&fs->push_reading, memory_order_relaxed))
 		return;
 	uint64_t nlo = (inside ? lo : off) / PF_UNIT, nhi = to == size ? (to + PF_UNIT - 1) / PF_UNIT : to / PF_UNIT;
 	if (nhi <= 0xffffffffu && !atomic_compare_exchange_strong_explicit(rf->win, &w, nlo << 32 | nhi,
