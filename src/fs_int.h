@@ -298,6 +298,10 @@ int push_bytes(tp_fs *fs, push_stage *ps, fuse_ino_t ino, uint64_t off, uint64_t
 /* After storing push_bytes's bytes of ino: as after a reply (a change seen meanwhile drops them);
  * touched (the source bytes of a store the kernel took, else 0) counts in the rank's source_bytes. */
 void push_stored(tp_fs *fs, fuse_ino_t ino, uint64_t touched);
+/* File ino is whole in the page cache (pushed): a read that still reaches the daemon (a page the
+ * kernel dropped or never took) fetches no source page ahead of it, only those it faults on; a
+ * page-touch read's prefetch window would fetch up to PF_AHEAD bytes of pages already served. */
+void push_whole(tp_fs *fs, fuse_ino_t ino);
 /* Before storing bytes of ino made earlier (a copy's, moving into the page cache): every source it
  * reads checked as a read's are. 0, or the errno a read would fail with. */
 int push_check(tp_fs *fs, fuse_ino_t ino);

@@ -132,6 +132,8 @@ static void end_move(tp_fs *fs, pfile *pf, int done)
 	close(pf->from1 - 1);
 	pf->from1 = 0;
 	pass_moved(fs, pf->ino);
+	if (done)
+		push_whole(fs, pf->ino);
 	pf->state = done ? PF_DONE : PF_FAILED;
 }
 
@@ -213,6 +215,8 @@ static int push_file(tp_fs *fs, push_stage *ps, pfile *pf, uint64_t *moved)
 	}
 	if (pf->copy)
 		pass_end_file(fs, pf->ino, 1);
+	else
+		push_whole(fs, pf->ino);
 	pf->state = PF_DONE;
 	return PUSH_ON;
 }

@@ -556,6 +556,16 @@ int push_bytes(tp_fs *fs, push_stage *ps, fuse_ino_t ino, uint64_t off, uint64_t
 	return err;
 }
 
+void push_whole(tp_fs *fs, fuse_ino_t ino)
+{
+	rfile rf;
+	if (rf_of_ino(fs, ino, &rf) < 0)
+		return;
+	uint64_t units = (tp_file_size(rf.f) + PF_UNIT - 1) / PF_UNIT;
+	if (units <= 0xffffffffu) /* the window [0, units): every page fetched (fetch_ahead) */
+		atomic_store_explicit(rf.win, units, memory_order_relaxed);
+}
+
 int push_check(tp_fs *fs, fuse_ino_t ino)
 {
 	rfile rf;
