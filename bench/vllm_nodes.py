@@ -19,6 +19,10 @@ Rows, for TP=2 (node r runs TP rank r) and PP=2 x TP=1 (node r runs stage r):
   tpfs             `tpfs mount STORE/src MNT --view vllm --ranks r` on each node (its defaults: push-ahead
                    fills the page cache of the node's rank files while vLLM starts), `--load-format
                    sharded_state` on MNT: each node reads the source runs of its ranks only;
+  local dump       the ceiling: `--load-format sharded_state` on a pre-sharded dump of the same split (made
+                   once through tpfs into --work, on this machine's disk, not the store), read into the
+                   node's page cache before vLLM starts: what vLLM's load costs with no storage and no
+                   FUSE at all (each node's one core copying its weights);
   page-touch min.  the source pages a node's ranks touch (`tpfs plan --view vllm --io --ranks r`).
 Per node: bytes fetched from storage, vLLM's "Loading weights took" (its worker's log), and the seconds
 from start to a served /health on node 0 (the whole start), with its ratio to the default loader's and
@@ -71,6 +75,10 @@ model="$STORE/src"
 if [ -n "$CAT" ]; then
   cat "$STORE"/src/*.safetensors > /dev/null &
 fi
+if [ -n "$DUMP" ]; then
+  cat "$DUMP"/*.safetensors > /dev/null
+  model="$DUMP"
+fi
 if [ -n "$TPFS_ARGS" ]; then
   "$TPFS" mount "$STORE/src" "$MNT" $TPFS_ARGS -f 2> "$OUT.tpfs.log" &
   tpid=$!
@@ -91,7 +99,7 @@ umount "$STORE"
 
 
 def start(py, tpfs, work, store, devs, split, mode):
-    """One two-node start of SPLIT with MODE ("default", "cat" or "tpfs"); returns {"bytes": [per node], "load":
+    """One two-node start of SPLIT with MODE ("default", "cat", "tpfs" or "dump"); returns {"bytes": [per node], "load":
     [per node s], "health": s, "tokens", "stats": [per node source bytes or None]}. Raises on a failure,
     with the logs' place."""
     port, http = nodes.free_port(), nodes.free_port()
@@ -111,10 +119,11 @@ def start(py, tpfs, work, store, devs, split, mode):
         env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=str(r), VLLM_CPU_KVCACHE_SPACE="1", VLLM_HOST_IP="127.0.0.1",
                    GLOO_SOCKET_IFNAME="lo", OUT=out, DEV=devs[r], STORE=store, MNT=mnt, PY=py, TPFS=tpfs,
                    SERVE=os.path.join(ROOT, "tests", "py", "vllm_serve.py"), CAT="1" if mode == "cat" else "",
+                   DUMP=os.path.join(work, "dump-" + split) if mode == "dump" else "",
                    TPFS_ARGS="--tp %d --pp %d --view vllm --ranks %d" % (1 if pp else 2, 2 if pp else 1, r)
                    if mode == "tpfs" else "")
         cmd = ["unshare", "-m", "--propagation", "private", "bash", "-c", NODE, "node"] + \
-            nodes.serve_args(split, port, http, 2, r) + ["--load-format", "sharded_state" if mode == "tpfs" else "auto"]
+            nodes.serve_args(split, port, http, 2, r) + ["--load-format", "sharded_state" if mode in ("tpfs", "dump") else "auto"]
         with open(out + ".out", "w") as lf:
             procs.append(subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True))
     url = "http://127.0.0.1:%d" % http
@@ -212,7 +221,21 @@ def main():
     tmp = tempfile.mkdtemp(dir=a.work)
     store = IO.SlowStore(tmp, int(size * 1.3) + (256 << 20), a.rate)  # written through its own loop device
     devs, pts = [], {}
-    modes = ("default", "cat", "tpfs")
+    modes = ("default", "cat", "tpfs", "dump")
+    for s in splits:  # the ceiling's pre-sharded dumps, made through tpfs from the generated checkpoint
+        dump = os.path.join(a.work, "dump-" + s)
+        if not os.path.exists(os.path.join(dump, ".complete")):
+            shutil.rmtree(dump, ignore_errors=True)
+            mnt = tempfile.mkdtemp(dir=a.work)
+            pp = s == "pp2"
+            IO.sh(tpfs, "mount", gen, mnt, "--tp", 1 if pp else 2, "--pp", 2 if pp else 1, "--view", "vllm",
+                  "--push", "off")
+            try:
+                shutil.copytree(mnt, dump, ignore=shutil.ignore_patterns(".tpfs-stats"))
+            finally:
+                IO.sh("umount", mnt)
+                os.rmdir(mnt)
+            open(os.path.join(dump, ".complete"), "w").close()
     res = {(s, m): [] for s in splits for m in modes}
     try:
         shutil.copytree(gen, os.path.join(store.mnt, "src"), ignore=shutil.ignore_patterns(".complete"))
@@ -254,11 +277,11 @@ def main():
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     ok = True
     for s in splits:
-        d, c, t = res[(s, "default")], res[(s, "cat")], res[(s, "tpfs")]
-        toks = {x["tokens"] for x in d + c + t}
+        d, c, t, u = res[(s, "default")], res[(s, "cat")], res[(s, "tpfs")], res[(s, "dump")]
+        toks = {x["tokens"] for x in d + c + t + u}
         ok &= len(toks) == 1
         hd, hc = (statistics.median(x["health"] for x in rows) for rows in (d, c))
-        for m, rows in (("default", d), ("cat", c), ("tpfs", t)):
+        for m, rows in (("default", d), ("cat", c), ("tpfs", t), ("dump", u)):
             hl = statistics.median(x["health"] for x in rows)
             for r in range(2):
                 f = statistics.median(x["bytes"][r] for x in rows)
@@ -266,6 +289,7 @@ def main():
                 ld0 = statistics.median(x["load"][r] for x in d)
                 label = {"default": "vLLM's default loader on STORE/src",
                          "cat": "the default loader, `cat` of every file in the background from the start",
+                         "dump": "the ceiling: sharded_state on a pre-sharded dump on local disk, cached",
                          "tpfs": "sharded_state on `tpfs mount --view vllm --ranks %d`" % r}[m]
                 lines.append("| %s | %s | %d | %.1f MB | %.2fx | %.2f s | %.2fx | %s | %s |" % (
                     "TP=2" if s == "tp2" else "PP=2", label, r, f / IO.MB, f / pts[(s, r)][0], ld, ld / ld0,

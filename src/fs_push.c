@@ -16,11 +16,13 @@
  * nothing more and fails its files, as a read would; a change after a push drops the pushed pages
  * with every other cached page (fs_watch.c invalidates the served inodes).
  *
- * Bounded: at most fs->push_budget bytes in all (--push SIZE; auto: a quarter of MemAvailable at
- * mount, or of the memory cgroup's limit where that is lower: the kernel charges the pages a store
- * makes to the daemon's cgroup, so a push sized by the machine's memory would only evict itself and
- * the engine's pages in a container given less; issue 50); demand reads first: between chunks the
- * thread sleeps while any read is in flight.
+ * Bounded: at most fs->push_budget bytes in all (--push SIZE or auto: fs_mem.c); demand reads
+ * first: between chunks the thread sleeps while any read is in flight. A file pushed whole sets its
+ * prefetch window to the whole file (push_whole), and while the push reads with O_DIRECT reads
+ * fetch nothing ahead (fs->push_reading): what the push fetches, reads do not fetch again.
+ *
+ * With --passthrough, a copy whose time is up (fs_pass.c, pass_expire) moves into the page cache
+ * here: its bytes read from the copy (move_chunk), stored as a push's, the copy then freed.
  *
  * The kernel stores only into an inode it knows (one it has looked up; otherwise the store fails
  * with ENOENT): a file is pushed once a lookup of it has been answered (fs_names.c counts them in
