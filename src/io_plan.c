@@ -352,21 +352,30 @@ size_t tp_io_ranges_src(const tp_run *runs, size_t nr, uint64_t page, tp_io_rang
 	return ranges(runs, nr, page, out, cap, at, 1);
 }
 
+/* Piece j of a row, at local offset a of the row (the pieces before it, a bytes): the source
+ * offsets within the row, [*x, *y), of its bytes that the row's local bytes [s, e) reach. 0 where
+ * it reads none of them (a TP_ZERO piece reads nothing). */
+static int piece_part(const tp_piece *pc, uint64_t a, uint64_t s, uint64_t e, uint64_t *x, uint64_t *y)
+{
+	uint64_t b = a + pc->len;
+	if (pc->off == TP_ZERO || !pc->len || b <= s || a >= e)
+		return 0;
+	*x = pc->off + ((s > a ? s : a) - a);
+	*y = pc->off + ((e < b ? e : b) - a);
+	return 1;
+}
+
 /* The source offsets, within a row, that the row's local bytes [s, e) read: [*lo, *hi) over the
- * pieces (in row order, TP_ZERO reading nothing) those bytes reach. 0 where they read nothing. */
+ * pieces (in row order) those bytes reach. 0 where they read nothing. */
 static int row_span(const tp_piece *pieces, uint32_t npieces, uint64_t s, uint64_t e, uint64_t *lo, uint64_t *hi)
 {
 	int any = 0;
-	uint64_t a = 0;
+	uint64_t a = 0, x, y;
 	for (uint32_t j = 0; j < npieces; a += pieces[j].len, j++) {
-		uint64_t b = a + pieces[j].len;
-		if (pieces[j].off == TP_ZERO || !pieces[j].len || b <= s || a >= e)
+		if (!piece_part(&pieces[j], a, s, e, &x, &y))
 			continue;
-		uint64_t x = pieces[j].off + ((s > a ? s : a) - a), y = pieces[j].off + ((e < b ? e : b) - a);
-		if (!any || x < *lo)
-			*lo = x;
-		if (!any || y > *hi)
-			*hi = y;
+		*lo = any && *lo < x ? *lo : x;
+		*hi = any && *hi > y ? *hi : y;
 		any = 1;
 	}
 	return any;
@@ -420,14 +429,10 @@ static uint64_t plan_cut(tp_io_range *out, size_t cap, size_t *n, uint64_t page,
 	for (uint64_t o = o0; o <= o1; o++) {
 		if (*n + npieces > cap)
 			return pos;
-		uint64_t s = o == o0 ? s0 : 0, e = o == o1 ? e1 : rep, a = 0;
-		for (uint32_t j = 0; j < npieces; a += pieces[j].len, j++) { /* the pieces' bytes in [s, e) */
-			uint64_t b = a + pieces[j].len;
-			if (pieces[j].off == TP_ZERO || !pieces[j].len || b <= s || a >= e)
-				continue;
-			uint64_t x = base + o * stride + pieces[j].off;
-			push(out, cap, n, src, x + ((s > a ? s : a) - a), x + ((e < b ? e : b) - a), page);
-		}
+		uint64_t s = o == o0 ? s0 : 0, e = o == o1 ? e1 : rep, a = 0, x, y;
+		for (uint32_t j = 0; j < npieces; a += pieces[j].len, j++) /* the pieces' bytes in [s, e) */
+			if (piece_part(&pieces[j], a, s, e, &x, &y))
+				push(out, cap, n, src, base + o * stride + x, base + o * stride + y, page);
 		uint64_t next = t0 + (o + 1) * rep;
 		pos = next < tend ? next : tend;
 	}
