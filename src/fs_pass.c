@@ -33,8 +33,8 @@
  * end-of-file (read) or SIGBUS (a mapping), never other bytes; opens after it read through the
  * daemon, which fails them with EIO. Memory: each copy counts against the push budget in whole
  * 2 MiB pages (a copy is made only where the whole file fits), and the tmpfs is no larger than the
- * budget; no copy is made while memory is short. No request handler waits on anything here but this room's mutex (held for table updates
- * and the ioctls, never for a copy).
+ * budget; no copy is made while memory is short. No request handler waits on anything here but
+ * this room's mutex (held for table updates and the ioctls, never for a copy).
  */
 #include "fs_int.h"
 
