@@ -1,5 +1,6 @@
 """vLLM load benchmark (issues 21 and 31): vLLM's "Loading weights took", TP=2, for a Llama-shaped
-bf16 model of about 1 GB, measured side by side in one run, each repetition of every row in turn:
+bf16 model of about 1 GB, measured side by side in one run, each repetition of every row in turn (the
+order rotated by one row, or one first-and-second pair, each repetition):
 
   default          vLLM's default loader on SRC (every rank reads the HF checkpoint and slices it
                    in each weight_loader), the source in the page cache;
@@ -204,25 +205,34 @@ def main():
         res[key].append((lw, wall))
         tokens.add(tok)
 
+    def ceiling():
+        run("dump", dump, "sharded_state")
+        with tt.Mount(dump, 1, "--plan", ident, "--push", "off", allow_stderr=[r"^tpfs: warning: "]) as m:
+            c0 = cpu_s(m.proc.pid)
+            run("identity first", m.rank(0), "sharded_state")
+            notes.setdefault("identity", []).append(stats_line(m, c0))
+            run("identity second", m.rank(0), "sharded_state")
+
+    def view(tag, binary, extra):
+        tt.TPFS = binary
+        with tt.Mount(src, 2, "--view", "vllm", *extra) as m:
+            c0 = cpu_s(m.proc.pid)
+            run("%s first" % tag, m.path, "sharded_state")
+            notes.setdefault(tag, []).append(stats_line(m, c0))
+            run("%s second" % tag, m.path, "sharded_state")
+        tt.TPFS = a.tpfs
+
+    # the groups of rows (a first start and its second stay together), in an order rotated by one group each
+    # repetition: on a VM that hands freed memory back to its host, a start's load time depends on what ran just
+    # before it (bench/first_touch.py), so no row may always follow the same one
+    groups = [lambda: run("default", src, "auto")]
+    groups += [lambda: run("one flag", src, "tpfs", ppy)] if a.plugin else []
+    groups += [ceiling] if not a.no_ceiling else []
+    groups += [lambda b=b: view(*b) for b in binaries]
     for rep in range(a.reps):
-        run("default", src, "auto")
-        if a.plugin:
-            run("one flag", src, "tpfs", ppy)
-        if not a.no_ceiling:
-            run("dump", dump, "sharded_state")
-            with tt.Mount(dump, 1, "--plan", ident, "--push", "off", allow_stderr=[r"^tpfs: warning: "]) as m:
-                c0 = cpu_s(m.proc.pid)
-                run("identity first", m.rank(0), "sharded_state")
-                notes.setdefault("identity", []).append(stats_line(m, c0))
-                run("identity second", m.rank(0), "sharded_state")
-        for tag, binary, extra in binaries:
-            tt.TPFS = binary
-            with tt.Mount(src, 2, "--view", "vllm", *extra) as m:
-                c0 = cpu_s(m.proc.pid)
-                run("%s first" % tag, m.path, "sharded_state")
-                notes.setdefault(tag, []).append(stats_line(m, c0))
-                run("%s second" % tag, m.path, "sharded_state")
-            tt.TPFS = a.tpfs
+        k = rep % len(groups)
+        for g in groups[k:] + groups[:k]:
+            g()
         print("rep %d: %s" % (rep + 1, ", ".join("%s %.2f s" % (k, v[-1][0]) for k, v in res.items())), flush=True)
     d = statistics.median(x[0] for x in res["default"])
     idf = statistics.median(x[0] for x in res["identity first"]) if res.get("identity first") else None
