@@ -17,14 +17,20 @@ reads cost what a local file's do (docs/PERFORMANCE.md). Checked here, on the hf
   or end-of-file (read) once the watcher has seen it, never other bytes; a new open fails with EIO;
 - a budget below a file's whole pages makes no copy of it (the push fills the page cache as without
   the option); `--passthrough off` says so in the stats; `--passthrough maybe` is refused;
-- an unmount while a file is open from its copy is clean.
+- an unmount while a file is open from its copy is clean;
+- memory short (a memory cgroup made for the daemon, whose room a filler process brings below an eighth of
+  its limit): the copies used move into the page cache after their 10 s grace, long before their keep, no new
+  copy is made, and every file reads the same. Where no memory cgroup can be made (a container runtime's
+  own), that part says so and does not run.
 Needs a kernel that offers FUSE passthrough (6.9+) and CAP_SYS_ADMIN: without either the test exits 77,
 after checking that the stats say why the copies are not used.
 """
+import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -224,6 +230,100 @@ with m:
     held_open.close()
 F.check(m.proc.returncode == 0 and not tt.is_mounted(m.path), "unmount with a file open from its copy: exit %s"
         % m.proc.returncode)
+
+
+# 5. memory short: a memory cgroup whose room falls below an eighth of its limit while the copies are kept (the
+# default keep, 600 s): the copies used move into the page cache after their grace (10 s), no new copy is made, and
+# every file still reads the same. The cgroup is real (the kernel's own accounting, as in a container given
+# less memory): the daemon runs in it, and a filler process in it takes all but a sixteenth of the limit.
+def mem_cgroup(limit):
+    """A new memory cgroup below this process's (cgroup v1's memory hierarchy, or v2 where the memory controller
+    is enabled for this process's cgroup's children) limited to LIMIT bytes: (its folder, the file whose bytes are
+    its use), or (None, why) where none can be made here."""
+    for line in open("/proc/self/cgroup").read().splitlines():
+        _, ctl, path = line.split(":", 2)
+        if "memory" in ctl.split(","):
+            base, lim_f, use_f = "/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"
+        elif ctl == "" and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            base, lim_f, use_f = "/sys/fs/cgroup", "memory.max", "memory.current"
+            ctl_file = os.path.join(base + path, "cgroup.subtree_control")
+            if "memory" not in open(ctl_file).read().split():
+                continue
+        else:
+            continue
+        d = os.path.join(base + path, "tpfs-test-%d" % os.getpid())
+        try:
+            os.mkdir(d)
+            with open(os.path.join(d, lim_f), "w") as f:
+                f.write(str(limit))
+            return d, use_f
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+            return None, "%s: %s" % (d, e)
+    return None, "no memory cgroup hierarchy in /proc/self/cgroup"
+
+
+def cg_use(d, use_f):
+    return int(open(os.path.join(d, use_f)).read())
+
+
+IN_CG = 'echo $$ > "$0/cgroup.procs" && exec "$@"'  # sh -c IN_CG CGROUP CMD...: CMD runs in CGROUP
+LIMIT = 128 << 20
+cg, use_f = mem_cgroup(LIMIT)
+if cg is None:
+    # without a memory cgroup to make (another container runtime's), this check cannot run; the rest has run
+    print("memory-short check not run: %s" % use_f)
+else:
+    with tt.Mount(src, 2, "--push", "off") as m:
+        off_bytes = raw(m.path)
+    filler = None
+    m = tt.Mount(src, 2, "--passthrough", "on")
+    m.wrap = ["sh", "-c", IN_CG, cg]
+    try:
+        with m:
+            files = tt.tensor_files(m.path)
+            tt.wait_for(lambda: pass_counts(m.path)[0] == len(files), what="the copies (memory cgroup)")
+            F.check(raw(m.path) == off_bytes and pass_counts(m.path)[1] == len(files) and pass_counts(m.path)[2] == 0,
+                    "memory cgroup: every file read once from its copy, none moved: %s"
+                    % stats_line(m.path, "passthrough"))
+            # the filler takes what it is told, in steps, until the room is about a sixteenth of the limit
+            filler = subprocess.Popen(["sh", "-c", IN_CG, cg, sys.executable, "-c",
+                                       "import sys\nkeep = []\nfor n in sys.stdin:\n    keep.append(b'\\1' * int(n))"
+                                       "\n    print('ok', flush=True)"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for _ in range(8):
+                room = LIMIT - cg_use(cg, use_f)
+                if room < LIMIT // 12:
+                    break
+                filler.stdin.write("%d\n" % (room - LIMIT // 16))
+                filler.stdin.flush()
+                F.check(filler.stdout.readline().strip() == "ok", "the filler took %d bytes" % (room - LIMIT // 16))
+            room = LIMIT - cg_use(cg, use_f)
+            F.check(room < LIMIT // 8, "the cgroup's room is below an eighth of its limit: %d of %d" % (room, LIMIT))
+            t0 = time.time()
+            tt.wait_for(lambda: pass_counts(m.path)[2] == len(files), timeout=40,
+                        what="the copies moved with memory short")
+            line = stats_line(m.path, "passthrough")
+            F.check("(%d with memory short)" % len(files) in line and time.time() - t0 < 30,
+                    "memory short: every copy moved into the page cache before its keep (600 s), within %.0f s: %s"
+                    % (time.time() - t0, line))
+            F.check(raw(m.path) == off_bytes, "memory short: every file still reads the same after the move")
+            time.sleep(2)  # the push looks at the memory each second: with memory short it makes no copy again
+            c = pass_counts(m.path)
+            F.check(c[0] == len(files) and c[1] == len(files),
+                    "memory short: no new copy is made and no open is served from one: %s"
+                    % stats_line(m.path, "passthrough"))
+    finally:
+        if filler:
+            filler.stdin.close()
+            filler.wait()
+        for _ in range(50):  # the daemon's and the filler's exits leave the cgroup empty
+            try:
+                os.rmdir(cg)
+                break
+            except OSError:
+                time.sleep(0.1)
 
 shutil.rmtree(work, ignore_errors=True)
 F.done("passthrough")
