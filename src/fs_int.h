@@ -49,6 +49,7 @@
 #define RA_NOTE 256                 /* bytes of the shared readahead note */
 #define PF_AHEAD (8u << 20)         /* rank-file bytes whose source pages are asked for past a read */
 #define PF_UNIT 4096                /* granularity of the prefetch window */
+#define REPLIED_UNIT (64u << 10)    /* bytes one bit of fs->replied covers (fs_push.c) */
 #define PF_SPAN (4u << 20)          /* most source bytes one residency check (mincore) covers */
 #define WN_CHUNK (128u << 10)       /* most bytes asked for by one MADV_WILLNEED */
 #define RC_CHUNK (1u << 20)         /* source bytes one residency mark covers (a power of two) */
@@ -119,6 +120,9 @@ typedef struct tp_fs {
 	_Atomic int push_done; /* set by the push thread as it ends */
 	_Atomic uint64_t push_total; /* bytes of the files to push (set once the push has listed them) */
 	_Atomic uint64_t push_direct; /* source bytes the push read with O_DIRECT (--push-io direct) */
+	_Atomic uint64_t push_skipped; /* bytes the push did not store: reads had replied them first */
+	_Atomic uint64_t **replied;   /* [ino] (nlooked): a bit per REPLIED_UNIT bytes of a file to push that a
+	                               * read replied whole (push_replied), else NULL; made before the loop */
 	_Atomic int push_reading;     /* the push reads cold source pages with O_DIRECT and has files left:
 	                               * reads fetch no source pages past their own (fetch_ahead) */
 	_Atomic int push_term; /* a signal asked the loop to end (on_term in fs_push.c) */
@@ -307,12 +311,18 @@ void push_whole(tp_fs *fs, fuse_ino_t ino);
 int push_check(tp_fs *fs, fuse_ino_t ino);
 
 /* ---- fs_push.c ---- */
+/* A read of file ino replied len bytes at off (of fsize), kept by the kernel in its page cache: the
+ * push does not store those whole REPLIED_UNIT blocks again (a loader that overtook the push).
+ * Lock-free; nothing where the file is not one the push has listed. */
+void push_replied(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t len, uint64_t fsize);
 /* Starts the push thread when fs->push_budget is set (a failure to start is logged: no push), from
  * the thread that then runs the FUSE loop, after libfuse's signal handlers are installed: SIGTERM,
  * SIGINT and SIGHUP then stop the push before they end the loop (fs_push.c says why). */
 void start_push(tp_fs *fs);
 /* Tells the push thread to end and joins it, once the loop has ended. Nothing when none runs. */
 void stop_push(tp_fs *fs);
+/* Frees what start_push made for the read path (fs->replied), once no request runs. */
+void push_free(tp_fs *fs);
 
 /* ---- fs_mem.c ---- */
 /* The budget --push asks for: o->push bytes, or with o->push < 0 a quarter of MemAvailable, never

@@ -458,21 +458,24 @@ static int64_t storage_read(void)
 
 /* The stats file's push line into b (at most cap bytes, NUL included): "push: off", or the bytes
  * pushed, the budget, the state (running, done, stopped at the budget, stopped), the source bytes it
- * read with O_DIRECT (--push-io direct) and the bytes of the files to push. Returns what snprintf returns. */
+ * read with O_DIRECT (--push-io direct), the bytes of the files to push and those it skipped (reads
+ * had replied them). Returns what snprintf returns. */
 static size_t push_text(const tp_fs *fs, char *b, size_t cap)
 {
 	if (!fs->push_budget)
 		return (size_t)snprintf(b, cap, "push: off\n");
 	const uint64_t pushed = atomic_load(&fs->pushed), total = atomic_load(&fs->push_total);
+	const uint64_t skipped = atomic_load(&fs->push_skipped);
 	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	const char *state = !atomic_load(&fs->push_done) ? "running"
-			    : pushed >= total                 ? "done"
+			    : pushed + skipped >= total       ? "done"
 			    : pushed + page > fs->push_budget ? "stopped at the budget"
 							      : "stopped (the log says why)";
 	return (size_t)snprintf(b, cap, "push: pushed %llu of %llu bytes, %s; source bytes read with O_DIRECT %llu; "
-				"the served files hold %llu\n",
+				"the served files hold %llu; skipped %llu (read before the push came to them)\n",
 				(unsigned long long)pushed, (unsigned long long)fs->push_budget, state,
-				(unsigned long long)atomic_load(&fs->push_direct), (unsigned long long)total);
+				(unsigned long long)atomic_load(&fs->push_direct), (unsigned long long)total,
+				(unsigned long long)skipped);
 }
 
 /* The stats file's size: its text is padded to it, so that stat tells exactly what a read gives
@@ -481,7 +484,7 @@ static size_t push_text(const tp_fs *fs, char *b, size_t cap)
  * source byte counts), 128 bytes a rank, and the failed files' lines. */
 static size_t stats_size(const tp_fs *fs)
 {
-	return 1024 + 160 /* the push line */ + 400 /* the passthrough line */ + 32 + sizeof fs->oom_note /* the oom_score_adj line */ + 16 + sizeof fs->nice_note + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
+	return 1024 + 220 /* the push line */ + 400 /* the passthrough line */ + 32 + sizeof fs->oom_note /* the oom_score_adj line */ + 16 + sizeof fs->nice_note + strlen(fs->m->src) + strlen(fs->m->plan_origin) + RA_NOTE + sizeof fs->gather_note + PATH_MAX +
 	       (size_t)(fs->o->serve ? fs->o->nserve : fs->T) * 128 + failures_text_max();
 }
 

@@ -17,7 +17,9 @@
  * with every other cached page (fs_watch.c invalidates the served inodes).
  *
  * Bounded: at most fs->push_budget bytes in all (--push SIZE or auto: fs_mem.c); demand reads
- * first: between chunks the thread sleeps while any read is in flight. A file pushed whole sets its
+ * first: between chunks the thread sleeps while any read is in flight, and what reads have replied
+ * (push_replied: a loader that overtook the push, on slow storage) is skipped, not stored again (the
+ * stats count it). A file pushed whole sets its
  * prefetch window to the whole file (push_whole), and while the push reads with O_DIRECT reads
  * fetch nothing ahead (fs->push_reading): what the push fetches, reads do not fetch again.
  *
@@ -173,6 +175,31 @@ static int move_chunk(tp_fs *fs, pfile *pf, uint64_t *moved)
 	return r;
 }
 
+void push_replied(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t len, uint64_t fsize)
+{
+	_Atomic uint64_t *map = fs->replied && ino < fs->nlooked ? fs->replied[ino] : NULL;
+	if (!map || !len)
+		return;
+	uint64_t a = (off + REPLIED_UNIT - 1) / REPLIED_UNIT; /* the blocks the reply covers whole */
+	uint64_t b = off + len >= fsize ? (fsize + REPLIED_UNIT - 1) / REPLIED_UNIT : (off + len) / REPLIED_UNIT;
+	for (uint64_t u = a; u < b; u++)
+		atomic_fetch_or_explicit(&map[u / 64], 1ull << (u % 64), memory_order_relaxed);
+}
+
+/* The bytes of file pf from pf->next on that reads have replied (whole REPLIED_UNIT blocks, up to the
+ * file's end), which the push skips; 0 where pf->next is inside a block. */
+static uint64_t replied_from(const tp_fs *fs, const pfile *pf)
+{
+	_Atomic uint64_t *map = fs->replied ? fs->replied[pf->ino] : NULL;
+	if (!map || pf->next % REPLIED_UNIT)
+		return 0;
+	uint64_t u = pf->next / REPLIED_UNIT, end = (pf->size + REPLIED_UNIT - 1) / REPLIED_UNIT;
+	while (u < end && (atomic_load_explicit(&map[u / 64], memory_order_relaxed) >> (u % 64) & 1))
+		u++;
+	uint64_t to = u * REPLIED_UNIT < pf->size ? u * REPLIED_UNIT : pf->size;
+	return to - pf->next;
+}
+
 /* Pushes file pf on from pf->next, chunk after chunk, until it is whole, fails, the budget is
  * spent or the thread is told to stop. Returns PUSH_ON (go on with the next file: this one is
  * whole, failed, or waits for a lookup or a passing shortage), or PUSH_END. *moved: bytes stored. */
@@ -196,6 +223,12 @@ static int push_file(tp_fs *fs, push_stage *ps, pfile *pf, uint64_t *moved)
 			sleep_ms(1); /* demand reads first */
 		if (atomic_load(&fs->push_stop))
 			return PUSH_END;
+		uint64_t skip = replied_from(fs, pf); /* in the page cache already: a read replied it */
+		if (skip) {
+			pf->next += skip;
+			atomic_fetch_add(&fs->push_skipped, skip);
+			continue;
+		}
 		uint64_t done = atomic_load(&fs->pushed), left = done < fs->push_budget ? fs->push_budget - done : 0;
 		uint64_t len = pf->size - pf->next < PUSH_CHUNK ? pf->size - pf->next : PUSH_CHUNK;
 		if (len > left) /* the budget's last pages (a partial page only at the file's end) */
@@ -391,6 +424,10 @@ void start_push(tp_fs *fs)
 		tp_log(0, "push-ahead: out of memory; reads are served as without it");
 		return;
 	}
+	fs->replied = calloc(fs->nlooked, sizeof *fs->replied); /* freed by push_free, after the loop */
+	for (size_t k = 0; fs->replied && k < push_n; k++)
+		if (push_l[k].ino < fs->nlooked) /* none where out of memory: that file's replies are stored again */
+			fs->replied[push_l[k].ino] = calloc((push_l[k].size / REPLIED_UNIT + 64) / 64, sizeof(uint64_t));
 	if (fs->pass) { /* the files that may get a copy: the same list */
 		fuse_ino_t *ino = calloc(push_n + 1, sizeof *ino);
 		uint64_t *size = calloc(push_n + 1, sizeof *size);
@@ -417,6 +454,14 @@ void start_push(tp_fs *fs)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+}
+
+void push_free(tp_fs *fs)
+{
+	for (size_t k = 0; fs->replied && k < fs->nlooked; k++)
+		free((void *)fs->replied[k]);
+	free(fs->replied);
+	fs->replied = NULL;
 }
 
 void stop_push(tp_fs *fs)

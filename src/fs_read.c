@@ -351,8 +351,10 @@ static int rf_begin(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, int
  * that check (the window is the copy itself, which docs/SAFETY.md states). Replies without source bytes
  * (header, constants, padding) point into the local bytes and a zero page; --reply iov points
  * replies into the source mappings too (the kernel then copies source bytes after every check: a
- * tuning option). Widened runs are always copied, by the CPU. */
-static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, off_t off)
+ * tuning option). Widened runs are always copied, by the CPU. ino is the file's inode and flags its
+ * open flags: a reply the kernel keeps in its page cache (not an O_DIRECT read's) is noted for the
+ * push, which then does not store those bytes again (push_replied). */
+static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, fuse_ino_t ino, int flags, size_t size, off_t off)
 {
 	uint64_t fsize = tp_file_size(rf->f);
 	rank_stats *rs = &fs->rs[rf->rank];
@@ -383,6 +385,8 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 		if (rc)
 			tp_log(3, "%s: reply of %llu bytes at %lld failed: %s", rf_name(rf, nm, sizeof nm),
 			       (unsigned long long)want, (long long)off, strerror(-rc));
+		else if (!(flags & O_DIRECT)) /* the kernel keeps the bytes in its page cache: the push skips them */
+			push_replied(fs, ino, (uint64_t)off, want, fsize);
 		release_after(fs, rf, s->runs, nr);
 		for (uint32_t k = 0; k < rf->nsrc; k++)
 			after_reply(fs, rf->node[k]);
@@ -403,7 +407,8 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, size_t size, o
 	atomic_fetch_add_explicit(&rs->copied, 1, memory_order_relaxed);
 	if (on_gpu) /* a reply with a CUDA gather in it */
 		atomic_fetch_add_explicit(&rs->gpu, 1, memory_order_relaxed);
-	fuse_reply_buf(req, (const char *)s->buf, want);
+	if (fuse_reply_buf(req, (const char *)s->buf, want) == 0 && !(flags & O_DIRECT))
+		push_replied(fs, ino, (uint64_t)off, want, fsize); /* in the page cache now: the push skips it */
 	for (uint32_t k = 0; k < rf->nsrc; k++)
 		after_reply(fs, rf->node[k]);
 }
@@ -476,7 +481,7 @@ static void read_one(fuse_req_t req, tp_fs *fs, fuse_ino_t ino, size_t size, off
 	rfile rf;
 	if (vdecode(fs, ino, &r, &vp) == 0) {
 		rfile_part(fs, r, vp, &rf);
-		read_file(req, fs, &rf, size, off);
+		read_file(req, fs, &rf, ino, fi->flags, size, off);
 		return;
 	}
 	if (decode(fs, ino, &r, &i) < 0) {
@@ -486,7 +491,7 @@ static void read_one(fuse_req_t req, tp_fs *fs, fuse_ino_t ino, size_t size, off
 	const tp_node *n = &fs->m->tree.n[i];
 	if (n->kind == TN_TENSORS) {
 		rfile_tensors(fs, r, i, &rf);
-		read_file(req, fs, &rf, size, off);
+		read_file(req, fs, &rf, ino, fi->flags, size, off);
 	} else if (n->kind == TN_INDEX || n->kind == TN_CONFIG) {
 		int err = source_check(fs, i, -1);
 		if (err) {

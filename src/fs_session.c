@@ -519,6 +519,7 @@ out_report:
 		fh_free(h);
 	}
 out_win:
+	push_free(&fs);
 	free((void *)fs.looked);
 	free((void *)fs.win);
 out_rs:

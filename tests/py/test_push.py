@@ -16,7 +16,11 @@ Checked here, on the hf view (rank folders) and on --view vllm, at T=2 and 4:
   default, auto since issue 46's second round) pushes every served byte and the stats say "done";
   `--push lots` is refused;
 - reads racing the push over the same ranges (a larger checkpoint: 128 MiB of embedding) give the same
-  bytes as a `--push off` mount;
+  bytes as a `--push off` mount, and what the push did not store was read first: pushed + skipped (the
+  stats) is every served byte;
+- a file read whole before the push comes to it (the last one it pushes, read at once after the mount) is
+  skipped, not stored again: the stats count at least its bytes skipped (a loader that overtakes the push
+  on slow storage costs no second copy), and it reads the same again;
 - an unmount while the push runs is clean: the daemon exits 0, with nothing unexpected on stderr; so is a
   SIGTERM while the push runs beside readers of the same files;
 - from a cold source (its pages dropped with POSIX_FADV_DONTNEED), the push reads with O_DIRECT
@@ -79,13 +83,19 @@ def raw(mnt):
     return {os.path.relpath(f, mnt): digest(f) for f in tt.tensor_files(mnt)}
 
 
+def skipped(mnt):
+    """The bytes the push skipped: reads had replied them before it came to them."""
+    return int(push_line(mnt).split("; skipped ")[1].split()[0])
+
+
 def wait_pushed(mnt, want, what):
-    """Waits until the stats count want pushed bytes; returns the last (pushed, budget)."""
+    """Waits until the stats count want bytes pushed or skipped (read first); returns the last (pushed,
+    budget)."""
     got = [None]
 
     def done():
         got[0] = stats(mnt)
-        return got[0][0] is not None and got[0][0] >= want
+        return got[0][0] is not None and got[0][0] + skipped(mnt) >= want
     try:
         tt.wait_for(done, timeout=60, what=what)
     except AssertionError:
@@ -228,7 +238,7 @@ with tt.Mount(src, 2) as m:
     wait_pushed(m.path, total, "the default push")
     tt.wait_for(lambda: ", done;" in push_line(m.path), timeout=30, what="the default push's end")
     line = push_line(m.path)
-    F.check(stats(m.path)[0] == total and line.endswith(" %d" % total),
+    F.check(stats(m.path)[0] == total and "the served files hold %d; skipped 0 " % total in line,
             "no --push: the default pushes every served byte (%d) and says done: %s" % (total, line))
     F.check(sum(tt.resident(f) for f in files) >= 0.9 * total, "no --push: the served files are cached before a read")
 bad = tt.tpfs("mount", src, work, "--tp", "2", "--push", "lots")
@@ -272,6 +282,23 @@ for view in ([], ["--view", "vllm"]):
         total = sum(os.path.getsize(f) for f in files)
         pushed, _ = wait_pushed(m.path, total, "the push after the racing reads")
         F.check(pushed and pushed > 0, "%s: the push ran beside the reads (pushed %s of %d)" % (name, pushed, total))
+        F.check(", done;" in push_line(m.path) and pushed + skipped(m.path) == total,
+                "%s: pushed and skipped (read first) are every served byte: %s of %d" % (name, push_line(m.path), total))
+    # the last file the push stores (the last rank's copy of the last file; the view: the last rank's last part),
+    # read whole at once after the mount: the push finds it replied and skips it
+    with tt.Mount(big, 2, *view, "--push", "auto") as m:
+        files = tt.tensor_files(m.path)
+        last = sorted(files, key=lambda f: (os.path.basename(f), f))[-1]
+        got_last = digest(last)
+        total = sum(os.path.getsize(f) for f in files)
+        pushed, _ = wait_pushed(m.path, total, "the push after the last file was read")
+        print("%s, the last file (%d bytes) read first: %s" % (name, os.path.getsize(last), push_line(m.path)))
+        F.check(", done;" in push_line(m.path) and skipped(m.path) >= os.path.getsize(last)
+                and pushed + skipped(m.path) == total,
+                "%s: the file read before the push came to it (%s, %d bytes) was skipped: %s"
+                % (name, os.path.relpath(last, m.path), os.path.getsize(last), push_line(m.path)))
+        F.check(got_last == off_bytes[os.path.relpath(last, m.path)] and digest(last) == got_last,
+                "%s: the file read first equals a --push off mount's, and again from the page cache" % name)
 
 mid = 0
 for attempt in range(5):
