@@ -28,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from . import TpfsError, mount_state, start, unmount
 
@@ -65,6 +66,11 @@ def mount_key(src, tp, pp=None, ranks=None, view=None, extra=()):
     """The name of a node mount: 16 hex digits of the SHA-256 of (real path of SRC, tp, pp, ranks, view, extra)."""
     ident = [os.path.realpath(src), int(tp), int(pp or 1), ranks, view, [str(a) for a in extra]]
     return "mnt-" + hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
+
+
+def mount_path(src, tp, pp=None, ranks=None, view=None, extra=()):
+    """Where acquire() mounts SRC served as (tp, pp, ranks, view, extra) on this node."""
+    return os.path.join(runtime_dir(), mount_key(src, tp, pp, ranks, view, extra))
 
 
 def acquire(src, tp, pp=None, ranks=None, view=None, extra=()):
@@ -112,6 +118,36 @@ def release(mnt):
     uf = _held.pop(mnt, None)
     if uf:
         uf.close()
+
+
+def other_users(mnt):
+    """The pids other than this process's that hold MNT's <key>.users lock (/proc/locks), or None where MNT is not
+    a mount this process acquired."""
+    uf = _held.get(mnt)
+    if not uf:
+        return None
+    st = os.fstat(uf.fileno())
+    dev = "%02x:%02x:%d" % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    pids = set()
+    with open("/proc/locks") as f:
+        for line in f:
+            w = line.split()
+            if len(w) >= 6 and w[1] == "FLOCK" and w[5] == dev and w[4].isdigit() and int(w[4]) != os.getpid():
+                pids.add(int(w[4]))
+    return pids
+
+
+def hand_over(mnt, timeout):
+    """Releases MNT once another process uses it too (the engine that this process mounted it for), or after
+    TIMEOUT seconds; checks twice a second. For a process that mounts ahead of the engine it starts and lives on
+    after it (vLLM's main process under LLM()): the mount then goes with the engine, not with this process."""
+    end = time.time() + timeout
+    while time.time() < end:
+        others = other_users(mnt)
+        if others is None or others:
+            break
+        time.sleep(0.5)
+    release(mnt)
 
 
 def _reaper_alive(reaper):

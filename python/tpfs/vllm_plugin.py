@@ -18,15 +18,23 @@ mount is replaced; the mount is removed when the last worker using it exits (tpf
 reading loads the worker's `model-rank-{r}-part-*` (`model-pp-{s}-tp-{t}-part-*`) files from the mount. A checkpoint
 tpfs refuses stops the engine at start: load_model raises tpfs.TpfsError, whose text is tpfs's message.
 
-The mount is made early where vLLM lets a plugin see the engine's configuration: register() runs first in the
-engine-core process inside EngineCore.__init__ (vllm/v1/engine/core.py, load_general_plugins), whose vllm_config it
-finds in that caller's frame; with --load-format tpfs it starts, on a thread of its own, the same node mount the
+The mount is made early, where vLLM lets a plugin see the engine's configuration, as the same node mount the
 workers will ask for (the node's block of ranks under the multiprocessing executor, computed from the parallel
-config as node_ranks does). So the mount and its push-ahead run while vLLM spawns its workers and initialises
-them, and the workers find the mount made. The engine-core process then counts as a user of the mount until it
-exits (tpfs.node). Where the frame is not found (another vLLM, the engine core in the API server's process, Ray),
-or the early mount fails, nothing changes: the first worker mounts as before, and a refusal stops the start
-there with tpfs's message. TPFS_VLLM_EARLY=0 in the environment leaves the mount to the first worker.
+config as node_ranks does):
+- first from vLLM's main process (`vllm serve`, LLM(), a headless node's `vllm serve --headless`): register()
+  runs there from EngineArgs.__post_init__ (vllm/engine/arg_utils.py, load_general_plugins) and wraps
+  EngineArgs.create_engine_config, which then mounts as soon as it has made the configuration, before vLLM
+  spawns its engine core (in the call, under a second: no lock is held across vLLM's forks). That process counts
+  as the mount's user only until the engine core or a worker uses it too (tpfs.node.hand_over), so the mount
+  goes with the engine, not with a notebook that outlives it;
+- else from the engine-core process: register() runs there inside EngineCore.__init__ (vllm/v1/engine/core.py),
+  whose vllm_config it finds in that caller's frame, and mounts on a thread of its own (where the main process
+  has mounted, it finds the mount made and uses it); it then counts as a user until it exits (tpfs.node).
+So the mount and its push-ahead run while vLLM spawns its engine core and workers, and the workers find the mount
+made: on two cores the engine core's mount made its copies while the workers spawned, and its start was slower
+(docs/PERFORMANCE.md, stop 58). Where neither applies (another vLLM, Ray, data parallelism) or the early mount
+fails, nothing changes: the first worker mounts as before, and a refusal stops the start there with tpfs's
+message. TPFS_VLLM_EARLY=0 in the environment leaves the mount to the first worker.
 
 SRC is a local folder or, where it is no folder, a model id in the local Hugging Face cache (read offline: this
 loader downloads nothing). --model-loader-extra-config '{"tpfs": {...}}' takes:
@@ -44,6 +52,7 @@ sharded_state's reading under the pattern `model-dp-{d}-rank-{rank}-part-{part}.
 holds with its MoE sequence-parallel (its default all2all backend: DeepSeek's shared experts whole), so at TP > 1
 another --all2all-backend, under which it is not, is refused.
 """
+import functools
 import os
 import sys
 import threading
@@ -225,38 +234,78 @@ def _engine_config():
     return None
 
 
-def _mount_early(vllm_config):
-    """The node mount for vllm_config, made from the engine-core process (a thread of its own); failures are only
-    logged (the workers mount, and report, as without it)."""
+def _mount_early(vllm_config, where):
+    """The node mount for vllm_config, made from WHERE ("vLLM's main process" or "the engine core"); returns its
+    mount point, or None where none is made here (another executor, DP) or it failed: failures are only logged
+    (the workers mount, and report, as without it)."""
     try:
         pc, lc = vllm_config.parallel_config, vllm_config.load_config
         ranks = node_block(pc)
         if ranks is None or getattr(pc, "data_parallel_size", 1) != 1:
-            return
+            return None
         loader = TpfsLoader(lc)
         pp, tp = pc.pipeline_parallel_size, pc.tensor_parallel_size
         args = loader.mount_args(pp)
         src = source_folder(vllm_config.model_config)
         t = time.time()
+        made = tpfs.mount_state(node.mount_path(src, tp, pp, ranks_text(ranks), loader.view, args)) != "healthy"
         mnt = node.acquire(src, tp, pp, ranks_text(ranks), loader.view, args)
-        logger.info("tpfs: mounted %s for ranks %s of TP=%d PP=%d at %s from the engine core in %.2f s, before the "
-                    "workers start (its push-ahead runs while they do)", src, ranks_text(ranks), tp, pp, mnt,
-                    time.time() - t)
+        if made:
+            logger.info("tpfs: mounted %s for ranks %s of TP=%d PP=%d at %s from %s in %.2f s, before the workers "
+                        "start (its push-ahead runs while they do)", src, ranks_text(ranks), tp, pp, mnt, where,
+                        time.time() - t)
+        else:
+            logger.info("tpfs: %s uses the node mount of %s for ranks %s of TP=%d PP=%d at %s, made before it", where,
+                        src, ranks_text(ranks), tp, pp, mnt)
+        return mnt
     except Exception as e:  # noqa: BLE001 -- the workers mount and report it
-        logger.info("tpfs: no early mount from the engine core (%s: %s); the first worker mounts", type(e).__name__, e)
+        logger.info("tpfs: no early mount from %s (%s: %s); the first worker mounts", where, type(e).__name__, e)
+        return None
+
+
+def _wrap_engine_config():
+    """Makes EngineArgs.create_engine_config, in the process that makes the engine's configuration (vLLM's main
+    process: `vllm serve`, LLM(), a headless node's `vllm serve --headless`), mount the node for a start with
+    --load-format tpfs as soon as the configuration exists, before vLLM spawns its engine core: the push-ahead
+    then runs while the engine core and its workers start, seconds earlier than from the engine core itself. The
+    mount is made in the call (a second or less: tpfs waits for its daemon to serve), not in a thread, so that no
+    lock of tpfs.node is held across a fork of this process. This process counts as the mount's user only until
+    another process uses it too (the engine core or a worker: tpfs.node.hand_over), so the mount goes with the
+    engine, not with a process that outlives it (a notebook's LLM())."""
+    from vllm.engine.arg_utils import EngineArgs
+    orig = EngineArgs.create_engine_config
+    if getattr(orig, "_tpfs_early", False):
+        return
+
+    @functools.wraps(orig)
+    def create_engine_config(self, *args, **kwargs):
+        cfg = orig(self, *args, **kwargs)
+        if getattr(cfg.load_config, "load_format", None) == "tpfs" and os.environ.get("TPFS_VLLM_EARLY", "1") != "0":
+            mnt = _mount_early(cfg, "vLLM's main process")
+            if mnt:
+                threading.Thread(target=node.hand_over, args=(mnt, 900), name="tpfs-hand-over", daemon=True).start()
+        return cfg
+    create_engine_config._tpfs_early = True
+    EngineArgs.create_engine_config = create_engine_config
 
 
 def register():
-    """The vllm.general_plugins entry point: --load-format tpfs is TpfsLoader (in every vLLM process); in the
-    engine-core process of a start with --load-format tpfs, the node mount is begun early (the module's text)."""
+    """The vllm.general_plugins entry point: --load-format tpfs is TpfsLoader (in every vLLM process); the node
+    mount of a start with --load-format tpfs is begun early, from vLLM's main process once it has made the
+    engine's configuration, else from the engine-core process (the module's text)."""
     from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER
     if _LOAD_FORMAT_TO_MODEL_LOADER.get("tpfs") is not TpfsLoader:
         register_model_loader("tpfs")(TpfsLoader)
     if os.environ.get("TPFS_VLLM_EARLY", "1") == "0":
         return
     try:
+        _wrap_engine_config()
+    except Exception:  # noqa: BLE001 -- another vLLM: the engine core mounts early, or the first worker
+        pass
+    try:
         cfg = _engine_config()
     except Exception:  # noqa: BLE001 -- another vLLM: no early mount
         cfg = None
     if cfg is not None and getattr(cfg.load_config, "load_format", None) == "tpfs":
-        threading.Thread(target=_mount_early, args=(cfg,), name="tpfs-early-mount", daemon=True).start()
+        threading.Thread(target=_mount_early, args=(cfg, "the engine core"), name="tpfs-early-mount",
+                         daemon=True).start()

@@ -20,7 +20,8 @@
    --load-format tpfs --tensor-parallel-size 2` (test_vllm.py's CPU flags), answers /v1/completions with the greedy
    tokens and top-5 logprobs of the server on SRC with vLLM's default loader (llama, vllm_models.py), bitwise; while
    it serves, exactly one tpfs mount exists for it (ranks 0-1); after it exits, none. The node mount was made
-   early, by the engine-core process (its log says so), so that its push ran while the workers started. Before
+   early, by vLLM's main process as soon as it had made the engine's configuration, and the engine core used it
+   (the log says both), so that its push ran while the engine core and the workers started. Before
    it, the same server SIGKILLed mid-start (its process group, engine and workers, as soon as the node mount
    appears, before the weights are loaded) leaves no mount once its reaper has run, and that next start serves.
    The same command on the refused checkpoint exits non-zero at start with tpfs's message in its output, leaving
@@ -494,9 +495,12 @@ def main():
         fails.check(re.search(r"tpfs: rank 1 reads \S+, the mount of \S+ for ranks 0-1 of TP=%d PP=%d" % (tp, pp),
                               res["tpfs" + sfx][3]),
                     "the tpfs%s server's log does not say that rank 1 read the node's mount of ranks 0-1" % sfx)
-        fails.check(re.search(r"tpfs: mounted \S+ for ranks 0-1 of TP=%d PP=%d at \S+ from the engine core" % (tp, pp),
-                              res["tpfs" + sfx][3]),
-                    "the tpfs%s server's log does not say the engine core mounted ranks 0-1 before the workers" % sfx)
+        fails.check(re.search(r"tpfs: mounted \S+ for ranks 0-1 of TP=%d PP=%d at \S+ from vLLM's main process"
+                              % (tp, pp), res["tpfs" + sfx][3])
+                    and re.search(r"tpfs: the engine core uses the node mount of \S+ for ranks 0-1 of TP=%d PP=%d at "
+                                  r"\S+, made before it" % (tp, pp), res["tpfs" + sfx][3]),
+                    "the tpfs%s server's log does not say vLLM's main process mounted ranks 0-1 before the engine "
+                    "core, which used that mount" % sfx)
     fails.check(res["killed"][0] == -signal.SIGKILL and res["killed"][2] is not None,
                 "the killed server: exit %s, killed %s s after its start (its mount never appeared: None)"
                 % (res["killed"][0], res["killed"][2]))
