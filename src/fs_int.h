@@ -122,7 +122,7 @@ typedef struct tp_fs {
 	_Atomic uint64_t push_direct; /* source bytes the push read with O_DIRECT (--push-io direct) */
 	_Atomic uint64_t push_skipped; /* bytes the push did not store: reads had replied them first */
 	_Atomic uint64_t **replied;   /* [ino] (nlooked): a bit per REPLIED_UNIT bytes of a file to push that a
-	                               * read replied whole (push_replied), else NULL; made before the loop */
+	                               * read replied whole (fs_read.c's note_replied), else NULL; made before the loop */
 	_Atomic int push_reading;     /* the push reads cold source pages with O_DIRECT and has files left:
 	                               * reads fetch no source pages past their own (fetch_ahead) */
 	_Atomic int push_term; /* a signal asked the loop to end (on_term in fs_push.c) */
@@ -311,10 +311,6 @@ void push_whole(tp_fs *fs, fuse_ino_t ino);
 int push_check(tp_fs *fs, fuse_ino_t ino);
 
 /* ---- fs_push.c ---- */
-/* A read of file ino replied len bytes at off (of fsize), kept by the kernel in its page cache: the
- * push does not store those whole REPLIED_UNIT blocks again (a loader that overtook the push).
- * Lock-free; nothing where the file is not one the push has listed. */
-void push_replied(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t len, uint64_t fsize);
 /* Starts the push thread when fs->push_budget is set (a failure to start is logged: no push), from
  * the thread that then runs the FUSE loop, after libfuse's signal handlers are installed: SIGTERM,
  * SIGINT and SIGHUP then stop the push before they end the loop (fs_push.c says why). */

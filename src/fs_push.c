@@ -18,10 +18,10 @@
  *
  * Bounded: at most fs->push_budget bytes in all (--push SIZE or auto: fs_mem.c); demand reads
  * first: between chunks the thread sleeps while any read is in flight, and what reads have replied
- * (push_replied: a loader that overtook the push, on slow storage) is skipped, not stored again (the
- * stats count it). A file pushed whole sets its
- * prefetch window to the whole file (push_whole), and while the push reads with O_DIRECT reads
- * fetch nothing ahead (fs->push_reading): what the push fetches, reads do not fetch again.
+ * (fs_read.c's note_replied: a loader that overtook the push, on slow storage) is skipped, not
+ * stored again (the stats count it). A file pushed whole sets its prefetch window to the whole file
+ * (push_whole), and while the push reads with O_DIRECT reads fetch nothing ahead
+ * (fs->push_reading): what the push fetches, reads do not fetch again.
  *
  * With --passthrough, a copy whose time is up (fs_pass.c, pass_expire) moves into the page cache
  * here: its bytes read from the copy (move_chunk), stored as a push's, the copy then freed.
@@ -173,17 +173,6 @@ static int move_chunk(tp_fs *fs, pfile *pf, uint64_t *moved)
 		return PUSH_ON;
 	}
 	return r;
-}
-
-void push_replied(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t len, uint64_t fsize)
-{
-	_Atomic uint64_t *map = fs->replied && ino < fs->nlooked ? fs->replied[ino] : NULL;
-	if (!map || !len)
-		return;
-	uint64_t a = (off + REPLIED_UNIT - 1) / REPLIED_UNIT; /* the blocks the reply covers whole */
-	uint64_t b = off + len >= fsize ? (fsize + REPLIED_UNIT - 1) / REPLIED_UNIT : (off + len) / REPLIED_UNIT;
-	for (uint64_t u = a; u < b; u++)
-		atomic_fetch_or_explicit(&map[u / 64], 1ull << (u % 64), memory_order_relaxed);
 }
 
 /* The bytes of file pf from pf->next on that reads have replied (whole REPLIED_UNIT blocks, up to the

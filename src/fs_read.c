@@ -342,6 +342,21 @@ static int rf_begin(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, int
 	return 0;
 }
 
+/* A read of file ino replied len bytes at off (of fsize), kept by the kernel in its page cache: the
+ * whole REPLIED_UNIT blocks it covers are marked in fs->replied, and the push (fs_push.c) does not
+ * store them again (a loader that overtook it). Lock-free; nothing where the push has not listed
+ * the file. */
+static void note_replied(tp_fs *fs, fuse_ino_t ino, uint64_t off, uint64_t len, uint64_t fsize)
+{
+	_Atomic uint64_t *map = fs->replied && ino < fs->nlooked ? fs->replied[ino] : NULL;
+	if (!map || !len)
+		return;
+	uint64_t a = (off + REPLIED_UNIT - 1) / REPLIED_UNIT; /* the blocks the reply covers whole */
+	uint64_t b = off + len >= fsize ? (fsize + REPLIED_UNIT - 1) / REPLIED_UNIT : (off + len) / REPLIED_UNIT;
+	for (uint64_t u = a; u < b; u++)
+		atomic_fetch_or_explicit(&map[u / 64], 1ull << (u % 64), memory_order_relaxed);
+}
+
 /* Replies to a read of a served tensor file. Every source is checked (the watcher's mark, one
  * fstat), the request mapped to runs (tp_file_map), their source pages and the next PF_AHEAD
  * bytes' asked for (no kernel readahead on the sources: fetching above), the runs copied into
@@ -353,8 +368,9 @@ static int rf_begin(tp_fs *fs, const rfile *rf, uint64_t off, uint64_t want, int
  * replies into the source mappings too (the kernel then copies source bytes after every check: a
  * tuning option). Widened runs are always copied, by the CPU. ino is the file's inode and flags its
  * open flags: a reply the kernel keeps in its page cache (not an O_DIRECT read's) is noted for the
- * push, which then does not store those bytes again (push_replied). */
-static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, fuse_ino_t ino, int flags, size_t size, off_t off)
+ * push, which then does not store those bytes again (note_replied). */
+static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, fuse_ino_t ino, int flags, size_t size,
+		      off_t off)
 {
 	uint64_t fsize = tp_file_size(rf->f);
 	rank_stats *rs = &fs->rs[rf->rank];
@@ -386,7 +402,7 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, fuse_ino_t ino
 			tp_log(3, "%s: reply of %llu bytes at %lld failed: %s", rf_name(rf, nm, sizeof nm),
 			       (unsigned long long)want, (long long)off, strerror(-rc));
 		else if (!(flags & O_DIRECT)) /* the kernel keeps the bytes in its page cache: the push skips them */
-			push_replied(fs, ino, (uint64_t)off, want, fsize);
+			note_replied(fs, ino, (uint64_t)off, want, fsize);
 		release_after(fs, rf, s->runs, nr);
 		for (uint32_t k = 0; k < rf->nsrc; k++)
 			after_reply(fs, rf->node[k]);
@@ -408,7 +424,7 @@ static void read_file(fuse_req_t req, tp_fs *fs, const rfile *rf, fuse_ino_t ino
 	if (on_gpu) /* a reply with a CUDA gather in it */
 		atomic_fetch_add_explicit(&rs->gpu, 1, memory_order_relaxed);
 	if (fuse_reply_buf(req, (const char *)s->buf, want) == 0 && !(flags & O_DIRECT))
-		push_replied(fs, ino, (uint64_t)off, want, fsize); /* in the page cache now: the push skips it */
+		note_replied(fs, ino, (uint64_t)off, want, fsize); /* in the page cache now: the push skips it */
 	for (uint32_t k = 0; k < rf->nsrc; k++)
 		after_reply(fs, rf->node[k]);
 }
