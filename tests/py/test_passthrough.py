@@ -288,8 +288,8 @@ else:
                     "memory cgroup: every file read once from its copy, none moved: %s"
                     % stats_line(m.path, "passthrough"))
             # the filler takes what it is told, in steps, until the room is about a tenth of the limit: below the
-            # eighth the daemon calls short, with 50 MB left for the daemon's own growth (a sanitized daemon grew
-            # by 8 MB more than a sixteenth of 128 MiB, and the cgroup's OOM killer took the filler)
+            # eighth the daemon calls short, with 50 MB left for the daemon's own growth (with a sixteenth of
+            # 128 MiB left, a sanitized daemon's memory grew into it and the cgroup's OOM killer took the filler)
             filler = subprocess.Popen(["sh", "-c", IN_CG, cg, sys.executable, "-c",
                                        "import sys\nkeep = []\nfor n in sys.stdin:\n    keep.append(b'\\1' * int(n))"
                                        "\n    print('ok', flush=True)"],
