@@ -77,9 +77,8 @@ def acquire(src, tp, pp=None, ranks=None, view=None, extra=()):
     """The mount point of SRC served as (tp, pp, ranks, view, extra) on this node, mounted by this call where no
     healthy mount exists (a dead one is detached first); this process is counted as its user until it exits.
     Blocks while another process of the node mounts it. Raises TpfsError with tpfs's message where tpfs refuses."""
-    run = runtime_dir()
-    key = mount_key(src, tp, pp, ranks, view, extra)
-    mnt, lock, users, reaper = (os.path.join(run, key + s) for s in ("", ".lock", ".users", ".reaper"))
+    mnt = mount_path(src, tp, pp, ranks, view, extra)
+    lock, users, reaper = (mnt + s for s in (".lock", ".users", ".reaper"))
     if mnt in _held:
         return mnt
     with open(lock, "a") as lf:
