@@ -1,6 +1,7 @@
 """Concurrency. 16 reader threads do random-offset, random-length reads (read() and mmap)
 over every rank file of a 4-rank mount for a bounded time (TPFS_STRESS_SECONDS, default 8),
-dropping the kernel's cached pages now and then so that the daemon serves them again, and compare
+dropping the kernel's cached pages now and then so that the daemon serves them again (each mmap
+lives for one read: pages mapped anywhere are not dropped), with the push (default on) racing them, and compare
 every byte with the reference; then the daemon is stopped (SIGTERM) while reads are in flight and
 must unmount cleanly. Prints the number of reads and of mismatches (must be 0)."""
 import mmap
@@ -59,7 +60,6 @@ try:
     def reader(seed):
         rng = random.Random(seed)
         fds = {p: os.open(p, os.O_RDONLY) for p in files}
-        maps = {p: mmap.mmap(fds[p], 0, prot=mmap.PROT_READ) for p in files}
         n = bad = nb = drops = 0
         while time.time() < stop:
             p = rng.choice(files)
@@ -69,13 +69,18 @@ try:
             if rng.random() < 0.02:
                 os.posix_fadvise(fds[p], 0, 0, os.POSIX_FADV_DONTNEED)
                 drops += 1
-            got = maps[p][off:off + ln] if rng.random() < 0.5 else os.pread(fds[p], ln, off)
+            if rng.random() < 0.5:
+                # mapped only for this read: DONTNEED leaves mapped pages in the cache, so a
+                # mapping kept open would pin every page it touched and the drops would stop working
+                with mmap.mmap(fds[p], 0, prot=mmap.PROT_READ) as m:
+                    got = m[off:off + ln]
+            else:
+                got = os.pread(fds[p], ln, off)
             n += 1
             nb += len(got)
             if got != ref[p][off:off + ln]:
                 bad += 1
         for p in files:
-            maps[p].close()
             os.close(fds[p])
         with lock:
             counts["reads"] += n
@@ -93,8 +98,9 @@ try:
     F.check(counts["mismatches"] == 0, "no mismatches")
     F.check(counts["reads"] > 1000, "enough reads were done")
     stats = tt.tpfs("stats", mnt).stdout
-    F.check(sum(int(l.split()[3]) for l in stats.splitlines() if l[:1].isdigit()) > 100,
-            "the daemon served reads itself: %s" % stats)
+    served = sum(int(l.split()[3]) for l in stats.splitlines() if l[:1].isdigit())
+    print("stress: the daemon served %d of those reads itself (the rest came from the page cache)" % served)
+    F.check(served > 100, "the daemon served reads itself: %s" % stats)
 
     # SIGTERM with reads in flight
     inflight = threading.Event()
