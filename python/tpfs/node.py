@@ -32,7 +32,14 @@ import time
 
 from . import TpfsError, mount_state, start, unmount
 
-_held = {}  # mount point -> the open <key>.users file whose shared lock this process holds
+_held = {}  # mount point -> (pid, the open <key>.users file whose shared lock process pid holds)
+
+
+def _mine(mnt):
+    """The <key>.users file of MNT whose lock this process took, or None. An entry a forked child inherits is its
+    parent's: the child takes a lock of its own, so that /proc/locks names it (other_users, hand_over)."""
+    h = _held.get(mnt)
+    return h[1] if h and h[0] == os.getpid() else None
 
 
 def runtime_dir():
@@ -79,7 +86,7 @@ def acquire(src, tp, pp=None, ranks=None, view=None, extra=()):
     Blocks while another process of the node mounts it. Raises TpfsError with tpfs's message where tpfs refuses."""
     mnt = mount_path(src, tp, pp, ranks, view, extra)
     lock, users, reaper = (mnt + s for s in (".lock", ".users", ".reaper"))
-    if mnt in _held:
+    if _mine(mnt):
         return mnt
     with open(lock, "a") as lf:
         fcntl.flock(lf, fcntl.LOCK_EX)
@@ -108,21 +115,21 @@ def acquire(src, tp, pp=None, ranks=None, view=None, extra=()):
         except BaseException:
             uf.close()
             raise
-        _held[mnt] = uf
+        _held[mnt] = (os.getpid(), uf)
     return mnt
 
 
 def release(mnt):
     """This process stops using MNT (it stops counting as a user; the reaper unmounts once none is left)."""
-    uf = _held.pop(mnt, None)
-    if uf:
-        uf.close()
+    h = _held.pop(mnt, None)
+    if h:
+        h[1].close()
 
 
 def other_users(mnt):
     """The pids other than this process's that hold MNT's <key>.users lock (/proc/locks), or None where MNT is not
     a mount this process acquired."""
-    uf = _held.get(mnt)
+    uf = _mine(mnt)
     if not uf:
         return None
     st = os.fstat(uf.fileno())

@@ -15,7 +15,9 @@
 3. The node mount (tpfs.node.acquire, what each vLLM worker calls), in plain processes: two users of the same
    source and split share one mount, served by the wheel's tpfs; its daemon SIGKILLed, the mount is dead (ENOTCONN)
    and the next acquire replaces it; its reaper SIGKILLed, the next acquire starts one; every user SIGKILLed, the
-   reaper removes the mount.
+   reaper removes the mount. A process that mounts ahead of its engine and hands the mount over (tpfs.node.hand_over,
+   as the plugins' main processes do) releases it once its forked engine uses it, and the mount goes when the
+   engine exits, the process still running (hand_over).
 4. vLLM's OpenAI server started as a user types it, `python -m vllm.entrypoints.openai.api_server --model SRC
    --load-format tpfs --tensor-parallel-size 2` (test_vllm.py's CPU flags), answers /v1/completions with the greedy
    tokens and top-5 logprobs of the server on SRC with vLLM's default loader (llama, vllm_models.py), bitwise; while
@@ -287,6 +289,55 @@ def node_mounts(fails, py, env, src, run):
           "were killed")
 
 
+HAND_OVER = """
+import os, sys, threading, time, tpfs.node
+m = tpfs.node.acquire(%r, 2, None, "0-1", "vllm", [])
+t = threading.Thread(target=tpfs.node.hand_over, args=(m, 60), daemon=True)
+t.start()
+print(m, flush=True)
+t0 = time.time()
+pid = os.fork()
+if pid == 0:  # the engine, forked (it inherits this process's lock, and takes one of its own)
+    tpfs.node.acquire(%r, 2, None, "0-1", "vllm", [])
+    sys.stdin.read()
+    os._exit(0)
+t.join()
+print("released %%.2f" %% (time.time() - t0), flush=True)
+os.waitpid(pid, 0)
+print("engine gone", flush=True)
+time.sleep(300)  # this process lives on, as a notebook does after its LLM() is shut down
+"""
+
+
+def hand_over(fails, py, env, src, run):
+    """3c. tpfs.node.hand_over (what vLLM's and SGLang's main processes run once they have mounted ahead of their
+    engine): a process acquires the mount, hands it over and forks an engine that acquires it too (a forked child
+    inherits the parent's lock: it must take its own, or the parent never sees another user). The parent releases
+    within seconds, not at the 60 s timeout; once the engine has exited, the mount is removed while the parent
+    still lives."""
+    p = subprocess.Popen([py, "-c", HAND_OVER % (src, src)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                         text=True)
+    try:
+        mnt = p.stdout.readline().strip()
+        line = p.stdout.readline().strip()
+        took = float(line.split()[1]) if line.startswith("released ") else None
+        fails.check(took is not None and took < 10, "hand_over: the parent released after %s s (wanted < 10 s: "
+                    "the forked engine's lock seen): %r" % (took, line))
+        fails.check(tpfs_mounts(run) == [mnt], "hand_over: while the engine lives, its mount is there: %s, not [%r]"
+                    % (tpfs_mounts(run), mnt))
+        p.stdin.close()  # the engine exits
+        gone = p.stdout.readline().strip()
+        fails.check(gone == "engine gone" and wait_until(lambda: not tpfs_mounts(run), 20) and p.poll() is None,
+                    "hand_over: once the engine exited (%r), the mount is removed while the parent lives: mounts %s, "
+                    "parent exit %s" % (gone, tpfs_mounts(run), p.poll()))
+        print("hand_over: the parent released the mount %s s after forking its engine; removed once the engine "
+              "exited, the parent still running" % took)
+    finally:
+        p.kill()
+        p.wait()
+    fails.check(wait_until(lambda: not tpfs_mounts(run), 20), "hand_over: mounts left %s" % tpfs_mounts(run))
+
+
 LOADER = """
 import hashlib, os, sys, tpfs.node
 m = tpfs.node.acquire(%r, 2, None, "0-1", "vllm", [])
@@ -457,6 +508,7 @@ def main():
     api(fails, py, env, src, bad)
     plugin_parts(fails, py, env, src, work)
     node_mounts(fails, py, env, src, run)
+    hand_over(fails, py, env, src, run)
     killed_mid_load(fails, py, env, src, run)
 
     # 4. the servers: vLLM's default loader (the vLLM venv), --load-format tpfs (the plugin's venv), the refusal
