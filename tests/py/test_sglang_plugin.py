@@ -18,8 +18,9 @@
    fails at start, its process exits non-zero, tpfs's message (TpfsError) in its output, no mount left.
 5. SGLang's HTTP server as a user types it (README's quick start; TPFS_SGLANG_SERVER=0 leaves it out), `python -m sglang.launch_server --model-path SRC --load-format tpfs --tp 2` (and the
    CPU flags of sglang_check.py), answers /generate with the greedy tokens and top-5 logprobs of the default
-   loader's Engine (3.); its log says that ranks 0 and 1 read one mount of ranks 0-1; after SIGTERM, no mount is
-   left. The server does not import in the test venv as installed (--no-deps: `soundfile`, which
+   loader's Engine (3.); its log says that SGLang's main process mounted ranks 0-1 before it launched the
+   schedulers (so that the push runs while they start), and that ranks 0 and 1 read that one mount, made before
+   them; after SIGTERM, no mount is left. The server does not import in the test venv as installed (--no-deps: `soundfile`, which
    srt/entrypoints/openai/audio_chunking.py imports, is missing): sglang_server_site/soundfile.py stands in.
 Exits 77 only where the SGLang venv cannot be made (setup.sh --sglang wrote BUILD/venv-sglang.unavailable).
 """
@@ -265,9 +266,12 @@ def main():
                         "the server's tokens or logprobs differ from the default loader's Engine: %s vs %s"
                         % ([o[0] for o in outs], a.get("tokens")))
         fails.check(seen is not None and len(seen) == 1, "while the server served, mounts %s (one wanted)" % seen)
+        fails.check(re.search(r"tpfs: mounted \S+ for ranks 0-1 of TP=2 at \S+ from SGLang's main process", text),
+                    "the server's log does not say that SGLang's main process mounted ranks 0-1 before the schedulers")
         for r in range(2):
-            fails.check(re.search(r"tpfs: rank %d reads \S+, the mount of \S+ for ranks 0-1 of TP=2" % r, text),
-                        "the server's log does not say that rank %d read the node's mount of ranks 0-1" % r)
+            fails.check(re.search(r"tpfs: rank %d reads \S+, the mount of \S+ for ranks 0-1 of TP=2, made before it"
+                                  % r, text), "the server's log does not say that rank %d read the node's mount of "
+                        "ranks 0-1, made before it (by the main process)" % r)
         fails.check(wait_until(lambda: not tpfs_mounts(run), 30), "mounts left after the server: %s"
                     % tpfs_mounts(run))
         print("launch_server --load-format tpfs --tp 2: tokens %s (%s the default loader's, top-5 logprobs too); "
