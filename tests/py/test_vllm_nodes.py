@@ -28,7 +28,8 @@ one vLLM run across two nodes, each node a mount namespace with its own tpfs ser
    plugin's `tpfs mount SRC MNT --tp 2 --view vllm --ranks R` (its daemon's command line and the plugin's log
    line), listing only rank R's part file and having read only rank R's source bytes (as in 4); once vLLM exits,
    no mount is left in either node and every daemon and reaper has ended. Each node's mount (daemon command line,
-   mountinfo line, the plugin's log line) is printed and kept in WORK/tp2-plugin-nodeR.mount.
+   mountinfo line, the plugin's log line) is printed and kept in WORK/tp2-plugin-nodeR.mount. Each node's mount was
+   made early, by its vLLM main process (`serve`, and the headless node's `serve --headless`): its log says so.
 Expert parallelism (--ep under the view, vLLM's enable_expert_parallel) by the probe only, at TP=2: linear placement
 for every MoE view family, round_robin where vLLM uses it (several expert groups; the same files loaded by a
 linear vLLM must differ); vLLM's CPU MoE cannot run a forward under EP (issue 32), so no token check.
@@ -604,6 +605,12 @@ def check_plugin(fails, work, split, src, two):
         fails.check(len(lines) == 1 and re.search(r"tpfs: rank %d reads %s, the mount of \S+ for ranks %d of TP=%d "
                                                   r"PP=%d" % (r, re.escape(snap.get("mnt") or "?"), r, tp, pp), lines[0]),
                     "%s node %d: the plugin's log lines %s" % (what, r, lines))
+        # the mount made early, by the node's vLLM main process (`serve`, and `serve --headless` on node 1), before
+        # the engine core or the workers start (tpfs.vllm_plugin._wrap_engine_config)
+        early = [ln for ln in log.splitlines() if "from vLLM's main process" in ln]
+        fails.check(len(early) == 1 and "for ranks %d of TP=%d PP=%d at %s" % (r, tp, pp, snap.get("mnt")) in early[0],
+                    "%s node %d: no log line of the mount made by vLLM's main process: %s" % (what, r, early))
+        lines = early + lines
         per.append(check_node(fails, what, split, src, r, snap["ls"], stats_of(snap["stats_text"])))
         fails.check(two["left"][r] == [], "%s node %d: mounts left after vLLM exited: %s" % (what, r, two["left"][r]))
         text = "node %d daemon: %s\nnode %d mountinfo: %s\n%s\n" % (
