@@ -21,7 +21,8 @@ tpfs refuses stops the engine at start: load_model raises tpfs.TpfsError, whose 
 The mount is made early, where vLLM lets a plugin see the engine's configuration, as the same node mount the
 workers will ask for (the node's block of ranks under the multiprocessing executor, computed from the parallel
 config as node_ranks does):
-- first from vLLM's main process (`vllm serve`, LLM()): register()
+- first from vLLM's main process (`vllm serve`, LLM(), a headless node's `vllm serve --headless`: test_vllm_nodes
+  checks its log line): register()
   runs there from EngineArgs.__post_init__ (vllm/engine/arg_utils.py, load_general_plugins) and wraps
   EngineArgs.create_engine_config, which then mounts as soon as it has made the configuration, before vLLM
   spawns its engine core (in the call, under a second: no lock is held across vLLM's forks). That process counts
@@ -265,7 +266,7 @@ def _mount_early(vllm_config, where):
 
 def _wrap_engine_config():
     """Makes EngineArgs.create_engine_config, in the process that makes the engine's configuration (vLLM's main
-    process: `vllm serve`, LLM()), mount the node for a start with
+    process: `vllm serve`, LLM(), a headless node's `vllm serve --headless`), mount the node for a start with
     --load-format tpfs as soon as the configuration exists, before vLLM spawns its engine core: the push-ahead
     then runs while the engine core and its workers start, seconds earlier than from the engine core itself. The
     mount is made in the call (a second or less: tpfs waits for its daemon to serve), not in a thread, so that no
