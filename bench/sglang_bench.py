@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -41,6 +40,7 @@ TESTS = os.path.join(ROOT, "tests", "py")
 sys.path.insert(0, HERE)
 sys.path.insert(0, TESTS)
 
+import tpfs_test  # noqa: E402
 from vllm_bench import MAKE  # noqa: E402 -- the same checkpoint as the vLLM benchmark
 
 
@@ -101,13 +101,7 @@ def start(py, src, load_format, env_more, log):
             with urllib.request.urlopen(req, timeout=300) as r:
                 tokens = json.load(r)["output_ids"]
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        tpfs_test.stop_group(p)
     with open(log, errors="replace") as f:
         text = f.read()
     loads = [float(x) for x in re.findall(r"Load weight end\. elapsed=([0-9.]+) s", text)]

@@ -455,13 +455,7 @@ def server(py, model, load_format, log, env, on_ready=None, split="tp2", kill_wh
             ready = on_ready() if on_ready else None
             outs = [tpfs_test.vllm_complete(url, pr) for pr in PROMPTS]
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        tpfs_test.stop_group(p)
     return p.returncode, outs, ready, started
 
 

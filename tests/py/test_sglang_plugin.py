@@ -108,7 +108,6 @@ def server(py, src, env, log, run):
     top-5 logprobs per step as sglang_check.py gives them) per prompt, or None where it did not serve; the mounts
     under RUN while it served."""
     import contextlib
-    import signal
     import socket
     import urllib.request
     with socket.socket() as s:
@@ -145,13 +144,7 @@ def server(py, src, env, log, run):
                 outs.append((res["output_ids"], [[[t[1], t[0]] for t in step]
                                                  for step in res["meta_info"]["output_top_logprobs"]]))
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        tpfs_test.stop_group(p)
     return outs, seen
 
 

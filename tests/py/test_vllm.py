@@ -38,7 +38,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -338,13 +337,8 @@ def http_server(model, load_format, tp, log):
             time.sleep(1)
         yield url
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        import tpfs_test
+        tpfs_test.stop_group(p, 60)
 
 
 def compare(a, b):

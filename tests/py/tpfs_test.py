@@ -128,6 +128,19 @@ def wait_until(pred, timeout):
     return pred()
 
 
+def stop_group(p, timeout=90):
+    """Ends the process group that Popen P leads (started with start_new_session: a server and its engine's
+    processes): SIGTERM, then SIGKILL where P has not exited within TIMEOUT seconds; waits for P."""
+    import signal
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGTERM)
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
 class Mount:
     """A foreground tpfs daemon serving src at a fresh mount point.
 
