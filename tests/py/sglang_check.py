@@ -5,7 +5,9 @@ python sglang_check.py JOBS.json RESULT.json    (PYTHONPATH=tests/py/sglang_site
   JOBS:   [{"name", "model", "load_format": "auto" | "sharded_state", "tp", "keys": DIR, "prompts": [[ids]] or
            [] (load only), "max_tokens", "engine_args": {more sglang.Engine arguments, none touching weights; they
            replace the defaults below where they name one},
-           "mounts_under": DIR (optional: the mount points under DIR while the engine is up, as "mounts")}]
+           "mounts_under": DIR (optional: the mount points under DIR while the engine is up, as "mounts", and
+           those left after its shutdown, this process still running, as "mounts_after_shutdown": [] once they are
+           gone, within 30 s, "gone_after_s" seconds after it)}]
   RESULT: {name: {"tokens": [[ids]], "logprobs": [[[[id, logprob] top-5] per step]], "seconds": s} or
            {"error": text}}
 
@@ -54,6 +56,15 @@ def run(job):
     finally:
         eng.shutdown()
     out["seconds"] = round(time.time() - t0, 1)
+    if job.get("mounts_under"):  # this process lives on (a notebook's): the mounts after the shutdown, within 30 s
+        t1 = time.time()
+        while True:
+            with open("/proc/self/mountinfo") as f:
+                left = sorted(ln.split()[4] for ln in f if ln.split()[4].startswith(job["mounts_under"] + "/"))
+            if not left or time.time() - t1 > 30:
+                break
+            time.sleep(0.2)
+        out["mounts_after_shutdown"], out["gone_after_s"] = left, round(time.time() - t1, 1)
     return out
 
 
