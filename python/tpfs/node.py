@@ -69,6 +69,13 @@ def engine_args(args):
     return args
 
 
+def ranks_text(ranks):
+    """The --ranks text of a list of ranks: "lo-hi" for a run, else a comma list."""
+    if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return "%d-%d" % (ranks[0], ranks[-1])
+    return ",".join(map(str, ranks))
+
+
 def mount_key(src, tp, pp=None, ranks=None, view=None, extra=()):
     """The name of a node mount: 16 hex digits of the SHA-256 of (real path of SRC, tp, pp, ranks, view, extra)."""
     ident = [os.path.realpath(src), int(tp), int(pp or 1), ranks, view, [str(a) for a in extra]]

@@ -123,8 +123,7 @@ def _mount_early(server_args):
         nnodes, node_rank = int(getattr(server_args, "nnodes", 1) or 1), int(getattr(server_args, "node_rank", 0) or 0)
         if pp != 1 or dp != 1 or tp % nnodes:
             return None
-        ranks = node_ranks(tp, tp // nnodes * (node_rank % nnodes), pp, nnodes, node_rank, dp)
-        text = "%d-%d" % (ranks[0], ranks[-1]) if len(ranks) > 1 else str(ranks[0])
+        text = node.ranks_text(node_ranks(tp, tp // nnodes * (node_rank % nnodes), pp, nnodes, node_rank, dp))
         extra = server_args.model_loader_extra_config or {}
         extra = dict(json.loads(extra) if isinstance(extra, str) else extra)
         args, view = _options(extra, extra.pop("tpfs", None) or {})
@@ -173,8 +172,7 @@ def _loader_class():
             if self.mnt:
                 return self.mnt
             tp, rank, pp, nnodes, node_rank, dp = _parallel()
-            ranks = node_ranks(tp, rank, pp, nnodes, node_rank, dp)
-            text = "%d-%d" % (ranks[0], ranks[-1]) if len(ranks) > 1 else str(ranks[0])
+            text = node.ranks_text(node_ranks(tp, rank, pp, nnodes, node_rank, dp))
             src = source_folder(model_config)
             key = (src, tp, pp if pp > 1 else None, text, self.view, node.engine_args(self.args))
             before = tpfs.mount_state(node.mount_path(*key)) == "healthy"

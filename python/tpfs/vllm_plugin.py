@@ -65,6 +65,7 @@ from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
 import tpfs
 from tpfs import node
+from tpfs.node import ranks_text
 
 logger = init_logger("vllm.tpfs")  # under vLLM's logger, which vLLM's logging configures
 
@@ -113,13 +114,6 @@ def dp_args(args, D):
     if not any(a == "--ep" or a.startswith("--ep=") for a in out):
         out.append("--ep")
     return out + ["--dp", str(D)]
-
-
-def ranks_text(ranks):
-    """"lo-hi" for a run of ranks, else a comma list."""
-    if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
-        return "%d-%d" % (ranks[0], ranks[-1])
-    return ",".join(map(str, ranks))
 
 
 def source_folder(model_config):
