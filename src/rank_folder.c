@@ -290,7 +290,7 @@ static int pad_token(const tp_rf_in *in, const cJSON *loc, const char *where, ui
 	const cJSON *p = cJSON_GetObjectItemCaseSensitive(loc, "pad_token_id");
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(loc, "vocab_size");
 	if (!cJSON_IsNumber(p) || !cJSON_IsNumber(v) || p->valuedouble < 0 || v->valuedouble < 1 ||
-	    v->valuedouble > 1e15 || p->valuedouble != (double)(int64_t)p->valuedouble)
+	    v->valuedouble > 1e15 || p->valuedouble > 1e15 || p->valuedouble != (double)(int64_t)p->valuedouble)
 		return 0;
 	tp_spec s = tp_spec_split(0, (uint64_t)v->valuedouble, 1);
 	s.pad_to = in->pad_vocab > 1 ? in->pad_vocab : 0;

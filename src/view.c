@@ -180,7 +180,7 @@ static int parse_entry_body(const cJSON *o, size_t k, const char *origin, tp_ven
 		cJSON_ArrayForEach(it, shp)
 		{
 			double d = cJSON_IsNumber(it) ? it->valuedouble : 0;
-			if (d != (double)(int64_t)d || d < 1 || d > TP_VIEW_CONST_MAX || x->rs_ndim >= ST_MAX_DIMS ||
+			if (!(d >= 1 && d <= TP_VIEW_CONST_MAX) || d != (double)(int64_t)d || x->rs_ndim >= ST_MAX_DIMS ||
 			    numel * (uint64_t)d > TP_VIEW_CONST_MAX) { /* numel <= 4096 so far: no overflow */
 				n = -1;
 				break;
@@ -224,7 +224,8 @@ static int parse_entry_body(const cJSON *o, size_t k, const char *origin, tp_ven
 		cJSON_ArrayForEach(it, rsh)
 		{
 			double d = cJSON_IsNumber(it) ? it->valuedouble : -2;
-			if (d != (double)(int64_t)d || (d < 0 && d != -1) || d > 1e15)
+			/* the range first: a double outside int64_t's cast to it is undefined */
+			if (!(d >= -1 && d <= 1e15) || d != (double)(int64_t)d || (d < 0 && d != -1))
 				n = 0;
 			frees += d == -1;
 			if (n > 0 && x->rs_ndim < ST_MAX_DIMS)
